@@ -1,0 +1,291 @@
+//! The builder: compiles the device crate `kernels/` to PTX for `nvptx64-nvidia-cuda`, assembles an
+//! sm_90 cubin with `ptxas` when one is available, and embeds both in the host library.
+//!
+//! It plays the role of rust-cuda's `cuda_builder` with rustc's own NVPTX backend:
+//! `cargo rustc --crate-type cdylib -Zbuild-std=core --target nvptx64-nvidia-cuda`, linked by
+//! `llvm-bitcode-linker` together with CUDA's libdevice (so `__nv_sinf` and friends resolve).
+//!
+//! Outputs (besides the generated `kernels_embed.rs` in `OUT_DIR`) go to `target/<profile>/kernels/`:
+//! `kernels.ptx`, `kernels.sm_90.cubin` and `ptxas-report.txt` (registers, stack, spills and shared
+//! memory per kernel).
+
+use std::env;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, exit};
+
+/// PTX `.target` of the embedded PTX: compute capability 7.0 (Volta) and newer GPUs JIT it.
+const PTX_TARGET: &str = "sm_70";
+/// Architecture of the embedded cubin (H100); other GPUs load the PTX.
+const CUBIN_ARCH: &str = "sm_90";
+/// Toolchain that provides the `llvm-bitcode-linker` component (the pinned nightly lacks it).
+/// `scripts/setup.sh` installs this same version.
+const LINKER_TOOLCHAIN: &str = "1.95.0";
+
+fn main() {
+    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    // OUT_DIR is <target>/<profile>/build/<pkg>-<hash>/out.
+    let profile_dir = out_dir.ancestors().nth(3).unwrap().to_path_buf();
+    let artifacts = profile_dir.join("kernels");
+    let nested_target = profile_dir.parent().unwrap().join("nvptx-kernels");
+
+    println!("cargo:rerun-if-changed=kernels/src");
+    println!("cargo:rerun-if-changed=kernels/Cargo.toml");
+    println!("cargo:rerun-if-changed=kernels/macros/src");
+    for var in ["CUDA_HOME", "CUDA_PATH", "KERNELS_BITCODE_LINKER"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+
+    let cuda = find_cuda(&root).unwrap_or_else(|msg| fail(&msg));
+    let linker = find_bitcode_linker().unwrap_or_else(|msg| fail(&msg));
+    let ptx_path =
+        compile_kernels(&root, &nested_target, &linker, &cuda.libdevice).unwrap_or_else(|msg| fail(&msg));
+
+    fs::create_dir_all(&artifacts).unwrap();
+    let ptx = fs::read_to_string(&ptx_path).unwrap();
+    fs::write(artifacts.join("kernels.ptx"), &ptx).unwrap();
+
+    let declared = declared_kernels(&root.join("kernels/src"));
+    let cubin = match &cuda.ptxas {
+        Some(ptxas) => Some(assemble(ptxas, &artifacts).unwrap_or_else(|msg| fail(&msg))),
+        None => {
+            println!(
+                "cargo:warning=ptxas not found: no cubin embedded (GPUs will JIT the PTX) and no \
+                 ptxas resource report; run scripts/setup.sh"
+            );
+            None
+        }
+    };
+    write_embed(&out_dir, &artifacts, &declared, cubin.as_ref());
+}
+
+/// Stops the build with a readable message instead of a build-script panic.
+fn fail(message: &str) -> ! {
+    eprintln!("\nerror: {message}\n");
+    exit(1)
+}
+
+struct CudaTools {
+    libdevice: PathBuf,
+    ptxas: Option<PathBuf>,
+}
+
+/// A CUDA toolkit from `CUDA_HOME`/`CUDA_PATH`, else the one `scripts/setup.sh` assembles from
+/// NVIDIA's PyPI wheels in `.cache/cuda/root`, else `/usr/local/cuda`.
+fn find_cuda(root: &Path) -> Result<CudaTools, String> {
+    let mut candidates: Vec<PathBuf> =
+        ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(env::var_os).map(PathBuf::from).collect();
+    candidates.push(root.join(".cache/cuda/root"));
+    candidates.push(PathBuf::from("/usr/local/cuda"));
+    for dir in &candidates {
+        let libdevice = dir.join("nvvm/libdevice/libdevice.10.bc");
+        if libdevice.is_file() {
+            let ptxas = Some(dir.join("bin/ptxas")).filter(|p| p.is_file());
+            println!("cargo:rerun-if-changed={}", libdevice.display());
+            return Ok(CudaTools { libdevice, ptxas });
+        }
+    }
+    Err(format!(
+        "CUDA's libdevice (nvvm/libdevice/libdevice.10.bc) was not found in any of {candidates:?}.\n\
+         Run `scripts/setup.sh` (it fetches libdevice and ptxas from NVIDIA's PyPI wheels), or point \
+         CUDA_HOME at a CUDA toolkit."
+    ))
+}
+
+fn find_bitcode_linker() -> Result<PathBuf, String> {
+    if let Some(path) = env::var_os("KERNELS_BITCODE_LINKER") {
+        return Ok(path.into());
+    }
+    let output = Command::new("rustup")
+        .args(["run", LINKER_TOOLCHAIN, "rustc", "--print", "sysroot"])
+        .output()
+        .map_err(|e| format!("could not run rustup to find llvm-bitcode-linker: {e}"))?;
+    let sysroot = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    let host = env::var("HOST").unwrap();
+    let linker =
+        Path::new(&sysroot).join(format!("lib/rustlib/{host}/bin/self-contained/llvm-bitcode-linker"));
+    if output.status.success() && linker.is_file() {
+        Ok(linker)
+    } else {
+        Err(format!(
+            "llvm-bitcode-linker was not found (looked for {}).\nRun `scripts/setup.sh`, or \
+             `rustup component add llvm-bitcode-linker --toolchain {LINKER_TOOLCHAIN}`.",
+            linker.display()
+        ))
+    }
+}
+
+/// Runs the nested cargo build of `kernels/` for NVPTX and returns the PTX file.
+fn compile_kernels(
+    root: &Path,
+    target_dir: &Path,
+    linker: &Path,
+    libdevice: &Path,
+) -> Result<PathBuf, String> {
+    let flags = [
+        format!("-Ctarget-cpu={PTX_TARGET}"),
+        format!("-Clinker={}", linker.display()),
+        format!("-Clink-arg={}", libdevice.display()),
+        "-Alinker_messages".to_string(),
+    ];
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root)
+        .args(["rustc", "--manifest-path", "kernels/Cargo.toml", "--release", "--lib"])
+        .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core", "--crate-type", "cdylib"])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .args(["--color", "never", "--quiet"])
+        .args(["--config", "profile.release.lto=\"fat\""])
+        .args(["--config", "profile.release.panic=\"abort\""])
+        .args(["--config", "profile.release.codegen-units=1"])
+        .env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
+    // The outer build's settings (clippy's wrapper, host flags, its target) are not the kernels'.
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_MAKEFLAGS",
+    ] {
+        cmd.env_remove(var);
+    }
+    let output = cmd.output().map_err(|e| format!("could not run cargo for the kernels: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "the GPU kernels in kernels/ failed to compile for nvptx64-nvidia-cuda:\n\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let ptx = target_dir.join("nvptx64-nvidia-cuda/release/kernels.ptx");
+    if ptx.is_file() { Ok(ptx) } else { Err(format!("the kernel build wrote no {}", ptx.display())) }
+}
+
+/// One kernel's resources as `ptxas -v` reports them.
+#[derive(Default)]
+struct Resources {
+    name: String,
+    registers: u32,
+    stack_bytes: u32,
+    spill_store_bytes: u32,
+    spill_load_bytes: u32,
+    shared_bytes: u32,
+}
+
+struct Cubin {
+    path: PathBuf,
+    resources: Vec<Resources>,
+}
+
+fn assemble(ptxas: &Path, artifacts: &Path) -> Result<Cubin, String> {
+    let ptx = artifacts.join("kernels.ptx");
+    let cubin = artifacts.join(format!("kernels.{CUBIN_ARCH}.cubin"));
+    let output = Command::new(ptxas)
+        .arg(format!("-arch={CUBIN_ARCH}"))
+        .arg("-v")
+        .arg(&ptx)
+        .arg("-o")
+        .arg(&cubin)
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", ptxas.display()))?;
+    let report = String::from_utf8_lossy(&output.stderr).to_string();
+    if !output.status.success() {
+        return Err(format!("ptxas rejected the kernels' PTX:\n{report}"));
+    }
+    fs::write(artifacts.join("ptxas-report.txt"), &report).unwrap();
+    Ok(Cubin { path: cubin, resources: parse_ptxas_report(&report) })
+}
+
+/// Reads `ptxas -v` output: per entry, "Compiling entry function 'NAME'", then
+/// "N bytes stack frame, N bytes spill stores, N bytes spill loads" and
+/// "Used N registers, … N bytes smem …".
+fn parse_ptxas_report(report: &str) -> Vec<Resources> {
+    fn number_before(line: &str, unit: &str) -> Option<u32> {
+        let end = line.find(unit)?;
+        line[..end].trim_end().rsplit([' ', ',']).next()?.parse().ok()
+    }
+    let mut all: Vec<Resources> = Vec::new();
+    for line in report.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            let name = rest.split('\'').next().unwrap_or_default().to_string();
+            all.push(Resources { name, ..Default::default() });
+        } else if let Some(r) = all.last_mut() {
+            if line.contains("stack frame") {
+                r.stack_bytes = number_before(line, "bytes stack frame").unwrap_or(0);
+                r.spill_store_bytes = number_before(line, "bytes spill stores").unwrap_or(0);
+                r.spill_load_bytes = number_before(line, "bytes spill loads").unwrap_or(0);
+            } else if line.contains("Used") && line.contains("registers") {
+                r.registers = number_before(line, "registers").unwrap_or(0);
+                r.shared_bytes = number_before(line, "bytes smem").unwrap_or(0);
+            }
+        }
+    }
+    all
+}
+
+/// Names of the functions marked `#[kernel]` in the device crate's sources.
+fn declared_kernels(src: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut files: Vec<PathBuf> = fs::read_dir(src).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    for file in files.iter().filter(|p| p.extension().is_some_and(|e| e == "rs")) {
+        let text = fs::read_to_string(file).unwrap();
+        let mut marked = false;
+        for line in text.lines().map(str::trim) {
+            if line == "#[kernel]" {
+                marked = true;
+            } else if marked && line.contains("fn ") {
+                let after = line.split("fn ").nth(1).unwrap();
+                names.push(after.split(['(', '<', ' ']).next().unwrap().to_string());
+                marked = false;
+            }
+        }
+    }
+    names
+}
+
+fn write_embed(out_dir: &Path, artifacts: &Path, declared: &[String], cubin: Option<&Cubin>) {
+    let mut code = String::new();
+    let ptx = artifacts.join("kernels.ptx");
+    writeln!(code, "/// PTX of every kernel (`.target {PTX_TARGET}`), JIT-compiled by the driver.").unwrap();
+    writeln!(code, "pub const PTX: &str = include_str!({:?});", ptx.display().to_string()).unwrap();
+    writeln!(code, "/// PTX `.target` of [`PTX`].\npub const PTX_TARGET: &str = {PTX_TARGET:?};").unwrap();
+    let arch: u32 = CUBIN_ARCH.trim_start_matches("sm_").parse().unwrap();
+    writeln!(
+        code,
+        "/// Compute capability of [`CUBIN`] as major·10 + minor.\npub const CUBIN_ARCH: u32 = {arch};"
+    )
+    .unwrap();
+    match cubin {
+        Some(c) => writeln!(
+            code,
+            "/// The kernels assembled by ptxas for [`CUBIN_ARCH`].\n\
+             pub const CUBIN: Option<&[u8]> = Some(include_bytes!({:?}));",
+            c.path.display().to_string()
+        ),
+        None => writeln!(
+            code,
+            "/// None: ptxas was not available at build time.\npub const CUBIN: Option<&[u8]> = None;"
+        ),
+    }
+    .unwrap();
+    writeln!(code, "/// Kernels declared with `#[kernel]` in `kernels/src`.").unwrap();
+    writeln!(code, "pub const DECLARED_KERNELS: &[&str] = &{declared:?};").unwrap();
+    writeln!(code, "/// `ptxas -v` resources per kernel; empty without ptxas.").unwrap();
+    writeln!(code, "pub const PTXAS_RESOURCES: &[KernelResources] = &[").unwrap();
+    for r in cubin.map(|c| c.resources.as_slice()).unwrap_or_default() {
+        writeln!(
+            code,
+            "    KernelResources {{ name: {:?}, registers: {}, stack_bytes: {}, \
+             spill_store_bytes: {}, spill_load_bytes: {}, static_shared_bytes: {} }},",
+            r.name, r.registers, r.stack_bytes, r.spill_store_bytes, r.spill_load_bytes, r.shared_bytes
+        )
+        .unwrap();
+    }
+    writeln!(code, "];").unwrap();
+    fs::write(out_dir.join("kernels_embed.rs"), code).unwrap();
+}

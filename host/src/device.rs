@@ -1,0 +1,345 @@
+//! The launch layer: one API that runs a kernel on a GPU (through `cust`) or in the CPU simulator.
+//!
+//! ```no_run
+//! use kernel_suite::{Device, LaunchConfig};
+//! # fn main() -> kernel_suite::Result<()> {
+//! let device = Device::gpu(0)?; // or Device::simulator()
+//! let x = device.upload(&[1.0f32, 2.0, 3.0])?;
+//! let mut y = device.upload(&[10.0f32, 20.0, 30.0])?;
+//! let cfg = LaunchConfig::for_1d(3, 256);
+//! // SAFETY: both buffers hold 3 elements, the count passed.
+//! unsafe {
+//!     device.launch(&kernels::saxpy::SAXPY, cfg, (2.0, x.as_kernel_ptr(), y.as_kernel_mut_ptr(), 3))?;
+//! }
+//! assert_eq!(device.download(&y)?, vec![12.0, 24.0, 36.0]);
+//! # Ok(()) }
+//! ```
+//!
+//! On the GPU, launches are asynchronous on the device's stream; [`Device::download`] waits for
+//! them. Every launch checks `cuLaunchKernel`'s result, and every synchronisation reports a kernel
+//! that failed while running (as [`Error::Kernel`], naming the last kernel launched).
+
+use crate::error::{Error, Result, cuda, raw};
+use crate::module;
+use cust::context::Context;
+use cust::device::DeviceAttribute;
+use cust::error::CudaError;
+use cust::memory::{CopyDestination, DeviceBuffer, DeviceCopy};
+use cust::module::Module;
+use cust::stream::{Stream, StreamFlags};
+use kernels::sim::LaunchConfig;
+use kernels::{KernelArgs, KernelFn};
+use std::cell::Cell;
+use std::fmt;
+
+/// A plain number that buffers can hold.
+///
+/// # Safety
+/// Every bit pattern must be a valid value (buffers start as raw bytes, or poisoned with `0xff`).
+pub unsafe trait Element: DeviceCopy + Default {}
+
+macro_rules! elements {
+    ($($t:ty),*) => {$(
+        // SAFETY: every bit pattern of a primitive number is a valid value.
+        unsafe impl Element for $t {}
+    )*};
+}
+elements!(f32, f64, u8, i8, u16, i16, u32, i32, u64, i64);
+
+/// Where kernels run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A CUDA GPU.
+    Gpu,
+    /// The CPU simulator (`kernels::sim`): the same kernel code on CPU threads.
+    Simulator,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Gpu => "gpu",
+            Backend::Simulator => "sim",
+        })
+    }
+}
+
+/// Which image of the embedded kernels the GPU loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleImage {
+    /// The sm_90 cubin (no JIT): the device's compute capability matched.
+    Cubin,
+    /// The PTX, JIT-compiled by the driver for this device.
+    Ptx,
+}
+
+/// A device kernels can be launched on. Owns, for a GPU, the (primary) context, the loaded module
+/// and a stream.
+pub struct Device {
+    inner: Inner,
+    poison: Cell<bool>,
+    last_kernel: Cell<&'static str>,
+}
+
+enum Inner {
+    Gpu(Box<Gpu>),
+    Simulator,
+}
+
+struct Gpu {
+    // Field order is drop order: stream and module go before the context that owns them.
+    stream: Stream,
+    module: Module,
+    _context: Context,
+    name: String,
+    compute_capability: (u32, u32),
+    image: ModuleImage,
+}
+
+/// Maps `cuInit`'s failure to "no driver" / "no GPU".
+fn init_error(e: CudaError) -> Error {
+    match e {
+        CudaError::NoDevice => Error::NoGpu("the CUDA driver found no GPU".into()),
+        other => Error::NoDriver(format!("cuInit failed: {other}")),
+    }
+}
+
+impl Device {
+    /// The GPU with index `ordinal` (0 is the first), with the embedded kernels loaded: the cubin if
+    /// the GPU's compute capability is the cubin's, else the PTX (JIT-compiled by the driver).
+    pub fn gpu(ordinal: u32) -> Result<Self> {
+        cust::init(cust::CudaFlags::empty()).map_err(init_error)?;
+        let count = cust::device::Device::num_devices().map_err(cuda("cuDeviceGetCount"))?;
+        if ordinal >= count {
+            return Err(Error::NoGpu(format!("GPU index {ordinal} requested, {count} GPU(s) present")));
+        }
+        let device = cust::device::Device::get_device(ordinal).map_err(cuda("cuDeviceGet"))?;
+        let attr = |a| device.get_attribute(a).map_err(cuda("cuDeviceGetAttribute"));
+        let compute_capability = (
+            attr(DeviceAttribute::ComputeCapabilityMajor)? as u32,
+            attr(DeviceAttribute::ComputeCapabilityMinor)? as u32,
+        );
+        let name = device.name().map_err(cuda("cuDeviceGetName"))?;
+        let context = Context::new(device).map_err(cuda("cuDevicePrimaryCtxRetain"))?;
+        let (module, image) = match module::CUBIN {
+            Some(cubin) if compute_capability.0 * 10 + compute_capability.1 == module::CUBIN_ARCH => (
+                Module::from_cubin(cubin, &[]).map_err(cuda("cuModuleLoadData (cubin)"))?,
+                ModuleImage::Cubin,
+            ),
+            _ => (
+                Module::from_ptx(module::PTX, &[]).map_err(cuda("cuModuleLoadDataEx (PTX JIT)"))?,
+                ModuleImage::Ptx,
+            ),
+        };
+        let stream = Stream::new(StreamFlags::NON_BLOCKING, None).map_err(cuda("cuStreamCreate"))?;
+        let gpu = Gpu { stream, module, _context: context, name, compute_capability, image };
+        Ok(Self::with(Inner::Gpu(Box::new(gpu))))
+    }
+
+    /// The CPU simulator.
+    pub fn simulator() -> Self {
+        Self::with(Inner::Simulator)
+    }
+
+    fn with(inner: Inner) -> Self {
+        Self { inner, poison: Cell::new(false), last_kernel: Cell::new("(none)") }
+    }
+
+    /// Which backend this is.
+    pub fn backend(&self) -> Backend {
+        match self.inner {
+            Inner::Gpu(_) => Backend::Gpu,
+            Inner::Simulator => Backend::Simulator,
+        }
+    }
+
+    /// A one-line description: the GPU's name, compute capability and module image, or "CPU simulator".
+    pub fn describe(&self) -> String {
+        match &self.inner {
+            Inner::Gpu(g) => format!(
+                "{} (sm_{}{}, kernels from the embedded {})",
+                g.name,
+                g.compute_capability.0,
+                g.compute_capability.1,
+                match g.image {
+                    ModuleImage::Cubin => "cubin",
+                    ModuleImage::Ptx => "PTX, JIT-compiled",
+                }
+            ),
+            Inner::Simulator => "CPU simulator".to_string(),
+        }
+    }
+
+    /// For tests: when on, every buffer from [`Device::alloc`] starts filled with `0xff` bytes (NaN
+    /// for floats), so an element a kernel never wrote cannot pass for a result.
+    pub fn set_poison_allocations(&self, on: bool) {
+        self.poison.set(on);
+    }
+
+    /// A buffer of `len` elements whose contents are unspecified (or poisoned, see
+    /// [`Device::set_poison_allocations`]) until a kernel or an upload writes them.
+    pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
+        let bytes = len * std::mem::size_of::<T>();
+        let inner = match &self.inner {
+            Inner::Gpu(_) => {
+                // SAFETY: any bytes are a valid `Element`.
+                let buf = unsafe { DeviceBuffer::uninitialized(len) }.map_err(cuda("cuMemAlloc"))?;
+                if self.poison.get() && bytes > 0 {
+                    // SAFETY: the pointer and byte count describe the allocation just made.
+                    raw("cuMemsetD8", unsafe {
+                        cust::sys::cuMemsetD8_v2(buf.as_device_ptr().as_raw(), 0xff, bytes)
+                    })?;
+                }
+                BufferInner::Gpu(buf)
+            }
+            Inner::Simulator => {
+                let mut v = Vec::<T>::with_capacity(len);
+                // SAFETY: any bytes are a valid `Element`, so filling the bytes initialises them.
+                unsafe {
+                    std::ptr::write_bytes(v.as_mut_ptr() as *mut u8, 0xff, bytes);
+                    v.set_len(len);
+                }
+                BufferInner::Host(v)
+            }
+        };
+        Ok(Buffer { inner })
+    }
+
+    /// A buffer holding a copy of `data` (a synchronous host-to-device copy on a GPU).
+    pub fn upload<T: Element>(&self, data: &[T]) -> Result<Buffer<T>> {
+        let inner = match &self.inner {
+            Inner::Gpu(_) => BufferInner::Gpu(DeviceBuffer::from_slice(data).map_err(cuda("cuMemcpyHtoD"))?),
+            Inner::Simulator => BufferInner::Host(data.to_vec()),
+        };
+        Ok(Buffer { inner })
+    }
+
+    /// Waits for the launched kernels, then copies `buffer` into `out` (same length).
+    pub fn download_into<T: Element>(&self, buffer: &Buffer<T>, out: &mut [T]) -> Result<()> {
+        if buffer.len() != out.len() {
+            return Err(Error::InvalidInput(format!(
+                "download of {} elements into a slice of {}",
+                buffer.len(),
+                out.len()
+            )));
+        }
+        self.synchronize()?;
+        match &buffer.inner {
+            BufferInner::Gpu(b) => b.copy_to(out).map_err(cuda("cuMemcpyDtoH")),
+            BufferInner::Host(v) => {
+                out.copy_from_slice(v);
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits for the launched kernels, then returns a copy of `buffer`.
+    pub fn download<T: Element>(&self, buffer: &Buffer<T>) -> Result<Vec<T>> {
+        let mut out = vec![T::default(); buffer.len()];
+        self.download_into(buffer, &mut out)?;
+        Ok(out)
+    }
+
+    /// Waits until every kernel launched so far has finished; reports one that failed.
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.inner {
+            Inner::Gpu(g) => g
+                .stream
+                .synchronize()
+                .map_err(|source| Error::Kernel { kernel: self.last_kernel.get(), source }),
+            Inner::Simulator => Ok(()),
+        }
+    }
+
+    /// Launches `kernel` over `cfg` with `args`. On a GPU it is queued on the device's stream
+    /// (asynchronous); in the simulator it has finished when this returns.
+    ///
+    /// # Safety
+    /// Every pointer in `args` must come from a [`Buffer`] of this device (or be null where the
+    /// kernel allows it) and be valid for every element the kernel accesses with these arguments.
+    pub unsafe fn launch<A: KernelArgs>(
+        &self,
+        kernel: &KernelFn<A>,
+        cfg: LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        let name = kernel.name();
+        cfg.validate().map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 })?;
+        self.last_kernel.set(name);
+        match &self.inner {
+            Inner::Gpu(g) => {
+                let function = g.module.get_function(name).map_err(cuda("cuModuleGetFunction"))?;
+                if cfg.shared_bytes > 48 * 1024 {
+                    // Above 48 KiB a kernel must opt in to more dynamic shared memory.
+                    // SAFETY: a valid function handle and attribute.
+                    raw("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", unsafe {
+                        cust::sys::cuFuncSetAttribute(
+                            function.to_raw(),
+                            cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            cfg.shared_bytes as i32,
+                        )
+                    })?;
+                }
+                let params = args.param_ptrs();
+                let (grid, block) = (cfg.grid, cfg.block);
+                // SAFETY: `params` matches the kernel's signature by construction of `KernelFn<A>`;
+                // pointer validity is the caller's contract.
+                unsafe {
+                    g.stream.launch(
+                        &function,
+                        (grid.x, grid.y, grid.z),
+                        (block.x, block.y, block.z),
+                        cfg.shared_bytes,
+                        &params,
+                    )
+                }
+                .map_err(|source| Error::Kernel { kernel: name, source })
+            }
+            // SAFETY: forwarded from the caller.
+            Inner::Simulator => unsafe { kernels::sim::launch(kernel, cfg, args) }
+                .map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 }),
+        }
+    }
+}
+
+/// An array in device memory (or in host memory for the simulator), owned by the [`Device`] that
+/// made it.
+pub struct Buffer<T: Element> {
+    inner: BufferInner<T>,
+}
+
+enum BufferInner<T: Element> {
+    Gpu(DeviceBuffer<T>),
+    Host(Vec<T>),
+}
+
+impl<T: Element> Buffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match &self.inner {
+            BufferInner::Gpu(b) => b.len(),
+            BufferInner::Host(v) => v.len(),
+        }
+    }
+
+    /// Whether the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The address a kernel reads through: a device address on a GPU, a host address in the simulator.
+    pub fn as_kernel_ptr(&self) -> *const T {
+        match &self.inner {
+            BufferInner::Gpu(b) => b.as_device_ptr().as_raw() as *const T,
+            BufferInner::Host(v) => v.as_ptr(),
+        }
+    }
+
+    /// The address a kernel writes through.
+    pub fn as_kernel_mut_ptr(&mut self) -> *mut T {
+        match &mut self.inner {
+            BufferInner::Gpu(b) => b.as_device_ptr().as_raw() as *mut T,
+            BufferInner::Host(v) => v.as_mut_ptr(),
+        }
+    }
+}

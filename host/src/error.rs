@@ -1,0 +1,88 @@
+//! The error type of the launch layer and the kernel wrappers.
+
+use cust::error::CudaError;
+
+/// Everything the launch layer and the wrappers can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The CUDA driver library is missing or could not start.
+    #[error("no usable CUDA driver ({0})")]
+    NoDriver(String),
+    /// The driver works but there is no GPU (or not the one asked for).
+    #[error("no CUDA GPU available ({0})")]
+    NoGpu(String),
+    /// A CUDA driver call failed.
+    #[error("{call} failed: {source}")]
+    Cuda {
+        /// The driver API function, e.g. `cuMemAlloc`.
+        call: &'static str,
+        /// The driver's error code.
+        source: CudaError,
+    },
+    /// A driver call made directly (not through `cust`) failed with this `CUresult` code.
+    #[error("{call} failed: CUDA error {code} ({name})")]
+    CudaCode {
+        /// The driver API function.
+        call: &'static str,
+        /// The `CUresult` value.
+        code: u32,
+        /// The driver's name for it (`cuGetErrorName`).
+        name: String,
+    },
+    /// A kernel failed to launch or failed while running.
+    #[error("kernel `{kernel}` failed: {source}")]
+    Kernel {
+        /// The kernel's name.
+        kernel: &'static str,
+        /// The driver's error code.
+        source: CudaError,
+    },
+    /// The launch configuration is outside the device's limits.
+    #[error("invalid launch of kernel `{kernel}`: {message}")]
+    InvalidLaunch {
+        /// The kernel's name.
+        kernel: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The caller's data cannot be processed (empty, mismatched lengths, NaN, …).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Whether this error means "there is no GPU to run on" (as opposed to a failure on one).
+    pub fn is_no_gpu(&self) -> bool {
+        matches!(self, Error::NoDriver(_) | Error::NoGpu(_))
+    }
+}
+
+/// Adapts a `CudaError` from the driver call `call`: `result.map_err(cuda("cuMemAlloc"))`.
+pub(crate) fn cuda(call: &'static str) -> impl FnOnce(CudaError) -> Error {
+    move |source| Error::Cuda { call, source }
+}
+
+/// Checks the `CUresult` of a raw driver call.
+pub(crate) fn raw(call: &'static str, result: cust::sys::CUresult) -> Result<()> {
+    if result == cust::sys::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: cuGetErrorName writes a pointer to a static string, or leaves it null.
+    unsafe { cust::sys::cuGetErrorName(result, &mut name) };
+    let name = if name.is_null() {
+        "unknown".to_string()
+    } else {
+        // SAFETY: a NUL-terminated static string from the driver.
+        unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
+    };
+    Err(Error::CudaCode { call, code: result as u32, name })
+}
+
+/// Fails with [`Error::InvalidInput`] unless `condition` holds.
+pub fn ensure(condition: bool, message: impl FnOnce() -> String) -> Result<()> {
+    if condition { Ok(()) } else { Err(Error::InvalidInput(message())) }
+}

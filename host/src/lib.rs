@@ -1,0 +1,21 @@
+//! Host side of the kernel suite: the launch layer and, per kernel family, a safe wrapper with its
+//! CPU reference.
+//!
+//! * [`module`]: the PTX and cubin the builder (`build.rs`) embedded, and their `ptxas` resources;
+//! * [`device`]: a [`Device`] (a GPU through `cust`, or the CPU simulator), its [`Buffer`]s and
+//!   typed kernel launches;
+//! * [`cli`]: the `--device auto|gpu|sim|cpu` choice shared by every binary;
+//! * one module per kernel family ([`saxpy`], [`reduce`]), each pairing the safe GPU/simulator
+//!   wrapper with a CPU reference.
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod device;
+pub mod error;
+pub mod module;
+pub mod reduce;
+pub mod saxpy;
+
+pub use device::{Backend, Buffer, Device, Element};
+pub use error::{Error, Result};
+pub use kernels::sim::{Dim3, LaunchConfig};

@@ -1,0 +1,42 @@
+//! SAXPY (`y ← a·x + y`): safe wrapper of `kernels::saxpy` and its CPU reference.
+//!
+//! Device code: `kernels/src/saxpy.rs`; tests: `tests/saxpy.rs`; command: `cargo run --bin saxpy`.
+
+use crate::error::{Result, ensure};
+use crate::{Device, LaunchConfig};
+
+/// Threads per block of the launch; any multiple of 32 works.
+pub const BLOCK: u32 = 256;
+
+fn check(x: &[f32], y: &[f32]) -> Result<()> {
+    ensure(!x.is_empty(), || "saxpy of empty vectors".into())?;
+    ensure(x.len() == y.len(), || format!("x has {} elements but y has {}", x.len(), y.len()))?;
+    ensure(x.len() <= u32::MAX as usize, || format!("{} elements exceed the kernel's u32 count", x.len()))
+}
+
+/// `y ← a·x + y` on `device`.
+pub fn saxpy(device: &Device, a: f32, x: &[f32], y: &mut [f32]) -> Result<()> {
+    check(x, y)?;
+    let n = x.len();
+    let dx = device.upload(x)?;
+    let mut dy = device.upload(y)?;
+    // SAFETY: both buffers hold `n` elements, the count the kernel is given.
+    unsafe {
+        device.launch(
+            &kernels::saxpy::SAXPY,
+            LaunchConfig::for_1d(n, BLOCK),
+            (a, dx.as_kernel_ptr(), dy.as_kernel_mut_ptr(), n as u32),
+        )?;
+    }
+    device.download_into(&dy, y)
+}
+
+/// CPU reference: `a·x + y` computed in f64 and rounded once to f32, the same single rounding as
+/// the kernel's FMA, so the two agree exactly.
+pub fn saxpy_reference(a: f32, x: &[f32], y: &mut [f32]) -> Result<()> {
+    check(x, y)?;
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi = (a as f64 * xi as f64 + *yi as f64) as f32;
+    }
+    Ok(())
+}

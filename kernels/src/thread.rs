@@ -1,0 +1,87 @@
+//! Thread, block and grid indices, and the block barrier.
+//!
+//! Names follow cuda_std. All indices are `u32`; `x` is the fastest-varying dimension (for an
+//! image stored row-major, `x` is the column and `y` the row).
+
+macro_rules! special_registers {
+    ($($(#[$doc:meta])* $name:ident => $gpu:ident, $sim:ident . $field:ident;)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name() -> u32 {
+            #[cfg(target_arch = "nvptx64")]
+            // SAFETY: reading a special register has no preconditions.
+            unsafe {
+                core::arch::nvptx::$gpu()
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            crate::sim::with_thread(|t| t.$sim.$field)
+        }
+    )*};
+}
+
+special_registers! {
+    /// `threadIdx.x`: this thread's index within its block, x dimension.
+    thread_idx_x => _thread_idx_x, thread_idx.x;
+    /// `threadIdx.y`.
+    thread_idx_y => _thread_idx_y, thread_idx.y;
+    /// `threadIdx.z`.
+    thread_idx_z => _thread_idx_z, thread_idx.z;
+    /// `blockIdx.x`: this block's index within the grid, x dimension.
+    block_idx_x => _block_idx_x, block_idx.x;
+    /// `blockIdx.y`.
+    block_idx_y => _block_idx_y, block_idx.y;
+    /// `blockIdx.z`.
+    block_idx_z => _block_idx_z, block_idx.z;
+    /// `blockDim.x`: threads per block, x dimension.
+    block_dim_x => _block_dim_x, block_dim.x;
+    /// `blockDim.y`.
+    block_dim_y => _block_dim_y, block_dim.y;
+    /// `blockDim.z`.
+    block_dim_z => _block_dim_z, block_dim.z;
+    /// `gridDim.x`: blocks per grid, x dimension.
+    grid_dim_x => _grid_dim_x, grid_dim.x;
+    /// `gridDim.y`.
+    grid_dim_y => _grid_dim_y, grid_dim.y;
+    /// `gridDim.z`.
+    grid_dim_z => _grid_dim_z, grid_dim.z;
+}
+
+/// Global 1-D index of this thread: `blockIdx.x * blockDim.x + threadIdx.x`.
+#[inline(always)]
+pub fn index_1d() -> u32 {
+    block_idx_x() * block_dim_x() + thread_idx_x()
+}
+
+/// Global 2-D index of this thread as `(x, y)`: x is the column, y the row.
+#[inline(always)]
+pub fn index_2d() -> (u32, u32) {
+    (block_idx_x() * block_dim_x() + thread_idx_x(), block_idx_y() * block_dim_y() + thread_idx_y())
+}
+
+/// Total number of threads in the grid along x: the step of a grid-stride loop.
+#[inline(always)]
+pub fn grid_stride_1d() -> u32 {
+    grid_dim_x() * block_dim_x()
+}
+
+/// Linear index of this thread within its block (`x + y·bx + z·bx·by`), the order in which CUDA
+/// groups threads into warps.
+#[inline(always)]
+pub fn thread_rank_in_block() -> u32 {
+    thread_idx_x() + block_dim_x() * (thread_idx_y() + block_dim_y() * thread_idx_z())
+}
+
+/// `__syncthreads()`: waits until every thread of the block has reached this point, and makes
+/// their shared- and global-memory writes visible to each other.
+///
+/// As on the GPU, every thread of the block that has not returned must reach the same barrier.
+#[inline(always)]
+pub fn sync_threads() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: a barrier has no memory-safety preconditions.
+    unsafe {
+        core::arch::nvptx::_syncthreads()
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::sim::sync_threads()
+}

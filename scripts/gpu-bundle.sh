@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds, in release mode, every test binary and every command into gpu-bundle/, with the runner
+# (scripts/gpu-run.sh), for a CUDA machine that has no Rust. Copy the directory there and run
+# `gpu-bundle/run.sh`.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+"$root/scripts/setup.sh"
+cd "$root"
+bundle="$root/gpu-bundle"
+rm -rf "$bundle"
+mkdir -p "$bundle/tests" "$bundle/bin"
+
+export CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols
+cargo build --release --bins
+cargo test --release --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys, shutil, os
+dest = sys.argv[1]
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["profile"]["test"]:
+        kind = msg["target"]["kind"][0]
+        name = msg["target"]["name"] if kind == "test" else msg["target"]["name"] + "-" + kind
+        shutil.copy2(msg["executable"], os.path.join(dest, name))
+' "$bundle/tests"
+for exe in $(cargo metadata --no-deps --format-version 1 |
+    python3 -c 'import json,sys; print(" ".join(t["name"] for p in json.load(sys.stdin)["packages"] if p["name"]=="kernel-suite" for t in p["targets"] if "bin" in t["kind"]))'); do
+  cp "target/release/$exe" "$bundle/bin/"
+done
+cp target/release/kernels/ptxas-report.txt target/release/kernels/kernels.ptx "$bundle/" 2>/dev/null || true
+cp scripts/gpu-run.sh "$bundle/run.sh"
+du -sh "$bundle"
+ls "$bundle/tests" "$bundle/bin"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runner of the GPU bundle (see scripts/gpu-bundle.sh), for a CUDA machine without Rust.
+# Runs every test binary with the GPU required (a skip is a failure), then the same tests under
+# compute-sanitizer memcheck when it is installed, then the commands on the GPU, and prints a summary.
+# Usage: gpu-bundle/run.sh [LOG_DIR]
+set -uo pipefail
+bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+logs=${1:-$bundle/logs}
+mkdir -p "$logs"
+export KERNEL_SUITE_REQUIRE_GPU=1 KERNEL_SUITE_BIN_DIR="$bundle/bin"
+summary=()
+failures=0
+
+record() { # name status
+  summary+=("$(printf '%-44s %s' "$1" "$2")")
+  [ "$2" = ok ] || failures=$((failures + 1))
+}
+
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+
+echo "== tests (GPU required)"
+for t in "$bundle"/tests/*; do
+  name=$(basename "$t")
+  if "$t" --test-threads=1 >"$logs/test-$name.log" 2>&1; then
+    record "test $name" ok
+  else
+    record "test $name" FAILED
+  fi
+  grep -E "^test result|SKIPPED|panicked" "$logs/test-$name.log" | sed "s/^/  $name: /"
+done
+
+if command -v compute-sanitizer >/dev/null; then
+  echo "== compute-sanitizer memcheck"
+  for t in "$bundle"/tests/*; do
+    name=$(basename "$t")
+    compute-sanitizer --tool memcheck --error-exitcode 99 "$t" --test-threads=1 >"$logs/memcheck-$name.log" 2>&1
+    rc=$?
+    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$logs/memcheck-$name.log" | tail -n 1)
+    echo "  $name: rc=$rc, ${errors:-?} memcheck errors"
+    if [ "$rc" = 0 ] && [ "${errors:-0}" = 0 ]; then record "memcheck $name" ok; else record "memcheck $name" FAILED; fi
+  done
+else
+  echo "== compute-sanitizer not installed: memcheck skipped"
+fi
+
+echo "== commands on the GPU"
+run_cmd() { # label command...
+  local label=$1; shift
+  if "$@" >"$logs/cmd-$label.log" 2>&1; then record "cmd $label" ok; else record "cmd $label" FAILED; fi
+  sed "s/^/  $label: /" "$logs/cmd-$label.log" | tail -n 20
+}
+run_cmd saxpy "$bundle/bin/saxpy" --device gpu
+
+echo "== summary"
+printf '%s\n' "${summary[@]}"
+echo "failures: $failures"
+[ "$failures" = 0 ]

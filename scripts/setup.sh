@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Prepares a machine to build and test the suite. Idempotent; quick once done.
+#
+#  1. Rust: the nightly pinned in rust-toolchain.toml (with rust-src, llvm-tools, rustfmt, clippy)
+#     and the llvm-bitcode-linker component from the toolchain named in build.rs.
+#  2. CUDA pieces, unless CUDA_HOME/CUDA_PATH (or /usr/local/cuda) holds a toolkit: libdevice,
+#     ptxas and the CUDA headers from NVIDIA's PyPI wheels, assembled as a toolkit-like directory
+#     in .cache/cuda/root.
+#  3. A libcuda.so to link against: the installed driver's, else Debian's libcuda1 (non-free). On a
+#     machine without a GPU it loads, and the programs report "no GPU" at run time.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cache="$root/.cache/cuda"
+cuda_root="$cache/root"
+nvcc_wheel="nvidia-cuda-nvcc-cu12==12.9.86"
+runtime_wheel="nvidia-cuda-runtime-cu12==12.9.79"
+linker_toolchain=$(sed -n 's/^const LINKER_TOOLCHAIN: &str = "\(.*\)";/\1/p' "$root/build.rs")
+
+say() { echo "setup: $*" >&2; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# 1. Rust toolchains (rustup reads rust-toolchain.toml in the repository root).
+(cd "$root" && rustup toolchain install >/dev/null 2>&1) || (cd "$root" && rustup toolchain install)
+if ! rustup run "$linker_toolchain" rustc --print sysroot >/dev/null 2>&1 ||
+   [ ! -x "$(rustup run "$linker_toolchain" rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/host: //p')/bin/self-contained/llvm-bitcode-linker" ]; then
+  say "installing llvm-bitcode-linker ($linker_toolchain)"
+  rustup toolchain install "$linker_toolchain" --profile minimal -c llvm-bitcode-linker
+fi
+
+# 2. libdevice + ptxas + headers.
+has_toolkit() { [ -n "${1:-}" ] && [ -f "$1/nvvm/libdevice/libdevice.10.bc" ]; }
+if has_toolkit "${CUDA_HOME:-}" || has_toolkit "${CUDA_PATH:-}"; then
+  say "using the CUDA toolkit in ${CUDA_HOME:-$CUDA_PATH}"
+elif [ ! -f "$cuda_root/nvvm/libdevice/libdevice.10.bc" ]; then
+  say "fetching libdevice, ptxas and CUDA headers from PyPI ($nvcc_wheel, $runtime_wheel)"
+  rm -rf "$cache/wheels" "$cache/unpacked"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$cache/wheels" \
+    "$nvcc_wheel" "$runtime_wheel"
+  mkdir -p "$cache/unpacked"
+  for w in "$cache"/wheels/*.whl; do
+    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$w" "$cache/unpacked"
+  done
+  chmod +x "$cache/unpacked/nvidia/cuda_nvcc/bin/ptxas"
+  mkdir -p "$cuda_root/bin" "$cuda_root/lib64"
+  ln -sfn "$cache/unpacked/nvidia/cuda_nvcc/bin/ptxas" "$cuda_root/bin/ptxas"
+  ln -sfn "$cache/unpacked/nvidia/cuda_nvcc/nvvm" "$cuda_root/nvvm"
+  ln -sfn "$cache/unpacked/nvidia/cuda_runtime/include" "$cuda_root/include"
+  rm -rf "$cache/wheels"
+fi
+
+# 3. libcuda.so for linking (and, without a GPU, for the "no GPU" message at run time).
+find_libcuda() { ldconfig -p 2>/dev/null | sed -n 's/.*libcuda\.so\.1 (libc6,x86-64) => //p' | head -n 1; }
+libcuda=$(find_libcuda)
+if [ -z "$libcuda" ]; then
+  say "no CUDA driver library: installing Debian's libcuda1 (contrib, non-free)"
+  . /etc/os-release
+  as_root tee /etc/apt/sources.list.d/kernel-suite-non-free.sources >/dev/null <<SRC
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: $VERSION_CODENAME
+Components: contrib non-free
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends libcuda1 >/dev/null
+  libcuda=$(find_libcuda)
+  [ -n "$libcuda" ] || { say "libcuda1 did not provide libcuda.so.1"; exit 1; }
+fi
+mkdir -p "$cuda_root/lib64"
+ln -sfn "$libcuda" "$cuda_root/lib64/libcuda.so"

@@ -1,0 +1,35 @@
+//! What the builder (build.rs) embedded: PTX with every declared kernel, and a cubin whose ptxas
+//! report shows no spills.
+
+use kernel_suite::module::{CUBIN, DECLARED_KERNELS, PTX, PTX_TARGET, PTXAS_RESOURCES};
+use std::io::Write;
+
+#[test]
+fn ptx_contains_every_declared_kernel() {
+    assert!(DECLARED_KERNELS.contains(&"saxpy") && DECLARED_KERNELS.contains(&"block_sum"));
+    assert!(PTX.contains(&format!(".target {PTX_TARGET}")), "PTX target is not {PTX_TARGET}");
+    for name in DECLARED_KERNELS {
+        assert!(PTX.contains(&format!(".visible .entry {name}(")), "no PTX entry for `{name}`");
+    }
+    assert!(
+        !PTX.contains(".extern .func"),
+        "unresolved external functions in the PTX (libdevice not linked?)"
+    );
+}
+
+#[test]
+fn no_kernel_spills() {
+    if CUBIN.is_none() {
+        let _ =
+            writeln!(std::io::stderr(), "SKIPPED no_kernel_spills: built without ptxas, no resource report");
+        return;
+    }
+    for name in DECLARED_KERNELS {
+        let r = PTXAS_RESOURCES
+            .iter()
+            .find(|r| r.name == *name)
+            .unwrap_or_else(|| panic!("no ptxas report for `{name}`"));
+        assert!(r.registers > 0, "`{name}` reported 0 registers: report not parsed");
+        assert_eq!((r.spill_store_bytes, r.spill_load_bytes), (0, 0), "`{name}` spills: {r:?}");
+    }
+}

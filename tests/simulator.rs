@@ -1,0 +1,106 @@
+//! The CPU simulator's own guarantees: real barriers, exited threads leaving the barrier, warp
+//! shuffles, and out-of-range shared-memory accesses reported with kernel, block and thread.
+
+use kernel_suite::{Device, Dim3, LaunchConfig};
+use kernels::{kernel, shared, thread, warp};
+
+/// Reverses each block's slice of `x` into `y` through shared memory. Threads whose element is
+/// past `n` return before the barrier, as GPU code often does; the rest must still meet.
+#[kernel]
+pub unsafe fn block_reverse(x: *const u32, y: *mut u32, n: u32) {
+    let t = thread::thread_idx_x();
+    let block = thread::block_dim_x();
+    let base = thread::block_idx_x() * block;
+    let valid = (n - base).min(block);
+    if t >= valid {
+        return;
+    }
+    let tile = shared::dynamic::<u32>();
+    tile.write(t as usize, *x.add((base + t) as usize));
+    thread::sync_threads();
+    *y.add((base + t) as usize) = tile.read((valid - 1 - t) as usize);
+}
+
+/// Writes one element past the end of the shared region from the block's last thread.
+#[kernel]
+pub unsafe fn shared_overrun(out: *mut f32) {
+    let t = thread::thread_idx_x();
+    let tile = shared::dynamic::<f32>();
+    tile.write(t as usize + 1, 1.0);
+    *out.add(t as usize) = 0.0;
+}
+
+/// Each thread packs the index of lane `lane ^ 1`, the index of lane 0 and its own lane id.
+#[kernel]
+pub unsafe fn shuffle_probe(out: *mut u32) {
+    let lane = warp::lane_id();
+    let v = thread::index_1d();
+    let swapped = warp::shfl_xor_sync(warp::FULL_MASK, v, 1);
+    let first = warp::shfl_sync(warp::FULL_MASK, v, 0);
+    *out.add(v as usize) = swapped * 100_000 + first * 100 + lane;
+}
+
+#[test]
+fn barrier_orders_shared_memory_and_tolerates_exited_threads() {
+    let device = Device::simulator();
+    let n = 1000u32; // 7 full blocks of 128, then a partial block of 104.
+    let x: Vec<u32> = (0..n).map(|i| i * 7 + 3).collect();
+    let dx = device.upload(&x).unwrap();
+    let mut dy = device.alloc::<u32>(n as usize).unwrap();
+    let cfg = LaunchConfig::for_1d(n as usize, 128).with_shared_bytes(128 * 4);
+    unsafe { device.launch(&BLOCK_REVERSE, cfg, (dx.as_kernel_ptr(), dy.as_kernel_mut_ptr(), n)).unwrap() };
+    let y = device.download(&dy).unwrap();
+    for (block, chunk) in x.chunks(128).enumerate() {
+        let reversed: Vec<u32> = chunk.iter().rev().copied().collect();
+        assert_eq!(&y[block * 128..block * 128 + chunk.len()], &reversed[..], "block {block}");
+    }
+}
+
+#[test]
+fn shared_memory_overrun_names_kernel_block_and_thread() {
+    let device = Device::simulator();
+    let mut out = device.alloc::<f32>(64 * 3).unwrap();
+    let cfg = LaunchConfig { grid: Dim3::x(3), block: Dim3::x(64), shared_bytes: 64 * 4 };
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+        device.launch(&SHARED_OVERRUN, cfg, (out.as_kernel_mut_ptr(),)).unwrap()
+    }))
+    .expect_err("the overrun must panic");
+    let message = panic.downcast_ref::<String>().expect("a formatted message");
+    assert!(
+        message.starts_with("kernel `shared_overrun` panicked in block ("),
+        "unexpected message: {message}"
+    );
+    assert!(
+        message.ends_with(
+            ", 0, 0), thread (63, 0, 0): shared memory index 64 out of range for a region of 64 elements"
+        ),
+        "unexpected message: {message}"
+    );
+}
+
+#[test]
+fn warp_shuffles_exchange_between_lanes() {
+    let device = Device::simulator();
+    let n = 96usize; // three warps
+    let mut out = device.alloc::<u32>(n).unwrap();
+    unsafe {
+        device.launch(&SHUFFLE_PROBE, LaunchConfig::for_1d(n, 96), (out.as_kernel_mut_ptr(),)).unwrap()
+    };
+    let got = device.download(&out).unwrap();
+    for (i, &g) in got.iter().enumerate() {
+        let expected = (i ^ 1) as u32 * 100_000 + (i / 32 * 32) as u32 * 100 + (i % 32) as u32;
+        assert_eq!(g, expected, "thread {i}");
+    }
+}
+
+#[test]
+fn launch_limits_are_enforced() {
+    let device = Device::simulator();
+    let mut out = device.alloc::<f32>(4).unwrap();
+    let cfg = LaunchConfig { grid: Dim3::x(1), block: Dim3::x(2048), shared_bytes: 0 };
+    let err = unsafe { device.launch(&SHARED_OVERRUN, cfg, (out.as_kernel_mut_ptr(),)) }.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid launch of kernel `shared_overrun`: block (2048, 1, 1) has 2048 threads; at most 1024 (and z ≤ 64) are allowed"
+    );
+}
