@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds, in release mode, every test binary and every command into gpu-bundle/, with the runner
+# Builds, in release mode, every test binary, benchmark and command into gpu-bundle/, with the runner
 # (scripts/gpu-run.sh), for a CUDA machine that has no Rust. Copy the directory there and run
 # `gpu-bundle/run.sh`.
 set -euo pipefail
@@ -8,7 +8,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 bundle="$root/gpu-bundle"
 rm -rf "$bundle"
-mkdir -p "$bundle/tests" "$bundle/bin"
+mkdir -p "$bundle/tests" "$bundle/bin" "$bundle/benches"
 
 export CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols
 cargo build --release --bins
@@ -23,6 +23,14 @@ for line in sys.stdin:
         name = msg["target"]["name"] if kind == "test" else msg["target"]["name"] + "-" + kind
         shutil.copy2(msg["executable"], os.path.join(dest, name))
 ' "$bundle/tests"
+cargo bench --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys, shutil, os
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["target"]["kind"] == ["bench"]:
+        shutil.copy2(msg["executable"], os.path.join(sys.argv[1], msg["target"]["name"]))
+' "$bundle/benches"
 for exe in $(cargo metadata --no-deps --format-version 1 |
     python3 -c 'import json,sys; print(" ".join(t["name"] for p in json.load(sys.stdin)["packages"] if p["name"]=="kernel-suite" for t in p["targets"] if "bin" in t["kind"]))'); do
   cp "target/release/$exe" "$bundle/bin/"
@@ -30,4 +38,4 @@ done
 cp target/release/kernels/ptxas-report.txt target/release/kernels/kernels.ptx "$bundle/" 2>/dev/null || true
 cp scripts/gpu-run.sh "$bundle/run.sh"
 du -sh "$bundle"
-ls "$bundle/tests" "$bundle/bin"
+ls "$bundle/tests" "$bundle/bin" "$bundle/benches"

@@ -21,10 +21,7 @@ fn binary_exits_nonzero_with_one_line_when_gpu_required() {
         Some(dir) => std::path::PathBuf::from(dir).join("saxpy"),
         None => env!("CARGO_BIN_EXE_saxpy").into(),
     };
-    let out = Command::new(exe)
-        .args(["--device", "gpu", "--gpu", "9999", "--n", "10"])
-        .output()
-        .unwrap();
+    let out = Command::new(exe).args(["--device", "gpu", "--gpu", "9999", "--n", "10"]).output().unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
     let lines: Vec<&str> = stderr.lines().collect();

@@ -24,6 +24,7 @@ use crate::module;
 use cust::context::Context;
 use cust::device::DeviceAttribute;
 use cust::error::CudaError;
+use cust::event::{Event, EventFlags};
 use cust::memory::{CopyDestination, DeviceBuffer, DeviceCopy};
 use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
@@ -31,6 +32,7 @@ use kernels::sim::LaunchConfig;
 use kernels::{KernelArgs, KernelFn};
 use std::cell::Cell;
 use std::fmt;
+use std::time::Instant;
 
 /// A plain number that buffers can hold.
 ///
@@ -299,6 +301,67 @@ impl Device {
             Inner::Simulator => unsafe { kernels::sim::launch(kernel, cfg, args) }
                 .map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 }),
         }
+    }
+}
+
+/// A point in a device's work queue, for timing phases: a recorded CUDA event on a GPU, the wall
+/// clock in the simulator.
+pub struct Mark {
+    inner: MarkInner,
+}
+
+enum MarkInner {
+    Event(Event),
+    Instant(Instant),
+}
+
+impl Device {
+    /// Records a [`Mark`] after the work queued so far.
+    pub fn mark(&self) -> Result<Mark> {
+        let inner = match &self.inner {
+            Inner::Gpu(g) => {
+                let event = Event::new(EventFlags::DEFAULT).map_err(cuda("cuEventCreate"))?;
+                event.record(&g.stream).map_err(cuda("cuEventRecord"))?;
+                MarkInner::Event(event)
+            }
+            Inner::Simulator => MarkInner::Instant(Instant::now()),
+        };
+        Ok(Mark { inner })
+    }
+
+    /// Milliseconds of device time between two marks (waits for `to`). On a GPU this is
+    /// `cuEventElapsedTime`, resolution about 0.5 µs.
+    pub fn elapsed_ms(&self, from: &Mark, to: &Mark) -> Result<f64> {
+        match (&from.inner, &to.inner) {
+            (MarkInner::Event(a), MarkInner::Event(b)) => {
+                b.synchronize().map_err(|source| Error::Kernel { kernel: self.last_kernel.get(), source })?;
+                Ok(b.elapsed_time_f32(a).map_err(cuda("cuEventElapsedTime"))? as f64)
+            }
+            (MarkInner::Instant(a), MarkInner::Instant(b)) => Ok((*b - *a).as_secs_f64() * 1e3),
+            _ => Err(Error::InvalidInput("marks from different devices".into())),
+        }
+    }
+
+    /// Times `work` (which queues device work, e.g. a launch): `warmup` untimed calls, then `runs`
+    /// calls each between two marks. Returns the per-call times in milliseconds.
+    pub fn time_ms(
+        &self,
+        warmup: usize,
+        runs: usize,
+        mut work: impl FnMut() -> Result<()>,
+    ) -> Result<Vec<f64>> {
+        for _ in 0..warmup {
+            work()?;
+        }
+        self.synchronize()?;
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let start = self.mark()?;
+            work()?;
+            let stop = self.mark()?;
+            times.push(self.elapsed_ms(&start, &stop)?);
+        }
+        Ok(times)
     }
 }
 

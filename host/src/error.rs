@@ -45,6 +45,14 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A file could not be read or written.
+    #[error("{}: {message}", path.display())]
+    File {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// The caller's data cannot be processed (empty, mismatched lengths, NaN, …).
     #[error("invalid input: {0}")]
     InvalidInput(String),

@@ -5,17 +5,21 @@
 //! * [`device`]: a [`Device`] (a GPU through `cust`, or the CPU simulator), its [`Buffer`]s and
 //!   typed kernel launches;
 //! * [`cli`]: the `--device auto|gpu|sim|cpu` choice shared by every binary;
+//! * [`image_io`]: grayscale images as `ndarray` arrays (PNG/JPEG in, PNG out);
+//! * [`bench`]: statistics and tables for the benchmark programs in `benches/`;
 //! * one module per kernel family ([`saxpy`], [`reduce`]), each pairing the safe GPU/simulator
 //!   wrapper with a CPU reference.
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod cli;
 pub mod device;
 pub mod error;
+pub mod image_io;
 pub mod module;
 pub mod reduce;
 pub mod saxpy;
 
-pub use device::{Backend, Buffer, Device, Element};
+pub use device::{Backend, Buffer, Device, Element, Mark};
 pub use error::{Error, Result};
 pub use kernels::sim::{Dim3, LaunchConfig};

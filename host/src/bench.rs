@@ -1,0 +1,53 @@
+//! Helpers for the benchmark programs in `benches/` (`cargo bench --bench <family>`): statistics
+//! over event-timed runs and a markdown table, so every family reports the same way.
+
+use std::fmt::Write as _;
+
+/// Summary of repeated timings, milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats {
+    /// Median.
+    pub median_ms: f64,
+    /// Fastest run.
+    pub min_ms: f64,
+    /// Slowest run.
+    pub max_ms: f64,
+    /// Number of runs.
+    pub runs: usize,
+}
+
+impl Stats {
+    /// Statistics of `times_ms` (at least one value).
+    pub fn of(times_ms: &[f64]) -> Stats {
+        assert!(!times_ms.is_empty(), "no timings");
+        let mut sorted = times_ms.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let median_ms = if n % 2 == 1 { sorted[n / 2] } else { 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]) };
+        Stats { median_ms, min_ms: sorted[0], max_ms: sorted[n - 1], runs: n }
+    }
+}
+
+/// A markdown table built row by row.
+pub struct Table {
+    text: String,
+}
+
+impl Table {
+    /// A table with these column headers.
+    pub fn new(headers: &[&str]) -> Table {
+        let mut text = format!("| {} |\n", headers.join(" | "));
+        writeln!(text, "|{}", "---|".repeat(headers.len())).unwrap();
+        Table { text }
+    }
+
+    /// Appends a row.
+    pub fn row(&mut self, cells: &[String]) {
+        writeln!(self.text, "| {} |", cells.join(" | ")).unwrap();
+    }
+
+    /// The markdown text.
+    pub fn render(&self) -> &str {
+        &self.text
+    }
+}

@@ -1,0 +1,61 @@
+//! Grayscale images as `ndarray` arrays: loading (PNG/JPEG, converted to luma in `[0, 1]`) and
+//! saving as 8-bit PNG.
+//!
+//! Arrays are row-major `(rows, cols)` = `(height, width)`: element `[[y, x]]` is the pixel in row
+//! `y` (from the top) and column `x`.
+
+use crate::error::{Error, Result};
+use ndarray::{Array2, ArrayView2};
+use std::path::Path;
+
+/// How values outside `[0, 1]` become bytes when saving.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scaling {
+    /// Clamp to `[0, 1]`, then ×255.
+    Clamp,
+    /// Map the image's own `[min, max]` to `[0, 255]`.
+    Rescale,
+}
+
+/// Loads an image file as grayscale in `[0, 1]`.
+pub fn load_grayscale(path: &Path) -> Result<Array2<f32>> {
+    let file_error = |message: String| Error::File { path: path.to_path_buf(), message };
+    let img = image::ImageReader::open(path)
+        .map_err(|e| file_error(e.to_string()))?
+        .with_guessed_format()
+        .map_err(|e| file_error(e.to_string()))?
+        .decode()
+        .map_err(|e| file_error(format!("not a readable PNG/JPEG image: {e}")))?
+        .into_luma8();
+    let (w, h) = img.dimensions();
+    if w == 0 || h == 0 {
+        return Err(file_error("the image is empty".into()));
+    }
+    let data = img.into_raw().into_iter().map(|v| v as f32 / 255.0).collect();
+    Ok(Array2::from_shape_vec((h as usize, w as usize), data).expect("w·h pixels"))
+}
+
+/// Converts to 8-bit gray with `scaling`.
+pub fn to_gray8(image: ArrayView2<f32>, scaling: Scaling) -> Vec<u8> {
+    let (lo, hi) = match scaling {
+        Scaling::Clamp => (0.0, 1.0),
+        Scaling::Rescale => {
+            let lo = image.iter().copied().fold(f32::INFINITY, f32::min);
+            let hi = image.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            (lo, if hi > lo { hi } else { lo + 1.0 })
+        }
+    };
+    image.iter().map(|&v| (((v - lo) / (hi - lo)).clamp(0.0, 1.0) * 255.0).round() as u8).collect()
+}
+
+/// Saves `image` (rows × cols) as an 8-bit grayscale PNG.
+pub fn save_grayscale(path: &Path, image: ArrayView2<f32>, scaling: Scaling) -> Result<()> {
+    let (h, w) = image.dim();
+    save_gray8(path, &to_gray8(image, scaling), w, h)
+}
+
+/// Saves row-major 8-bit gray pixels (`width × height`) as PNG.
+pub fn save_gray8(path: &Path, pixels: &[u8], width: usize, height: usize) -> Result<()> {
+    image::save_buffer(path, pixels, width as u32, height as u32, image::ExtendedColorType::L8)
+        .map_err(|e| Error::File { path: path.to_path_buf(), message: format!("cannot write PNG: {e}") })
+}
