@@ -15,8 +15,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! On the GPU, launches are asynchronous on the device's stream; [`Device::download`] waits for
-//! them. Every launch checks `cuLaunchKernel`'s result, and every synchronisation reports a kernel
+//! On the GPU, launches are asynchronous on the device's [`Queue`] (a CUDA stream); the copies
+//! ([`Device::upload`], [`Device::download`]) are queued on it too and have finished when they
+//! return, so phases can be timed with [`Device::mark`]. [`Device::new_queue`],
+//! [`Device::pinned`] and the `_async` copies let copies and kernels of several queues overlap. Every launch checks `cuLaunchKernel`'s result, and every synchronisation reports a kernel
 //! that failed while running (as [`Error::Kernel`], naming the last kernel launched).
 
 use crate::error::{Error, Result, cuda, raw};
@@ -25,7 +27,7 @@ use cust::context::Context;
 use cust::device::DeviceAttribute;
 use cust::error::CudaError;
 use cust::event::{Event, EventFlags};
-use cust::memory::{CopyDestination, DeviceBuffer, DeviceCopy};
+use cust::memory::{AsyncCopyDestination, DeviceBuffer, DeviceCopy, LockedBuffer};
 use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use kernels::sim::LaunchConfig;
@@ -78,9 +80,17 @@ pub enum ModuleImage {
 /// A device kernels can be launched on. Owns, for a GPU, the (primary) context, the loaded module
 /// and a stream.
 pub struct Device {
+    // Field order is drop order: the queue goes before the context (inside `inner`) that owns it.
+    queue: Queue,
     inner: Inner,
     poison: Cell<bool>,
     last_kernel: Cell<&'static str>,
+}
+
+/// An ordered queue of device work: a CUDA stream on a GPU. Work on different queues may overlap
+/// (copies on the copy engines, kernels on the SMs). In the simulator, work runs when queued.
+pub struct Queue {
+    stream: Option<Stream>,
 }
 
 enum Inner {
@@ -89,13 +99,16 @@ enum Inner {
 }
 
 struct Gpu {
-    // Field order is drop order: stream and module go before the context that owns them.
-    stream: Stream,
+    // Field order is drop order: the module goes before the context that owns it.
     module: Module,
     _context: Context,
     name: String,
     compute_capability: (u32, u32),
     image: ModuleImage,
+}
+
+fn new_stream() -> Result<Stream> {
+    Stream::new(StreamFlags::NON_BLOCKING, None).map_err(cuda("cuStreamCreate"))
 }
 
 /// Maps `cuInit`'s failure to "no driver" / "no GPU".
@@ -133,18 +146,32 @@ impl Device {
                 ModuleImage::Ptx,
             ),
         };
-        let stream = Stream::new(StreamFlags::NON_BLOCKING, None).map_err(cuda("cuStreamCreate"))?;
-        let gpu = Gpu { stream, module, _context: context, name, compute_capability, image };
-        Ok(Self::with(Inner::Gpu(Box::new(gpu))))
+        let queue = Queue { stream: Some(new_stream()?) };
+        let gpu = Gpu { module, _context: context, name, compute_capability, image };
+        Ok(Self::with(queue, Inner::Gpu(Box::new(gpu))))
     }
 
     /// The CPU simulator.
     pub fn simulator() -> Self {
-        Self::with(Inner::Simulator)
+        Self::with(Queue { stream: None }, Inner::Simulator)
     }
 
-    fn with(inner: Inner) -> Self {
-        Self { inner, poison: Cell::new(false), last_kernel: Cell::new("(none)") }
+    fn with(queue: Queue, inner: Inner) -> Self {
+        Self { queue, inner, poison: Cell::new(false), last_kernel: Cell::new("(none)") }
+    }
+
+    /// A new queue (CUDA stream) for work that should overlap with other queues' work.
+    pub fn new_queue(&self) -> Result<Queue> {
+        Ok(Queue { stream: self.is_gpu().then(new_stream).transpose()? })
+    }
+
+    /// The queue that [`Device::launch`], the copies and [`Device::mark`] use.
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    fn is_gpu(&self) -> bool {
+        matches!(self.inner, Inner::Gpu(_))
     }
 
     /// Which backend this is.
@@ -187,9 +214,11 @@ impl Device {
                 // SAFETY: any bytes are a valid `Element`.
                 let buf = unsafe { DeviceBuffer::uninitialized(len) }.map_err(cuda("cuMemAlloc"))?;
                 if self.poison.get() && bytes > 0 {
-                    // SAFETY: the pointer and byte count describe the allocation just made.
-                    raw("cuMemsetD8", unsafe {
-                        cust::sys::cuMemsetD8_v2(buf.as_device_ptr().as_raw(), 0xff, bytes)
+                    let stream = self.queue.stream.as_ref().map_or(std::ptr::null_mut(), |s| s.as_inner());
+                    // SAFETY: the pointer and byte count describe the allocation just made; the
+                    // memset is ordered before any later work on the device's queue.
+                    raw("cuMemsetD8Async", unsafe {
+                        cust::sys::cuMemsetD8Async(buf.as_device_ptr().as_raw(), 0xff, bytes, stream)
                     })?;
                 }
                 BufferInner::Gpu(buf)
@@ -207,53 +236,113 @@ impl Device {
         Ok(Buffer { inner })
     }
 
-    /// A buffer holding a copy of `data` (a synchronous host-to-device copy on a GPU).
+    /// A buffer holding a copy of `data`. The copy is queued on the device's queue and has
+    /// finished when this returns.
     pub fn upload<T: Element>(&self, data: &[T]) -> Result<Buffer<T>> {
-        let inner = match &self.inner {
-            Inner::Gpu(_) => BufferInner::Gpu(DeviceBuffer::from_slice(data).map_err(cuda("cuMemcpyHtoD"))?),
-            Inner::Simulator => BufferInner::Host(data.to_vec()),
-        };
-        Ok(Buffer { inner })
+        let mut buffer = self.alloc(data.len())?;
+        self.upload_into(&mut buffer, data)?;
+        Ok(buffer)
     }
 
-    /// Waits for the launched kernels, then copies `buffer` into `out` (same length).
+    /// Copies `data` into `buffer` (same length) on the device's queue; finished when this returns.
+    pub fn upload_into<T: Element>(&self, buffer: &mut Buffer<T>, data: &[T]) -> Result<()> {
+        same_len(buffer.len(), data.len())?;
+        // SAFETY: the copy has finished before `data` can change: the queue is synchronised below.
+        unsafe { self.upload_async(&self.queue, data, buffer)? };
+        self.sync_queue(&self.queue)
+    }
+
+    /// Waits for the work queued so far, then copies `buffer` into `out` (same length).
     pub fn download_into<T: Element>(&self, buffer: &Buffer<T>, out: &mut [T]) -> Result<()> {
-        if buffer.len() != out.len() {
-            return Err(Error::InvalidInput(format!(
-                "download of {} elements into a slice of {}",
-                buffer.len(),
-                out.len()
-            )));
-        }
-        self.synchronize()?;
-        match &buffer.inner {
-            BufferInner::Gpu(b) => b.copy_to(out).map_err(cuda("cuMemcpyDtoH")),
-            BufferInner::Host(v) => {
-                out.copy_from_slice(v);
-                Ok(())
-            }
-        }
+        same_len(buffer.len(), out.len())?;
+        // SAFETY: `out` is not touched until the queue is synchronised below.
+        unsafe { self.download_async(&self.queue, buffer, out)? };
+        self.sync_queue(&self.queue)
     }
 
-    /// Waits for the launched kernels, then returns a copy of `buffer`.
+    /// Waits for the work queued so far, then returns a copy of `buffer`.
     pub fn download<T: Element>(&self, buffer: &Buffer<T>) -> Result<Vec<T>> {
         let mut out = vec![T::default(); buffer.len()];
         self.download_into(buffer, &mut out)?;
         Ok(out)
     }
 
-    /// Waits until every kernel launched so far has finished; reports one that failed.
-    pub fn synchronize(&self) -> Result<()> {
-        match &self.inner {
-            Inner::Gpu(g) => g
-                .stream
-                .synchronize()
-                .map_err(|source| Error::Kernel { kernel: self.last_kernel.get(), source }),
-            Inner::Simulator => Ok(()),
+    /// Queues a host-to-device copy of `data` into `buffer` on `queue`. From page-locked memory
+    /// ([`HostBuffer`]) the copy runs asynchronously on a copy engine.
+    ///
+    /// # Safety
+    /// `data` must stay alive and unmodified until `queue` has been synchronised.
+    pub unsafe fn upload_async<T: Element>(
+        &self,
+        queue: &Queue,
+        data: &[T],
+        buffer: &mut Buffer<T>,
+    ) -> Result<()> {
+        same_len(buffer.len(), data.len())?;
+        match (&mut buffer.inner, &queue.stream) {
+            // SAFETY: forwarded from the caller; lengths checked.
+            (BufferInner::Gpu(b), Some(stream)) => {
+                unsafe { b.async_copy_from(data, stream) }.map_err(cuda("cuMemcpyHtoDAsync"))
+            }
+            (BufferInner::Host(v), None) => {
+                v.copy_from_slice(data);
+                Ok(())
+            }
+            _ => Err(mixed_devices()),
         }
     }
 
-    /// Launches `kernel` over `cfg` with `args`. On a GPU it is queued on the device's stream
+    /// Queues a device-to-host copy of `buffer` into `out` on `queue`.
+    ///
+    /// # Safety
+    /// `out` must stay alive and must not be read or written until `queue` has been synchronised.
+    pub unsafe fn download_async<T: Element>(
+        &self,
+        queue: &Queue,
+        buffer: &Buffer<T>,
+        out: &mut [T],
+    ) -> Result<()> {
+        same_len(buffer.len(), out.len())?;
+        match (&buffer.inner, &queue.stream) {
+            // SAFETY: forwarded from the caller; lengths checked.
+            (BufferInner::Gpu(b), Some(stream)) => {
+                unsafe { b.async_copy_to(out, stream) }.map_err(cuda("cuMemcpyDtoHAsync"))
+            }
+            (BufferInner::Host(v), None) => {
+                out.copy_from_slice(v);
+                Ok(())
+            }
+            _ => Err(mixed_devices()),
+        }
+    }
+
+    /// A page-locked ("pinned") host buffer of `len` elements: copies from and to it run
+    /// asynchronously and at full PCIe bandwidth. In the simulator, ordinary memory.
+    pub fn pinned<T: Element>(&self, len: usize) -> Result<HostBuffer<T>> {
+        let inner = if self.is_gpu() {
+            HostInner::Pinned(LockedBuffer::new(&T::default(), len).map_err(cuda("cuMemAllocHost"))?)
+        } else {
+            HostInner::Pageable(vec![T::default(); len])
+        };
+        Ok(HostBuffer { inner })
+    }
+
+    /// Waits until every kernel launched so far has finished; reports one that failed.
+    pub fn synchronize(&self) -> Result<()> {
+        self.sync_queue(&self.queue)
+    }
+
+    /// Waits until the work queued on `queue` has finished; reports a kernel that failed.
+    pub fn sync_queue(&self, queue: &Queue) -> Result<()> {
+        match &queue.stream {
+            Some(stream) => stream
+                .synchronize()
+                .map_err(|source| Error::Kernel { kernel: self.last_kernel.get(), source }),
+            None => Ok(()),
+        }
+    }
+
+    /// Launches `kernel` over `cfg` with `args`. On a GPU it is queued on the device's queue
     /// (asynchronous); in the simulator it has finished when this returns.
     ///
     /// # Safety
@@ -265,11 +354,26 @@ impl Device {
         cfg: LaunchConfig,
         args: A,
     ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_on(&self.queue, kernel, cfg, args) }
+    }
+
+    /// [`Device::launch`] on another queue.
+    ///
+    /// # Safety
+    /// As for [`Device::launch`].
+    pub unsafe fn launch_on<A: KernelArgs>(
+        &self,
+        queue: &Queue,
+        kernel: &KernelFn<A>,
+        cfg: LaunchConfig,
+        args: A,
+    ) -> Result<()> {
         let name = kernel.name();
         cfg.validate().map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 })?;
         self.last_kernel.set(name);
-        match &self.inner {
-            Inner::Gpu(g) => {
+        match (&self.inner, &queue.stream) {
+            (Inner::Gpu(g), Some(stream)) => {
                 let function = g.module.get_function(name).map_err(cuda("cuModuleGetFunction"))?;
                 if cfg.shared_bytes > 48 * 1024 {
                     // Above 48 KiB a kernel must opt in to more dynamic shared memory.
@@ -287,7 +391,7 @@ impl Device {
                 // SAFETY: `params` matches the kernel's signature by construction of `KernelFn<A>`;
                 // pointer validity is the caller's contract.
                 unsafe {
-                    g.stream.launch(
+                    stream.launch(
                         &function,
                         (grid.x, grid.y, grid.z),
                         (block.x, block.y, block.z),
@@ -298,8 +402,9 @@ impl Device {
                 .map_err(|source| Error::Kernel { kernel: name, source })
             }
             // SAFETY: forwarded from the caller.
-            Inner::Simulator => unsafe { kernels::sim::launch(kernel, cfg, args) }
+            (Inner::Simulator, None) => unsafe { kernels::sim::launch(kernel, cfg, args) }
                 .map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 }),
+            _ => Err(mixed_devices()),
         }
     }
 }
@@ -316,15 +421,20 @@ enum MarkInner {
 }
 
 impl Device {
-    /// Records a [`Mark`] after the work queued so far.
+    /// Records a [`Mark`] after the work queued so far on the device's queue.
     pub fn mark(&self) -> Result<Mark> {
-        let inner = match &self.inner {
-            Inner::Gpu(g) => {
+        self.mark_on(&self.queue)
+    }
+
+    /// Records a [`Mark`] after the work queued so far on `queue`.
+    pub fn mark_on(&self, queue: &Queue) -> Result<Mark> {
+        let inner = match &queue.stream {
+            Some(stream) => {
                 let event = Event::new(EventFlags::DEFAULT).map_err(cuda("cuEventCreate"))?;
-                event.record(&g.stream).map_err(cuda("cuEventRecord"))?;
+                event.record(stream).map_err(cuda("cuEventRecord"))?;
                 MarkInner::Event(event)
             }
-            Inner::Simulator => MarkInner::Instant(Instant::now()),
+            None => MarkInner::Instant(Instant::now()),
         };
         Ok(Mark { inner })
     }
@@ -363,6 +473,43 @@ impl Device {
         }
         Ok(times)
     }
+}
+
+/// A host array for asynchronous copies: page-locked on a GPU device (see [`Device::pinned`]).
+pub struct HostBuffer<T: Element> {
+    inner: HostInner<T>,
+}
+
+enum HostInner<T: Element> {
+    Pinned(LockedBuffer<T>),
+    Pageable(Vec<T>),
+}
+
+impl<T: Element> std::ops::Deref for HostBuffer<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match &self.inner {
+            HostInner::Pinned(b) => b.as_slice(),
+            HostInner::Pageable(v) => v,
+        }
+    }
+}
+
+impl<T: Element> std::ops::DerefMut for HostBuffer<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match &mut self.inner {
+            HostInner::Pinned(b) => b.as_mut_slice(),
+            HostInner::Pageable(v) => v,
+        }
+    }
+}
+
+fn same_len(a: usize, b: usize) -> Result<()> {
+    if a == b { Ok(()) } else { Err(Error::InvalidInput(format!("copy between {a} and {b} elements"))) }
+}
+
+fn mixed_devices() -> Error {
+    Error::InvalidInput("a buffer or queue of one device was used with another".into())
 }
 
 /// An array in device memory (or in host memory for the simulator), owned by the [`Device`] that

@@ -19,7 +19,8 @@ pub mod image_io;
 pub mod module;
 pub mod reduce;
 pub mod saxpy;
+pub mod svd;
 
-pub use device::{Backend, Buffer, Device, Element, Mark};
+pub use device::{Backend, Buffer, Device, Element, HostBuffer, Mark, Queue};
 pub use error::{Error, Result};
 pub use kernels::sim::{Dim3, LaunchConfig};

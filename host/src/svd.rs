@@ -1,0 +1,289 @@
+//! SVD image reconstruction: thin SVD on the CPU (faer), rank-k reconstruction
+//! `A_k = (U[:, :k]·diag(s[:k]))·Vᵀ[:k, :]` on the device (`kernels::svd`), and the CPU reference.
+//!
+//! Matrices are row-major `(rows, cols)`; an image is `(height, width)`. Device code:
+//! `kernels/src/svd.rs`; tests: `tests/svd.rs`; benchmark: `benches/svd.rs`; command:
+//! `cargo run --release --bin svd`.
+
+use crate::error::{Result, ensure};
+use crate::{Device, Dim3, LaunchConfig};
+use kernels::svd as k;
+use ndarray::{Array2, ArrayView2, s};
+use std::f64::consts::PI;
+
+/// The reconstruction kernel to run.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// One thread per output element, operands from global memory.
+    Naive,
+    /// Square shared-memory tiles of the block's size (8, 16 or 32).
+    Tiled,
+    /// 128 × 128 tiles, 8 × 8 outputs per thread in registers (block size fixed at 16 × 16).
+    Regtiled,
+}
+
+impl Variant {
+    /// All variants, in order of sophistication.
+    pub const ALL: [Variant; 3] = [Variant::Naive, Variant::Tiled, Variant::Regtiled];
+
+    /// Name as used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Naive => "naive",
+            Variant::Tiled => "tiled",
+            Variant::Regtiled => "regtiled",
+        }
+    }
+
+    /// The launch for an `m × n` output with `block × block` threads (ignored by `Regtiled`).
+    pub fn launch_config(self, m: usize, n: usize, block: u32) -> LaunchConfig {
+        match self {
+            Variant::Naive => LaunchConfig::for_2d(n, m, block, block),
+            Variant::Tiled => {
+                LaunchConfig::for_2d(n, m, block, block).with_shared_bytes(2 * block * block * 4)
+            }
+            Variant::Regtiled => LaunchConfig {
+                grid: Dim3::xy(
+                    n.div_ceil(k::REG_TILE_N as usize) as u32,
+                    m.div_ceil(k::REG_TILE_M as usize) as u32,
+                ),
+                block: Dim3::xy(16, k::REG_THREADS / 16),
+                shared_bytes: k::REG_SHARED_BYTES,
+            },
+        }
+    }
+}
+
+/// A thin SVD `A = U·diag(s)·Vᵀ` in f64: `u` is `m × r`, `s` has `r` values in non-increasing
+/// order, `vt` is `r × n`, with `r = min(m, n)`.
+#[derive(Debug, Clone)]
+pub struct Factors {
+    /// Left singular vectors, `m × r`.
+    pub u: Array2<f64>,
+    /// Singular values, non-increasing.
+    pub s: Vec<f64>,
+    /// Right singular vectors, transposed: `r × n`.
+    pub vt: Array2<f64>,
+}
+
+/// The f32 operands of one rank-k reconstruction, contiguous as the kernels read them.
+#[derive(Debug, Clone)]
+pub struct RankK {
+    /// `U[:, :k]`, `m × k`.
+    pub u: Array2<f32>,
+    /// `s[:k]`.
+    pub s: Vec<f32>,
+    /// `Vᵀ[:k, :]`, `k × n`.
+    pub vt: Array2<f32>,
+}
+
+impl Factors {
+    /// Rank of the factorisation, `min(m, n)`.
+    pub fn rank(&self) -> usize {
+        self.s.len()
+    }
+
+    /// Checks `1 ≤ k ≤ rank`.
+    pub fn check_rank(&self, k: usize) -> Result<()> {
+        ensure(k >= 1 && k <= self.rank(), || {
+            format!("rank k = {k} is outside 1..={} (min(rows, cols) of the image)", self.rank())
+        })
+    }
+
+    /// The f32 operands for rank `k`.
+    pub fn rank_k(&self, k: usize) -> Result<RankK> {
+        self.check_rank(k)?;
+        Ok(RankK {
+            u: self.u.slice(s![.., ..k]).mapv(|v| v as f32),
+            s: self.s[..k].iter().map(|&v| v as f32).collect(),
+            vt: self.vt.slice(s![..k, ..]).mapv(|v| v as f32),
+        })
+    }
+
+    /// Eckart–Young: the smallest possible relative Frobenius error of a rank-k approximation,
+    /// `sqrt(Σ_{i≥k} s_i²) / ‖A‖_F` (indices from 0).
+    pub fn eckart_young_bound(&self, k: usize) -> f64 {
+        let total: f64 = self.s.iter().map(|v| v * v).sum();
+        let tail: f64 = self.s[k.min(self.s.len())..].iter().map(|v| v * v).sum();
+        if total == 0.0 { 0.0 } else { (tail / total).sqrt() }
+    }
+}
+
+/// Thin SVD of `a` (f32 input, f64 factorisation) with faer.
+pub fn thin_svd(a: ArrayView2<f32>) -> Result<Factors> {
+    let (m, n) = a.dim();
+    ensure(m > 0 && n > 0, || format!("cannot factor an empty {m} × {n} matrix"))?;
+    if let Some(((i, j), v)) = a.indexed_iter().find(|(_, v)| !v.is_finite()) {
+        return Err(crate::Error::InvalidInput(format!("pixel ({i}, {j}) is {v}: the image must be finite")));
+    }
+    let mat = faer::Mat::<f64>::from_fn(m, n, |i, j| a[[i, j]] as f64);
+    let svd =
+        mat.thin_svd().map_err(|e| crate::Error::InvalidInput(format!("SVD did not converge: {e:?}")))?;
+    let (u, v) = (svd.U(), svd.V());
+    let r = m.min(n);
+    let sv = svd.S().column_vector();
+    Ok(Factors {
+        u: Array2::from_shape_fn((m, r), |(i, p)| u[(i, p)]),
+        s: (0..r).map(|p| sv[p]).collect(),
+        vt: Array2::from_shape_fn((r, n), |(p, j)| v[(j, p)]),
+    })
+}
+
+/// Device time of each phase of one reconstruction, milliseconds (CUDA events on a GPU).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct PhaseTimes {
+    /// Copy of `U[:, :k]`, `s` and `Vᵀ[:k, :]` to the device.
+    pub h2d_ms: f64,
+    /// The kernel.
+    pub kernel_ms: f64,
+    /// Copy of the `m × n` result back.
+    pub d2h_ms: f64,
+}
+
+impl PhaseTimes {
+    /// Sum of the phases.
+    pub fn total_ms(&self) -> f64 {
+        self.h2d_ms + self.kernel_ms + self.d2h_ms
+    }
+}
+
+fn check_operands(op: &RankK, variant: Variant, block: u32) -> Result<(usize, usize, usize)> {
+    let (m, kk) = op.u.dim();
+    let (kv, n) = op.vt.dim();
+    ensure(m > 0 && n > 0 && kk > 0, || format!("empty operands: U is {m} × {kk}, Vᵀ is {kv} × {n}"))?;
+    ensure(kk == kv && kk == op.s.len(), || {
+        format!("U has {kk} columns, s has {} values, Vᵀ has {kv} rows: they must agree", op.s.len())
+    })?;
+    ensure((m as u64) * (n.max(kk) as u64) <= u32::MAX as u64, || {
+        format!("a {m} × {n} result with k = {kk} exceeds the kernels' 32-bit indexing")
+    })?;
+    if variant != Variant::Regtiled {
+        ensure(matches!(block, 8 | 16 | 32), || format!("block size {block} is not 8, 16 or 32"))?;
+    }
+    Ok((m, n, kk))
+}
+
+/// Launches the reconstruction on device buffers (`m × k`, `k`, `k × n` in, `m × n` out).
+///
+/// # Safety
+/// The buffers must hold at least those many elements.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_reconstruct(
+    device: &Device,
+    queue: &crate::Queue,
+    variant: Variant,
+    block: u32,
+    bufs: (&crate::Buffer<f32>, &crate::Buffer<f32>, &crate::Buffer<f32>, &mut crate::Buffer<f32>),
+    (m, n, kk): (usize, usize, usize),
+) -> Result<()> {
+    let (u, sv, vt, out) = bufs;
+    let args = (
+        u.as_kernel_ptr(),
+        sv.as_kernel_ptr(),
+        vt.as_kernel_ptr(),
+        out.as_kernel_mut_ptr(),
+        m as u32,
+        n as u32,
+        kk as u32,
+        kk as u32,
+    );
+    let kernel = match variant {
+        Variant::Naive => &k::SVD_RECONSTRUCT_NAIVE,
+        Variant::Tiled => &k::SVD_RECONSTRUCT_TILED,
+        Variant::Regtiled => &k::SVD_RECONSTRUCT_REGTILED,
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe { device.launch_on(queue, kernel, variant.launch_config(m, n, block), args) }
+}
+
+/// Reconstructs `(U·diag(s))·Vᵀ` from `op` on `device`, timing each phase.
+pub fn reconstruct(
+    device: &Device,
+    op: &RankK,
+    variant: Variant,
+    block: u32,
+) -> Result<(Array2<f32>, PhaseTimes)> {
+    let dims @ (m, n, _) = check_operands(op, variant, block)?;
+    let t0 = device.mark()?;
+    let du = device.upload(op.u.as_slice().expect("standard layout"))?;
+    let ds = device.upload(&op.s)?;
+    let dvt = device.upload(op.vt.as_slice().expect("standard layout"))?;
+    let mut dout = device.alloc::<f32>(m * n)?;
+    let t1 = device.mark()?;
+    // SAFETY: the buffers have the sizes `check_operands` validated.
+    unsafe { launch_reconstruct(device, device.queue(), variant, block, (&du, &ds, &dvt, &mut dout), dims)? };
+    let t2 = device.mark()?;
+    let out = device.download(&dout)?;
+    let t3 = device.mark()?;
+    let times = PhaseTimes {
+        h2d_ms: device.elapsed_ms(&t0, &t1)?,
+        kernel_ms: device.elapsed_ms(&t1, &t2)?,
+        d2h_ms: device.elapsed_ms(&t2, &t3)?,
+    };
+    Ok((Array2::from_shape_vec((m, n), out).expect("m·n elements"), times))
+}
+
+/// CPU reference: `(U[:, :k]·diag(s[:k]))·Vᵀ[:k, :]` in f64.
+pub fn reconstruct_reference(f: &Factors, k: usize) -> Result<Array2<f64>> {
+    f.check_rank(k)?;
+    let mut us = f.u.slice(s![.., ..k]).to_owned();
+    for (mut col, &sv) in us.columns_mut().into_iter().zip(&f.s[..k]) {
+        col *= sv;
+    }
+    Ok(us.dot(&f.vt.slice(s![..k, ..])))
+}
+
+/// CPU reference of the f32 operands (f64 accumulation), for checking the kernels on inputs that
+/// did not come from an SVD.
+pub fn reconstruct_reference_f32(op: &RankK) -> Array2<f64> {
+    let mut us = op.u.mapv(|v| v as f64);
+    for (mut col, &sv) in us.columns_mut().into_iter().zip(&op.s) {
+        col *= sv as f64;
+    }
+    us.dot(&op.vt.mapv(|v| v as f64))
+}
+
+/// `‖a − b‖_F / ‖b‖_F`.
+pub fn relative_error(a: ArrayView2<f32>, b: ArrayView2<f64>) -> f64 {
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b.iter()) {
+        diff += (x as f64 - y).powi(2);
+        norm += y * y;
+    }
+    if norm == 0.0 { diff.sqrt() } else { (diff / norm).sqrt() }
+}
+
+/// The modified Shepp–Logan head phantom (Toft's intensities), `size × size`, values in `[0, 1]`:
+/// the embedded default image of `svd`.
+pub fn shepp_logan(size: usize) -> Array2<f32> {
+    // (intensity, semi-axis a, semi-axis b, centre x, centre y, rotation in degrees)
+    const ELLIPSES: [(f64, f64, f64, f64, f64, f64); 10] = [
+        (1.0, 0.69, 0.92, 0.0, 0.0, 0.0),
+        (-0.8, 0.6624, 0.874, 0.0, -0.0184, 0.0),
+        (-0.2, 0.11, 0.31, 0.22, 0.0, -18.0),
+        (-0.2, 0.16, 0.41, -0.22, 0.0, 18.0),
+        (0.1, 0.21, 0.25, 0.0, 0.35, 0.0),
+        (0.1, 0.046, 0.046, 0.0, 0.1, 0.0),
+        (0.1, 0.046, 0.046, 0.0, -0.1, 0.0),
+        (0.1, 0.046, 0.023, -0.08, -0.605, 0.0),
+        (0.1, 0.023, 0.023, 0.0, -0.606, 0.0),
+        (0.1, 0.023, 0.046, 0.06, -0.605, 0.0),
+    ];
+    Array2::from_shape_fn((size, size), |(row, col)| {
+        // Pixel centres in [-1, 1], y up.
+        let x = (2.0 * col as f64 + 1.0) / size as f64 - 1.0;
+        let y = 1.0 - (2.0 * row as f64 + 1.0) / size as f64;
+        let value: f64 = ELLIPSES
+            .iter()
+            .filter(|&&(_, a, b, x0, y0, deg)| {
+                let (sin, cos) = (deg * PI / 180.0).sin_cos();
+                let (dx, dy) = (x - x0, y - y0);
+                let (u, v) = (dx * cos + dy * sin, -dx * sin + dy * cos);
+                (u / a).powi(2) + (v / b).powi(2) <= 1.0
+            })
+            .map(|e| e.0)
+            .sum();
+        value.clamp(0.0, 1.0) as f32
+    })
+}

@@ -1,0 +1,114 @@
+//! SVD reconstruction kernels against the f64 CPU reference, plus the SVD identities.
+
+mod common;
+
+use kernel_suite::svd::{
+    RankK, Variant, reconstruct, reconstruct_reference, reconstruct_reference_f32, relative_error, thin_svd,
+};
+use ndarray::Array2;
+use rand::Rng;
+
+fn random_operands(seed: u64, m: usize, n: usize, k: usize) -> RankK {
+    let mut rng = common::rng(seed);
+    RankK {
+        u: Array2::from_shape_fn((m, k), |_| rng.random_range(-1.0..1.0)),
+        s: (0..k).map(|_| rng.random_range(0.5..2.0)).collect(),
+        vt: Array2::from_shape_fn((k, n), |_| rng.random_range(-1.0..1.0)),
+    }
+}
+
+fn random_matrix(seed: u64, m: usize, n: usize) -> Array2<f32> {
+    let mut rng = common::rng(seed);
+    Array2::from_shape_fn((m, n), |_| rng.random_range(0.0..1.0))
+}
+
+/// (variant, block) pairs: every variant, the tiled one at each block size.
+const CASES: [(Variant, u32); 5] = [
+    (Variant::Naive, 16),
+    (Variant::Tiled, 8),
+    (Variant::Tiled, 16),
+    (Variant::Tiled, 32),
+    (Variant::Regtiled, 16),
+];
+
+#[test]
+fn every_variant_matches_reference_on_odd_shapes() {
+    for device in common::devices("every_variant_matches_reference_on_odd_shapes") {
+        for (seed, (m, n, k)) in
+            [(1usize, 1usize, 1usize), (37, 53, 7), (1000, 3, 3), (130, 257, 19)].into_iter().enumerate()
+        {
+            let op = random_operands(seed as u64, m, n, k);
+            let want = reconstruct_reference_f32(&op);
+            for (variant, block) in CASES {
+                let (got, _) = reconstruct(&device, &op, variant, block).unwrap();
+                assert!(got.iter().all(|v| v.is_finite()), "unwritten (poisoned) output");
+                let err = relative_error(got.view(), want.view());
+                assert!(
+                    err <= 1e-5,
+                    "{} block {block}, {m}×{n} k={k}: relative error {err:e} on {}",
+                    variant.name(),
+                    device.describe()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn full_rank_reconstruction_returns_the_input() {
+    let a = random_matrix(7, 45, 31);
+    let factors = thin_svd(a.view()).unwrap();
+    let a64 = a.mapv(|v| v as f64);
+    for device in common::devices("full_rank_reconstruction_returns_the_input") {
+        for (variant, block) in CASES {
+            let (got, _) = reconstruct(&device, &factors.rank_k(31).unwrap(), variant, block).unwrap();
+            let err = relative_error(got.view(), a64.view());
+            assert!(err <= 1e-4, "{}: {err:e} on {}", variant.name(), device.describe());
+        }
+    }
+}
+
+#[test]
+fn rank_k_error_matches_eckart_young_bound() {
+    let a = random_matrix(8, 64, 48);
+    let factors = thin_svd(a.view()).unwrap();
+    let a64 = a.mapv(|v| v as f64);
+    let k = 10;
+    let bound = factors.eckart_young_bound(k);
+    assert!(bound > 0.01, "a random matrix is far from rank {k}");
+    let reference_err =
+        relative_error(reconstruct_reference(&factors, k).unwrap().mapv(|v| v as f32).view(), a64.view());
+    assert!((reference_err - bound).abs() <= 1e-4 * bound, "CPU reference {reference_err} vs bound {bound}");
+    for device in common::devices("rank_k_error_matches_eckart_young_bound") {
+        for (variant, block) in CASES {
+            let (got, _) = reconstruct(&device, &factors.rank_k(k).unwrap(), variant, block).unwrap();
+            let err = relative_error(got.view(), a64.view());
+            assert!((err - bound).abs() <= 1e-4 * bound, "{}: error {err} vs bound {bound}", variant.name());
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_rejected() {
+    let device = kernel_suite::Device::simulator();
+    let factors = thin_svd(random_matrix(9, 6, 4).view()).unwrap();
+    assert_eq!(
+        factors.rank_k(0).unwrap_err().to_string(),
+        "invalid input: rank k = 0 is outside 1..=4 (min(rows, cols) of the image)"
+    );
+    assert!(factors.rank_k(5).is_err());
+    let mut nan = random_matrix(10, 5, 5);
+    nan[[2, 3]] = f32::NAN;
+    assert_eq!(
+        thin_svd(nan.view()).unwrap_err().to_string(),
+        "invalid input: pixel (2, 3) is NaN: the image must be finite"
+    );
+    assert!(thin_svd(Array2::<f32>::zeros((0, 3)).view()).is_err());
+    let op = random_operands(11, 8, 8, 2);
+    assert_eq!(
+        reconstruct(&device, &op, Variant::Tiled, 12).unwrap_err().to_string(),
+        "invalid input: block size 12 is not 8, 16 or 32"
+    );
+    let mismatched = RankK { s: vec![1.0; 3], ..op };
+    assert!(reconstruct(&device, &mismatched, Variant::Naive, 16).is_err());
+}
