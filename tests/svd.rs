@@ -112,3 +112,25 @@ fn bad_input_is_rejected() {
     let mismatched = RankK { s: vec![1.0; 3], ..op };
     assert!(reconstruct(&device, &mismatched, Variant::Naive, 16).is_err());
 }
+
+#[test]
+fn batch_pipeline_matches_reference_in_order() {
+    use kernel_suite::svd_batch::reconstruct_batch;
+    let jobs: Vec<RankK> = (0..5).map(|i| random_operands(20 + i, 37, 53, 7)).collect();
+    for device in common::devices("batch_pipeline_matches_reference_in_order") {
+        for slots in [1, 3] {
+            let (results, run) = reconstruct_batch(&device, &jobs, Variant::Regtiled, 16, slots).unwrap();
+            assert_eq!((run.images, run.slots), (5, slots));
+            for (i, (got, job)) in results.iter().zip(&jobs).enumerate() {
+                let err = relative_error(got.view(), reconstruct_reference_f32(job).view());
+                assert!(err <= 1e-5, "image {i}, {slots} slots: {err:e} on {}", device.describe());
+            }
+        }
+    }
+    let device = kernel_suite::Device::simulator();
+    let mixed = vec![random_operands(1, 8, 8, 2), random_operands(2, 9, 8, 2)];
+    assert_eq!(
+        reconstruct_batch(&device, &mixed, Variant::Naive, 16, 2).unwrap_err().to_string(),
+        "invalid input: batch image 1 is 9×8 with k = 2; the batch is 8×8 with k = 2"
+    );
+}

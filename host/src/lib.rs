@@ -20,6 +20,7 @@ pub mod module;
 pub mod reduce;
 pub mod saxpy;
 pub mod svd;
+pub mod svd_batch;
 
 pub use device::{Backend, Buffer, Device, Element, HostBuffer, Mark, Queue};
 pub use error::{Error, Result};
