@@ -111,13 +111,17 @@ fn main() -> anyhow::Result<()> {
 
     println!("\n## Batch: 32 images of 2048², k = {K}, regtiled (best of 3 runs each)\n");
     let jobs: Vec<RankK> = (0..32).map(|i| operands(100 + i, 2048, 2048, K)).collect();
+    let mut outputs = Vec::with_capacity(jobs.len());
+    for _ in 0..jobs.len() {
+        outputs.push(device.pinned::<f32>(2048 * 2048)?);
+    }
     let mut table =
         Table::new(&["pipeline slots", "wall ms", "speed-up vs serial", "PCIe GB/s (both directions)"]);
     let mut serial_ms = 0.0;
     for slots in [1usize, 2, 4, 8] {
         let mut best = None;
         for _ in 0..3 {
-            let (_, run) = reconstruct_batch(&device, &jobs, Variant::Regtiled, 16, slots)?;
+            let run = reconstruct_batch(&device, &jobs, &mut outputs, Variant::Regtiled, 16, slots)?;
             if best.as_ref().is_none_or(|b: &kernel_suite::svd_batch::BatchRun| run.wall_ms < b.wall_ms) {
                 best = Some(run);
             }

@@ -119,9 +119,15 @@ fn batch_pipeline_matches_reference_in_order() {
     let jobs: Vec<RankK> = (0..5).map(|i| random_operands(20 + i, 37, 53, 7)).collect();
     for device in common::devices("batch_pipeline_matches_reference_in_order") {
         for slots in [1, 3] {
-            let (results, run) = reconstruct_batch(&device, &jobs, Variant::Regtiled, 16, slots).unwrap();
+            let mut outputs: Vec<_> =
+                (0..jobs.len()).map(|_| device.pinned::<f32>(37 * 53).unwrap()).collect();
+            for o in &mut outputs {
+                o.fill(f32::NAN);
+            }
+            let run = reconstruct_batch(&device, &jobs, &mut outputs, Variant::Regtiled, 16, slots).unwrap();
             assert_eq!((run.images, run.slots), (5, slots));
-            for (i, (got, job)) in results.iter().zip(&jobs).enumerate() {
+            for (i, (got, job)) in outputs.iter().zip(&jobs).enumerate() {
+                let got = Array2::from_shape_vec((37, 53), got.to_vec()).unwrap();
                 let err = relative_error(got.view(), reconstruct_reference_f32(job).view());
                 assert!(err <= 1e-5, "image {i}, {slots} slots: {err:e} on {}", device.describe());
             }
@@ -129,8 +135,9 @@ fn batch_pipeline_matches_reference_in_order() {
     }
     let device = kernel_suite::Device::simulator();
     let mixed = vec![random_operands(1, 8, 8, 2), random_operands(2, 9, 8, 2)];
+    let mut outputs = vec![device.pinned::<f32>(64).unwrap(), device.pinned::<f32>(72).unwrap()];
     assert_eq!(
-        reconstruct_batch(&device, &mixed, Variant::Naive, 16, 2).unwrap_err().to_string(),
+        reconstruct_batch(&device, &mixed, &mut outputs, Variant::Naive, 16, 2).unwrap_err().to_string(),
         "invalid input: batch image 1 is 9×8 with k = 2; the batch is 8×8 with k = 2"
     );
 }

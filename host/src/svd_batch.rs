@@ -4,18 +4,19 @@
 //! ```text
 //!  host producer ──fill──▶ pinned inputs[slot] ──H2D (copy engine)──▶ device U, s, Vᵀ [slot]
 //!                                                                          │ kernel (SMs)
-//!  host consumer ◀─copy── pinned output[slot] ◀──D2H (copy engine)── device out [slot]
+//!  caller's pinned output[i] ◀──────────────D2H (copy engine)────── device out [slot]
 //! ```
 //!
-//! Each of the `slots` pipeline slots owns a queue, pinned staging buffers and device buffers, so
-//! memory stays bounded whatever the number of images: image `i` goes to slot `i % slots`, after the
-//! slot's previous image has been collected. With one slot the same code runs the images strictly
-//! one after the other: the serial baseline. See `docs/svd-batch-pipeline.md`.
+//! Each of the `slots` pipeline slots owns a queue, pinned input staging buffers and device
+//! buffers, so device memory stays bounded whatever the number of images: image `i` goes to slot
+//! `i % slots` once the slot's previous image has finished. Results are copied straight into the
+//! caller's pinned output buffers (no staging copy on the host). With one slot the same code runs
+//! the images strictly one after the other: the serial baseline. See
+//! `docs/svd-batch-pipeline.md`.
 
 use crate::error::{Result, ensure};
 use crate::svd::{PhaseTimes, RankK, Variant, launch_reconstruct};
 use crate::{Buffer, Device, HostBuffer, Queue};
-use ndarray::Array2;
 use std::time::Instant;
 
 /// What a batch run measured.
@@ -25,8 +26,8 @@ pub struct BatchRun {
     pub images: usize,
     /// Pipeline slots (queues) used.
     pub slots: usize,
-    /// Wall time of the whole batch, milliseconds (host clock, from the first copy to the last
-    /// result collected).
+    /// Wall time of the whole batch, milliseconds (host clock, from the first input staged to the
+    /// last result in host memory).
     pub wall_ms: f64,
     /// Bytes copied to the device.
     pub h2d_bytes: u64,
@@ -46,25 +47,24 @@ struct Slot {
     u: HostBuffer<f32>,
     s: HostBuffer<f32>,
     vt: HostBuffer<f32>,
-    out: HostBuffer<f32>,
     du: Buffer<f32>,
     ds: Buffer<f32>,
     dvt: Buffer<f32>,
     dout: Buffer<f32>,
-    /// Index of the image whose result is in flight in this slot.
-    pending: Option<usize>,
 }
 
-/// Reconstructs every job (all of one shape) with `slots` overlapping pipeline slots; results in
-/// job order.
+/// Reconstructs every job (all of one shape) into `outputs[i]` (`m × n`, row-major, from
+/// [`Device::pinned`]) with `slots` overlapping pipeline slots.
 pub fn reconstruct_batch(
     device: &Device,
     jobs: &[RankK],
+    outputs: &mut [HostBuffer<f32>],
     variant: Variant,
     block: u32,
     slots: usize,
-) -> Result<(Vec<Array2<f32>>, BatchRun)> {
+) -> Result<BatchRun> {
     ensure(!jobs.is_empty(), || "empty batch".into())?;
+    ensure(outputs.len() == jobs.len(), || format!("{} outputs for {} images", outputs.len(), jobs.len()))?;
     ensure(slots >= 1, || "at least one pipeline slot is needed".into())?;
     let (m, k) = jobs[0].u.dim();
     let n = jobs[0].vt.dim().1;
@@ -78,6 +78,7 @@ pub fn reconstruct_batch(
             )
         })?;
     }
+    ensure(outputs.iter().all(|o| o.len() == m * n), || format!("every output must hold {m}×{n} values"))?;
     let slots = slots.min(jobs.len());
     let mut pool = Vec::with_capacity(slots);
     for _ in 0..slots {
@@ -86,33 +87,24 @@ pub fn reconstruct_batch(
             u: device.pinned(m * k)?,
             s: device.pinned(k)?,
             vt: device.pinned(k * n)?,
-            out: device.pinned(m * n)?,
             du: device.alloc(m * k)?,
             ds: device.alloc(k)?,
             dvt: device.alloc(k * n)?,
             dout: device.alloc(m * n)?,
-            pending: None,
         });
     }
-    let mut results: Vec<Option<Array2<f32>>> = vec![None; jobs.len()];
-
-    let collect = |slot: &mut Slot, results: &mut Vec<Option<Array2<f32>>>| -> Result<()> {
-        if let Some(i) = slot.pending.take() {
-            device.sync_queue(&slot.queue)?;
-            results[i] = Some(Array2::from_shape_vec((m, n), slot.out.to_vec()).expect("m·n"));
-        }
-        Ok(())
-    };
 
     let start = Instant::now();
-    for (i, job) in jobs.iter().enumerate() {
+    for (i, (job, output)) in jobs.iter().zip(outputs.iter_mut()).enumerate() {
         let slot = &mut pool[i % slots];
-        collect(slot, &mut results)?;
+        // The slot's previous image must be done before its staging buffers are refilled.
+        device.sync_queue(&slot.queue)?;
         slot.u.copy_from_slice(job.u.as_slice().expect("standard layout"));
         slot.s.copy_from_slice(&job.s);
         slot.vt.copy_from_slice(job.vt.as_slice().expect("standard layout"));
-        // SAFETY: the pinned buffers are not touched again before `collect` synchronises the queue;
-        // the device buffers have the sizes the kernel is given.
+        // SAFETY: the staging buffers are not touched again before the slot's queue is synchronised
+        // (next use of the slot, or the end); `outputs` stays mutably borrowed until then; the
+        // device buffers have the sizes the kernel is given.
         unsafe {
             device.upload_async(&slot.queue, &slot.u, &mut slot.du)?;
             device.upload_async(&slot.queue, &slot.s, &mut slot.ds)?;
@@ -125,12 +117,11 @@ pub fn reconstruct_batch(
                 (&slot.du, &slot.ds, &slot.dvt, &mut slot.dout),
                 (m, n, k),
             )?;
-            device.download_async(&slot.queue, &slot.dout, &mut slot.out)?;
+            device.download_async(&slot.queue, &slot.dout, output)?;
         }
-        slot.pending = Some(i);
     }
-    for slot in &mut pool {
-        collect(slot, &mut results)?;
+    for slot in &pool {
+        device.sync_queue(&slot.queue)?;
     }
     let wall_ms = start.elapsed().as_secs_f64() * 1e3;
     let images = jobs.len();
@@ -141,7 +132,7 @@ pub fn reconstruct_batch(
         h2d_bytes: (images * (m * k + k + k * n) * 4) as u64,
         d2h_bytes: (images * m * n * 4) as u64,
     };
-    Ok((results.into_iter().map(|r| r.expect("every image collected")).collect(), run))
+    Ok(run)
 }
 
 /// One image end to end from pinned host memory on the device's queue: H2D of the operands,

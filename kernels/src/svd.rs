@@ -88,9 +88,11 @@ pub const REG_TILE_N: u32 = 128;
 pub const REG_TILE_K: u32 = 8;
 /// Threads per block of the register-tiled kernel (a 16 × 16 block).
 pub const REG_THREADS: u32 = 256;
-/// Dynamic shared memory of the register-tiled kernel, bytes: the `U·s` stage stored transposed
-/// (`REG_TILE_K × REG_TILE_M`) and the `Vᵀ` stage (`REG_TILE_K × REG_TILE_N`).
-pub const REG_SHARED_BYTES: u32 = (REG_TILE_K * (REG_TILE_M + REG_TILE_N)) * 4;
+/// Bytes of one shared-memory stage: the `U·s` tile stored transposed (`REG_TILE_K × REG_TILE_M`)
+/// and the `Vᵀ` tile (`REG_TILE_K × REG_TILE_N`).
+const REG_STAGE_BYTES: u32 = (REG_TILE_K * (REG_TILE_M + REG_TILE_N)) * 4;
+/// Dynamic shared memory of the register-tiled kernel, bytes: two stages (double buffering).
+pub const REG_SHARED_BYTES: u32 = 2 * REG_STAGE_BYTES;
 
 /// Four floats loaded from shared memory as one 16-byte access.
 #[derive(Clone, Copy)]
@@ -99,9 +101,10 @@ struct Float4([f32; 4]);
 
 /// Register tiling (the "more data reuse" step): a 16 × 16 block computes a 128 × 128 tile of `out`,
 /// each thread an 8 × 8 sub-tile held in registers — two 4 × 4 groups 64 rows/columns apart, so that
-/// the warp's 16-byte shared-memory reads are conflict-free. Per step of 8 along `k`, each thread
-/// reads 16 values from shared memory and does 64 FMAs. The next stage's global loads are issued
-/// before the current stage's arithmetic, so memory latency hides behind it.
+/// the warp's 16-byte shared-memory reads are conflict-free. Per step along `k`, each thread reads
+/// 16 values from shared memory and does 64 FMAs. Shared memory holds two stages: while the block
+/// computes on one, the next stage's global loads are in flight and then stored into the other, so
+/// one barrier per stage suffices and memory latency hides behind the arithmetic.
 ///
 /// Launch: block 16 × 16 (`REG_THREADS`), grid `⌈n/128⌉ × ⌈m/128⌉`, `REG_SHARED_BYTES` of dynamic
 /// shared memory.
@@ -119,8 +122,9 @@ pub unsafe fn svd_reconstruct_regtiled(
     const BM: usize = REG_TILE_M as usize;
     const BN: usize = REG_TILE_N as usize;
     const BK: usize = REG_TILE_K as usize;
-    let us_stage = shared::region::<f32>(0, BK * BM);
-    let vt_stage = shared::region::<f32>(BK * BM * 4, BK * BN);
+    // Stage `t` (0 or 1) holds the `U·s` tile at float offset `t·STAGE`, then the `Vᵀ` tile.
+    const STAGE: usize = (REG_STAGE_BYTES / 4) as usize;
+    let stages = shared::region::<f32>(0, 2 * STAGE);
 
     let tid = thread::thread_idx_y() * 16 + thread::thread_idx_x();
     let (tx, ty) = (thread::thread_idx_x() as usize, thread::thread_idx_y() as usize);
@@ -151,36 +155,53 @@ pub unsafe fn svd_reconstruct_regtiled(
         }
         (a, b)
     };
-    let store_stage = |a: [f32; 4], b: [f32; 4]| {
+    let store_stage = |stage: usize, a: [f32; 4], b: [f32; 4]| {
         for q in 0..4 {
-            us_stage.write((a_p as usize + q) * BM + a_row as usize, a[q]);
-            vt_stage.write(b_p as usize * BN + b_col as usize + q, b[q]);
+            stages.write(stage * STAGE + (a_p as usize + q) * BM + a_row as usize, a[q]);
+            stages.write(stage * STAGE + BK * BM + b_p as usize * BN + b_col as usize + q, b[q]);
         }
     };
 
     let mut acc = [[0.0f32; 8]; 8];
-    let (mut a_next, mut b_next) = load_stage(0);
-    let mut p0 = 0;
-    while p0 < k {
-        store_stage(a_next, b_next);
-        thread::sync_threads();
-        if p0 + REG_TILE_K < k {
-            (a_next, b_next) = load_stage(p0 + REG_TILE_K);
-        }
-        for p in 0..BK {
-            let us_row = us_stage.as_ptr().add(p * BM) as *const Float4;
-            let vt_row = vt_stage.as_ptr().add(p * BN) as *const Float4;
-            let (a_lo, a_hi) = (*us_row.add(ty), *us_row.add(ty + 16));
-            let (b_lo, b_hi) = (*vt_row.add(tx), *vt_row.add(tx + 16));
-            let a = [a_lo.0[0], a_lo.0[1], a_lo.0[2], a_lo.0[3], a_hi.0[0], a_hi.0[1], a_hi.0[2], a_hi.0[3]];
-            let b = [b_lo.0[0], b_lo.0[1], b_lo.0[2], b_lo.0[3], b_hi.0[0], b_hi.0[1], b_hi.0[2], b_hi.0[3]];
-            for r in 0..8 {
-                for c in 0..8 {
-                    acc[r][c] = math::fma(a[r], b[c], acc[r][c]);
-                }
+    // One step along k: 16 shared reads (four 16-byte vectors), 64 FMAs.
+    let step = |acc: &mut [[f32; 8]; 8], stage: usize, p: usize| {
+        let base = stages.as_ptr().add(stage * STAGE);
+        let us_row = base.add(p * BM) as *const Float4;
+        let vt_row = base.add(BK * BM + p * BN) as *const Float4;
+        let (a_lo, a_hi) = (*us_row.add(ty), *us_row.add(ty + 16));
+        let (b_lo, b_hi) = (*vt_row.add(tx), *vt_row.add(tx + 16));
+        let a = [a_lo.0[0], a_lo.0[1], a_lo.0[2], a_lo.0[3], a_hi.0[0], a_hi.0[1], a_hi.0[2], a_hi.0[3]];
+        let b = [b_lo.0[0], b_lo.0[1], b_lo.0[2], b_lo.0[3], b_hi.0[0], b_hi.0[1], b_hi.0[2], b_hi.0[3]];
+        for r in 0..8 {
+            for c in 0..8 {
+                acc[r][c] = math::fma(a[r], b[c], acc[r][c]);
             }
         }
+    };
+
+    let (a0, b0) = load_stage(0);
+    store_stage(0, a0, b0);
+    thread::sync_threads();
+    let mut stage = 0;
+    let mut p0 = 0;
+    while p0 < k {
+        let more = p0 + REG_TILE_K < k;
+        let (a_next, b_next) = if more { load_stage(p0 + REG_TILE_K) } else { ([0.0; 4], [0.0; 4]) };
+        // Unrolled by hand (REG_TILE_K = 8) so the shared-memory reads can be scheduled early.
+        step(&mut acc, stage, 0);
+        step(&mut acc, stage, 1);
+        step(&mut acc, stage, 2);
+        step(&mut acc, stage, 3);
+        step(&mut acc, stage, 4);
+        step(&mut acc, stage, 5);
+        step(&mut acc, stage, 6);
+        step(&mut acc, stage, 7);
+        if more {
+            // The other stage was last read before the previous barrier: safe to overwrite.
+            store_stage(1 - stage, a_next, b_next);
+        }
         thread::sync_threads();
+        stage = 1 - stage;
         p0 += REG_TILE_K;
     }
 
