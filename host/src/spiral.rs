@@ -448,8 +448,8 @@ pub enum PixelFormat {
 }
 
 /// Encodes row-major pixels as PNG with fast settings (`fdeflate`'s fastest compression, `Up`
-/// filter): for 3840×2160 spirals 10–25 ms, 10 to 20 times faster than the `image` crate's default
-/// compression, for files 2 to 3 times larger (0.7–2 MB).
+/// filter): 9–30 ms for a 3840×2160 spiral, about 13 times faster than the `image` crate's default
+/// compression, for files 2 to 4 times larger (0.7–2 MB); see `docs/benchmarks/spiral.md`.
 pub fn encode_png(pixels: &[u8], width: u32, height: u32, format: PixelFormat) -> Result<Vec<u8>> {
     let (color, channels) = match format {
         PixelFormat::Gray8 => (image::ExtendedColorType::L8, 1),

@@ -105,6 +105,7 @@ fn configuration(args: &Args) -> anyhow::Result<SpiralConfig> {
             if !missing.is_empty() {
                 bail!("give --new, --config FILE.json, or the parameters (missing: {})", missing.join(", "));
             }
+            // The four required values are all given; the flags below set them.
             SpiralConfig {
                 width,
                 height,
