@@ -44,7 +44,7 @@ trait Real: math::Float + Add<Output = Self> + Sub<Output = Self> + Mul<Output =
     fn constant(v: f64) -> Self;
     /// An integer index or count (exact below 2^24 for f32).
     fn from_u32(v: u32) -> Self;
-    /// An integer-valued number in `0..=255` as a byte.
+    /// An integer-valued number in `0..=255` as a byte (a saturating cast: NaN would give 0).
     fn to_byte(self) -> u8;
 }
 
