@@ -54,6 +54,7 @@ run_cmd() { # label command...
   sed "s/^/  $label: /" "$logs/cmd-$label.log" | tail -n 20
 }
 run_cmd saxpy "$bundle/bin/saxpy" --device gpu
+run_cmd spiral "$bundle/bin/spiral" --new --seed 1 --device gpu --output "$logs/spiral.png"
 
 echo "== benchmarks"
 for b in "$bundle"/benches/*; do

@@ -7,7 +7,7 @@
 //! * [`cli`]: the `--device auto|gpu|sim|cpu` choice shared by every binary;
 //! * [`image_io`]: grayscale images as `ndarray` arrays (PNG/JPEG in, PNG out);
 //! * [`bench`]: statistics and tables for the benchmark programs in `benches/`;
-//! * one module per kernel family ([`saxpy`], [`reduce`]), each pairing the safe GPU/simulator
+//! * one module per kernel family ([`saxpy`], [`reduce`], [`spiral`]), each pairing the safe GPU/simulator
 //!   wrapper with a CPU reference.
 #![warn(missing_docs)]
 
@@ -19,6 +19,7 @@ pub mod image_io;
 pub mod module;
 pub mod reduce;
 pub mod saxpy;
+pub mod spiral;
 pub mod svd;
 pub mod svd_batch;
 

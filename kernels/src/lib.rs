@@ -46,6 +46,7 @@ pub use kernel_fn::{KernelArgs, KernelFn};
 
 pub mod reduce;
 pub mod saxpy;
+pub mod spiral;
 pub mod svd;
 
 /// A kernel that panics stops only its own thread on the GPU; there is nothing to unwind to.
