@@ -153,7 +153,7 @@ float_impl!(
     __nv_sincosf,
     __nv_tanf,
     __nv_atan2f,
-    __nv_sqrtf,
+    __nv_fsqrt_rn,
     __nv_logf,
     __nv_expf,
     __nv_floorf,
@@ -167,7 +167,7 @@ float_impl!(
     __nv_sincos,
     __nv_tan,
     __nv_atan2,
-    __nv_sqrt,
+    __nv_dsqrt_rn,
     __nv_log,
     __nv_exp,
     __nv_floor,
@@ -200,7 +200,8 @@ pub fn tan<T: Float>(x: T) -> T {
 pub fn atan2<T: Float>(y: T, x: T) -> T {
     y.atan2_(x)
 }
-/// Square root, correctly rounded.
+/// Square root, correctly rounded (`sqrt.rn`; libdevice's plain `__nv_sqrtf` would be
+/// `sqrt.approx` under the builder's default reflection settings).
 #[inline(always)]
 pub fn sqrt<T: Float>(x: T) -> T {
     x.sqrt_()
