@@ -12,7 +12,7 @@ use anyhow::Context;
 use image::ImageEncoder;
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use kernel_suite::bench::{Stats, Table};
-use kernel_suite::spiral::{self, GpuWarmUp, Multiplier, PixelFormat, Precision, SpiralConfig};
+use kernel_suite::spiral::{self, Multiplier, PixelFormat, Precision, SpiralConfig};
 use kernel_suite::{Buffer, Device};
 use std::time::Instant;
 
@@ -61,13 +61,14 @@ fn main() -> anyhow::Result<()> {
     // 1. A whole run, cold.
     let mut phases = Table::new(&["phase (3840×2160, f32, gray)", "ms"]);
     let mut row = |phase: &str, ms: f64| phases.row(&[phase.to_string(), format!("{ms:.3}")]);
-    let warm_up = GpuWarmUp::start(0).context("no usable GPU")?;
-    row("CUDA driver init (cuInit)", warm_up.driver_init_ms);
-    row("context creation (primary context)", warm_up.context_ms);
     let start = Instant::now();
-    let device = Device::gpu(0)?;
-    row("module load (+ stream)", ms_since(start));
-    drop(warm_up);
+    let device = Device::gpu(0).context("no usable GPU")?;
+    let open_ms = ms_since(start);
+    let s = device.startup().expect("a GPU device");
+    row("CUDA driver init (cuInit)", s.init_ms);
+    row("context creation (primary context)", s.context_ms);
+    row("module load", s.module_load_ms);
+    row("device queries + stream", open_ms - s.init_ms - s.context_ms - s.module_load_ms);
     let cold = config(1, Multiplier::Ln, Precision::F32);
     let start = Instant::now();
     let mut image = device.alloc::<u8>(cold.pixel_count())?;

@@ -27,6 +27,10 @@ pub struct DeviceArgs {
     /// Index of the GPU to use (0 = first).
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
+    /// Print an nvprof-style profile at exit: GPU activities (kernels, copies), host-side costs,
+    /// and per kernel its registers, shared memory, occupancy and achieved throughput. GPU only.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// What a command runs on after [`DeviceArgs::select`].
@@ -41,6 +45,30 @@ impl DeviceArgs {
     /// Opens the chosen device. With `auto`, a missing GPU or driver falls back to the CPU reference
     /// with a note on stderr; with `gpu`, it is an error.
     pub fn select(&self) -> Result<Target> {
+        let target = self.open()?;
+        if self.profile {
+            let profiling = match &target {
+                Target::Kernels(device) => device.enable_profiling()?,
+                Target::CpuReference => false,
+            };
+            if !profiling {
+                eprintln!("note: --profile needs a GPU; this run is not profiled");
+            }
+        }
+        Ok(target)
+    }
+
+    /// Prints the profile (to stderr) when `--profile` was given and the target is a GPU.
+    pub fn finish(&self, target: &Target) -> Result<()> {
+        if let Target::Kernels(device) = target
+            && let Some(report) = device.profile_report()?
+        {
+            eprint!("{report}");
+        }
+        Ok(())
+    }
+
+    fn open(&self) -> Result<Target> {
         match self.device {
             DeviceChoice::Gpu => Device::gpu(self.gpu).map(Target::Kernels),
             DeviceChoice::Sim => Ok(Target::Kernels(Device::simulator())),

@@ -23,16 +23,17 @@
 
 use crate::error::{Error, Result, cuda, raw};
 use crate::module;
+use crate::profile::{Direction, HostCost, Peaks, Recorder, Report, Work};
 use cust::context::Context;
 use cust::device::DeviceAttribute;
 use cust::error::CudaError;
 use cust::event::{Event, EventFlags};
 use cust::memory::{AsyncCopyDestination, DeviceBuffer, DeviceCopy, LockedBuffer};
-use cust::module::Module;
+use cust::module::{Module, ModuleJitOption};
 use cust::stream::{Stream, StreamFlags};
 use kernels::sim::LaunchConfig;
 use kernels::{KernelArgs, KernelFn};
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::fmt;
 use std::time::Instant;
 
@@ -85,6 +86,7 @@ pub struct Device {
     inner: Inner,
     poison: Cell<bool>,
     last_kernel: Cell<&'static str>,
+    profiler: OnceCell<Recorder>,
 }
 
 /// An ordered queue of device work: a CUDA stream on a GPU. Work on different queues may overlap
@@ -102,9 +104,34 @@ struct Gpu {
     // Field order is drop order: the module goes before the context that owns it.
     module: Module,
     _context: Context,
+    device: cust::device::Device,
     name: String,
     compute_capability: (u32, u32),
-    image: ModuleImage,
+    startup: Startup,
+}
+
+/// How to open a GPU: see [`Device::gpu_with`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// Cap on registers per thread, applied by the driver's JIT (`CU_JIT_MAX_REGISTERS`); implies
+    /// loading the PTX.
+    pub max_registers: Option<u32>,
+    /// Load the PTX (JIT-compiled by the driver) even when the embedded cubin matches the GPU.
+    pub force_ptx: bool,
+}
+
+/// Host-side costs of opening a GPU, milliseconds (wall clock).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Startup {
+    /// `cuInit`: loading and starting the driver (cheap after the first device of a process).
+    pub init_ms: f64,
+    /// `cuDevicePrimaryCtxRetain`: creating the context.
+    pub context_ms: f64,
+    /// `cuModuleLoadData(Ex)`: loading the kernels (JIT-compiling them when from PTX).
+    pub module_load_ms: f64,
+    /// Which image was loaded.
+    #[serde(skip)]
+    pub image: ModuleImage,
 }
 
 fn new_stream() -> Result<Stream> {
@@ -123,7 +150,15 @@ impl Device {
     /// The GPU with index `ordinal` (0 is the first), with the embedded kernels loaded: the cubin if
     /// the GPU's compute capability is the cubin's, else the PTX (JIT-compiled by the driver).
     pub fn gpu(ordinal: u32) -> Result<Self> {
+        Self::gpu_with(ordinal, GpuOptions::default())
+    }
+
+    /// [`Device::gpu`] with options: a register cap for the JIT, or the PTX instead of the cubin.
+    pub fn gpu_with(ordinal: u32, options: GpuOptions) -> Result<Self> {
+        let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
         cust::init(cust::CudaFlags::empty()).map_err(init_error)?;
+        let init_ms = ms(t);
         let count = cust::device::Device::num_devices().map_err(cuda("cuDeviceGetCount"))?;
         if ordinal >= count {
             return Err(Error::NoGpu(format!("GPU index {ordinal} requested, {count} GPU(s) present")));
@@ -135,20 +170,70 @@ impl Device {
             attr(DeviceAttribute::ComputeCapabilityMinor)? as u32,
         );
         let name = device.name().map_err(cuda("cuDeviceGetName"))?;
+        let t = Instant::now();
         let context = Context::new(device).map_err(cuda("cuDevicePrimaryCtxRetain"))?;
+        let context_ms = ms(t);
+        let t = Instant::now();
+        let cubin_fits = compute_capability.0 * 10 + compute_capability.1 == module::CUBIN_ARCH;
         let (module, image) = match module::CUBIN {
-            Some(cubin) if compute_capability.0 * 10 + compute_capability.1 == module::CUBIN_ARCH => (
+            Some(cubin) if cubin_fits && !options.force_ptx && options.max_registers.is_none() => (
                 Module::from_cubin(cubin, &[]).map_err(cuda("cuModuleLoadData (cubin)"))?,
                 ModuleImage::Cubin,
             ),
-            _ => (
-                Module::from_ptx(module::PTX, &[]).map_err(cuda("cuModuleLoadDataEx (PTX JIT)"))?,
-                ModuleImage::Ptx,
-            ),
+            _ => {
+                let jit: Vec<ModuleJitOption> =
+                    options.max_registers.map(ModuleJitOption::MaxRegisters).into_iter().collect();
+                (
+                    Module::from_ptx(module::PTX, &jit).map_err(cuda("cuModuleLoadDataEx (PTX JIT)"))?,
+                    ModuleImage::Ptx,
+                )
+            }
         };
+        let startup = Startup { init_ms, context_ms, module_load_ms: ms(t), image };
         let queue = Queue { stream: Some(new_stream()?) };
-        let gpu = Gpu { module, _context: context, name, compute_capability, image };
+        let gpu = Gpu { module, _context: context, device, name, compute_capability, startup };
         Ok(Self::with(queue, Inner::Gpu(Box::new(gpu))))
+    }
+
+    /// What opening the GPU cost (`None` for the simulator).
+    pub fn startup(&self) -> Option<Startup> {
+        match &self.inner {
+            Inner::Gpu(g) => Some(g.startup),
+            Inner::Simulator => None,
+        }
+    }
+
+    /// Starts recording every kernel and copy (with CUDA events) and host-side costs, for
+    /// [`Device::profile_report`]. Returns `false` (and records nothing) in the simulator.
+    pub fn enable_profiling(&self) -> Result<bool> {
+        let Inner::Gpu(g) = &self.inner else { return Ok(false) };
+        if self.profiler.get().is_none() {
+            let s = g.startup;
+            let load = match s.image {
+                ModuleImage::Cubin => "module load (cuModuleLoadData, cubin)",
+                ModuleImage::Ptx => "module load (cuModuleLoadDataEx, PTX JIT)",
+            };
+            let startup = vec![
+                HostCost { what: "driver start-up (cuInit)".into(), calls: 1, ms: s.init_ms },
+                HostCost {
+                    what: "context creation (cuDevicePrimaryCtxRetain)".into(),
+                    calls: 1,
+                    ms: s.context_ms,
+                },
+                HostCost { what: load.into(), calls: 1, ms: s.module_load_ms },
+            ];
+            let _ = self.profiler.set(Recorder::new(Peaks::of(&g.device)?, startup));
+        }
+        Ok(true)
+    }
+
+    /// The profile recorded since [`Device::enable_profiling`] (waits for the recorded work), or
+    /// `None` when profiling is off.
+    pub fn profile_report(&self) -> Result<Option<Report>> {
+        match (self.profiler.get(), &self.inner) {
+            (Some(p), Inner::Gpu(g)) => p.report(&self.describe_gpu(g)).map(Some),
+            _ => Ok(None),
+        }
     }
 
     /// The CPU simulator.
@@ -157,7 +242,13 @@ impl Device {
     }
 
     fn with(queue: Queue, inner: Inner) -> Self {
-        Self { queue, inner, poison: Cell::new(false), last_kernel: Cell::new("(none)") }
+        Self {
+            queue,
+            inner,
+            poison: Cell::new(false),
+            last_kernel: Cell::new("(none)"),
+            profiler: OnceCell::new(),
+        }
     }
 
     /// A new queue (CUDA stream) for work that should overlap with other queues' work.
@@ -185,18 +276,22 @@ impl Device {
     /// A one-line description: the GPU's name, compute capability and module image, or "CPU simulator".
     pub fn describe(&self) -> String {
         match &self.inner {
-            Inner::Gpu(g) => format!(
-                "{} (sm_{}{}, kernels from the embedded {})",
-                g.name,
-                g.compute_capability.0,
-                g.compute_capability.1,
-                match g.image {
-                    ModuleImage::Cubin => "cubin",
-                    ModuleImage::Ptx => "PTX, JIT-compiled",
-                }
-            ),
+            Inner::Gpu(g) => self.describe_gpu(g),
             Inner::Simulator => "CPU simulator".to_string(),
         }
+    }
+
+    fn describe_gpu(&self, g: &Gpu) -> String {
+        format!(
+            "{} (sm_{}{}, kernels from the embedded {})",
+            g.name,
+            g.compute_capability.0,
+            g.compute_capability.1,
+            match g.startup.image {
+                ModuleImage::Cubin => "cubin",
+                ModuleImage::Ptx => "PTX, JIT-compiled",
+            }
+        )
     }
 
     /// For tests: when on, every buffer from [`Device::alloc`] starts filled with `0xff` bytes (NaN
@@ -211,8 +306,12 @@ impl Device {
         let bytes = len * std::mem::size_of::<T>();
         let inner = match &self.inner {
             Inner::Gpu(_) => {
+                let t = Instant::now();
                 // SAFETY: any bytes are a valid `Element`.
                 let buf = unsafe { DeviceBuffer::uninitialized(len) }.map_err(cuda("cuMemAlloc"))?;
+                if let Some(p) = self.profiler.get() {
+                    p.host_cost("cuMemAlloc", t.elapsed().as_secs_f64() * 1e3);
+                }
                 if self.poison.get() && bytes > 0 {
                     let stream = self.queue.stream.as_ref().map_or(std::ptr::null_mut(), |s| s.as_inner());
                     // SAFETY: the pointer and byte count describe the allocation just made; the
@@ -280,9 +379,14 @@ impl Device {
     ) -> Result<()> {
         same_len(buffer.len(), data.len())?;
         match (&mut buffer.inner, &queue.stream) {
-            // SAFETY: forwarded from the caller; lengths checked.
             (BufferInner::Gpu(b), Some(stream)) => {
-                unsafe { b.async_copy_from(data, stream) }.map_err(cuda("cuMemcpyHtoDAsync"))
+                let start = self.profiler.get().map(|p| p.start(stream)).transpose()?;
+                // SAFETY: forwarded from the caller; lengths checked.
+                unsafe { b.async_copy_from(data, stream) }.map_err(cuda("cuMemcpyHtoDAsync"))?;
+                if let (Some(p), Some(start)) = (self.profiler.get(), start) {
+                    p.copy(stream, start, Direction::HostToDevice, std::mem::size_of_val(data) as u64)?;
+                }
+                Ok(())
             }
             (BufferInner::Host(v), None) => {
                 v.copy_from_slice(data);
@@ -304,9 +408,14 @@ impl Device {
     ) -> Result<()> {
         same_len(buffer.len(), out.len())?;
         match (&buffer.inner, &queue.stream) {
-            // SAFETY: forwarded from the caller; lengths checked.
             (BufferInner::Gpu(b), Some(stream)) => {
-                unsafe { b.async_copy_to(out, stream) }.map_err(cuda("cuMemcpyDtoHAsync"))
+                let start = self.profiler.get().map(|p| p.start(stream)).transpose()?;
+                // SAFETY: forwarded from the caller; lengths checked.
+                unsafe { b.async_copy_to(out, stream) }.map_err(cuda("cuMemcpyDtoHAsync"))?;
+                if let (Some(p), Some(start)) = (self.profiler.get(), start) {
+                    p.copy(stream, start, Direction::DeviceToHost, std::mem::size_of_val(out) as u64)?;
+                }
+                Ok(())
             }
             (BufferInner::Host(v), None) => {
                 out.copy_from_slice(v);
@@ -320,7 +429,12 @@ impl Device {
     /// asynchronously and at full PCIe bandwidth. In the simulator, ordinary memory.
     pub fn pinned<T: Element>(&self, len: usize) -> Result<HostBuffer<T>> {
         let inner = if self.is_gpu() {
-            HostInner::Pinned(LockedBuffer::new(&T::default(), len).map_err(cuda("cuMemAllocHost"))?)
+            let t = Instant::now();
+            let buffer = LockedBuffer::new(&T::default(), len).map_err(cuda("cuMemAllocHost"))?;
+            if let Some(p) = self.profiler.get() {
+                p.host_cost("cuMemAllocHost (pinned)", t.elapsed().as_secs_f64() * 1e3);
+            }
+            HostInner::Pinned(buffer)
         } else {
             HostInner::Pageable(vec![T::default(); len])
         };
@@ -369,6 +483,23 @@ impl Device {
         cfg: LaunchConfig,
         args: A,
     ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_counted(queue, kernel, cfg, args, None) }
+    }
+
+    /// [`Device::launch_on`], telling the profiler the launch's useful [`Work`] (bytes and flops)
+    /// so that `--profile` reports achieved GB/s and GFLOP/s.
+    ///
+    /// # Safety
+    /// As for [`Device::launch`].
+    pub unsafe fn launch_counted<A: KernelArgs>(
+        &self,
+        queue: &Queue,
+        kernel: &KernelFn<A>,
+        cfg: LaunchConfig,
+        args: A,
+        work: Option<Work>,
+    ) -> Result<()> {
         let name = kernel.name();
         cfg.validate().map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 })?;
         self.last_kernel.set(name);
@@ -388,6 +519,7 @@ impl Device {
                 }
                 let params = args.param_ptrs();
                 let (grid, block) = (cfg.grid, cfg.block);
+                let start = self.profiler.get().map(|p| p.start(stream)).transpose()?;
                 // SAFETY: `params` matches the kernel's signature by construction of `KernelFn<A>`;
                 // pointer validity is the caller's contract.
                 unsafe {
@@ -399,7 +531,11 @@ impl Device {
                         &params,
                     )
                 }
-                .map_err(|source| Error::Kernel { kernel: name, source })
+                .map_err(|source| Error::Kernel { kernel: name, source })?;
+                if let (Some(p), Some(start)) = (self.profiler.get(), start) {
+                    p.kernel(stream, start, &function, name, cfg, work)?;
+                }
+                Ok(())
             }
             // SAFETY: forwarded from the caller.
             (Inner::Simulator, None) => unsafe { kernels::sim::launch(kernel, cfg, args) }

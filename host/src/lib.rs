@@ -17,12 +17,13 @@ pub mod device;
 pub mod error;
 pub mod image_io;
 pub mod module;
+pub mod profile;
 pub mod reduce;
 pub mod saxpy;
 pub mod spiral;
 pub mod svd;
 pub mod svd_batch;
 
-pub use device::{Backend, Buffer, Device, Element, HostBuffer, Mark, Queue};
+pub use device::{Backend, Buffer, Device, Element, GpuOptions, HostBuffer, Mark, Queue, Startup};
 pub use error::{Error, Result};
 pub use kernels::sim::{Dim3, LaunchConfig};

@@ -3,6 +3,7 @@
 //! Device code: `kernels/src/saxpy.rs`; tests: `tests/saxpy.rs`; command: `cargo run --bin saxpy`.
 
 use crate::error::{Result, ensure};
+use crate::profile::Work;
 use crate::{Device, LaunchConfig};
 
 /// Threads per block of the launch; any multiple of 32 works.
@@ -20,12 +21,15 @@ pub fn saxpy(device: &Device, a: f32, x: &[f32], y: &mut [f32]) -> Result<()> {
     let n = x.len();
     let dx = device.upload(x)?;
     let mut dy = device.upload(y)?;
+    let work = Work { bytes: 12.0 * n as f64, flops: 2.0 * n as f64 };
     // SAFETY: both buffers hold `n` elements, the count the kernel is given.
     unsafe {
-        device.launch(
+        device.launch_counted(
+            device.queue(),
             &kernels::saxpy::SAXPY,
             LaunchConfig::for_1d(n, BLOCK),
             (a, dx.as_kernel_ptr(), dy.as_kernel_mut_ptr(), n as u32),
+            Some(work),
         )?;
     }
     device.download_into(&dy, y)

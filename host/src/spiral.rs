@@ -481,29 +481,3 @@ pub fn timestamp(time: SystemTime) -> String {
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!("{year:04}-{month:02}-{day:02}-{:02}-{:02}-{:02}", rest / 3600, rest % 3600 / 60, rest % 60)
 }
-
-/// The CUDA driver initialised and a GPU's primary context created ahead of [`Device::gpu`], which
-/// then reuses the context: so that a caller can time these start-up phases apart from loading the
-/// kernels. Keep it until the [`Device`] is open; dropping it releases only this reference.
-pub struct GpuWarmUp {
-    _context: cust::context::Context,
-    /// `cuInit`, milliseconds.
-    pub driver_init_ms: f64,
-    /// `cuDevicePrimaryCtxRetain` (the context's creation), milliseconds.
-    pub context_ms: f64,
-}
-
-impl GpuWarmUp {
-    /// Initialises the driver and retains the primary context of GPU `ordinal`; `None` if either
-    /// fails (opening the [`Device`] then reports why).
-    pub fn start(ordinal: u32) -> Option<GpuWarmUp> {
-        let start = std::time::Instant::now();
-        cust::init(cust::CudaFlags::empty()).ok()?;
-        let driver_init_ms = start.elapsed().as_secs_f64() * 1e3;
-        let start = std::time::Instant::now();
-        let device = cust::device::Device::get_device(ordinal).ok()?;
-        let context = cust::context::Context::new(device).ok()?;
-        let context_ms = start.elapsed().as_secs_f64() * 1e3;
-        Some(GpuWarmUp { _context: context, driver_init_ms, context_ms })
-    }
-}

@@ -6,6 +6,7 @@
 //! `cargo run --release --bin svd`.
 
 use crate::error::{Result, ensure};
+use crate::profile::Work;
 use crate::{Device, Dim3, LaunchConfig};
 use kernels::svd as k;
 use ndarray::{Array2, ArrayView2, s};
@@ -193,8 +194,9 @@ pub unsafe fn launch_reconstruct(
         Variant::Tiled => &k::SVD_RECONSTRUCT_TILED,
         Variant::Regtiled => &k::SVD_RECONSTRUCT_REGTILED,
     };
+    let work = Work { bytes: 4.0 * (m * kk + kk + kk * n + m * n) as f64, flops: 2.0 * (m * n * kk) as f64 };
     // SAFETY: forwarded from the caller.
-    unsafe { device.launch_on(queue, kernel, variant.launch_config(m, n, block), args) }
+    unsafe { device.launch_counted(queue, kernel, variant.launch_config(m, n, block), args, Some(work)) }
 }
 
 /// Reconstructs `(U·diag(s))·Vᵀ` from `op` on `device`, timing each phase.

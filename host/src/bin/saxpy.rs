@@ -40,12 +40,13 @@ fn main() -> ExitCode {
         println!("saxpy: n = {}, a = {}, seed = {}", args.n, args.a, args.seed);
         println!("CPU reference: {cpu_ms:.3} ms");
 
-        match args.device.select()? {
+        let target = args.device.select()?;
+        match &target {
             Target::CpuReference => println!("ran the CPU reference only"),
             Target::Kernels(device) => {
                 let mut result = y.clone();
                 let start = Instant::now();
-                saxpy(&device, args.a, &x, &mut result).context("saxpy kernel")?;
+                saxpy(device, args.a, &x, &mut result).context("saxpy kernel")?;
                 let ms = start.elapsed().as_secs_f64() * 1e3;
                 let max_err = result.iter().zip(&expected).map(|(r, e)| (r - e).abs()).fold(0.0f32, f32::max);
                 println!(
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
                 anyhow::ensure!(max_err == 0.0, "the kernel's result differs from the reference");
             }
         }
+        args.device.finish(&target)?;
         Ok(())
     })
 }

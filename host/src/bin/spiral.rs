@@ -7,9 +7,9 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use kernel_suite::cli::{self, DeviceArgs, DeviceChoice, Target};
+use kernel_suite::cli::{self, DeviceArgs, Target};
 use kernel_suite::spiral::{
-    self, DEFAULT_HEIGHT, DEFAULT_WIDTH, GpuWarmUp, Multiplier, Palette, PixelFormat, Precision, SpiralConfig,
+    self, DEFAULT_HEIGHT, DEFAULT_WIDTH, Multiplier, Palette, PixelFormat, Precision, SpiralConfig,
 };
 use rand::{SeedableRng, rngs::SmallRng};
 use std::path::{Path, PathBuf};
@@ -179,27 +179,27 @@ fn main() -> ExitCode {
         println!("{config}");
 
         let mut timings = Timings(Vec::new());
-        let warm_up = matches!(args.device.device, DeviceChoice::Auto | DeviceChoice::Gpu)
-            .then(|| GpuWarmUp::start(args.device.gpu))
-            .flatten();
-        if let Some(w) = &warm_up {
-            timings.add("CUDA driver init (cuInit)", w.driver_init_ms);
-            timings.add("context creation", w.context_ms);
+        let start = Instant::now();
+        let target = args.device.select()?;
+        let open_ms = start.elapsed().as_secs_f64() * 1e3;
+        match &target {
+            Target::Kernels(device) if let Some(s) = device.startup() => {
+                timings.add("CUDA driver init (cuInit)", s.init_ms);
+                timings.add("context creation", s.context_ms);
+                timings.add("module load", s.module_load_ms);
+                timings.add("device queries + stream", open_ms - s.init_ms - s.context_ms - s.module_load_ms);
+            }
+            _ => timings.add("device selection", open_ms),
         }
-        let target = timings
-            .time(if warm_up.is_some() { "module load (+ stream)" } else { "device selection" }, || {
-                args.device.select()
-            })?;
-        drop(warm_up);
         let mut config = config;
-        let gray = match target {
+        let gray = match &target {
             Target::Kernels(device) => {
                 println!("device: {}", device.describe());
                 let mut image =
                     timings.time("device allocation", || device.alloc::<u8>(config.pixel_count()))?;
                 let start = Instant::now();
                 let before = device.mark()?;
-                spiral::launch_spiral(&device, &config, &mut image).context("spiral kernel")?;
+                spiral::launch_spiral(device, &config, &mut image).context("spiral kernel")?;
                 let after = device.mark()?;
                 device.synchronize().context("spiral kernel")?;
                 let kernel_ms = device.elapsed_ms(&before, &after)?;
@@ -240,6 +240,7 @@ fn main() -> ExitCode {
         }
         let total = process_start.elapsed().as_secs_f64() * 1e3;
         println!("  {:<44} {total:>9.3}", "total since the program started");
+        args.device.finish(&target)?;
         Ok(())
     })
 }
