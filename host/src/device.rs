@@ -134,6 +134,24 @@ pub struct Startup {
     pub image: ModuleImage,
 }
 
+/// An NVTX range around a host-side phase, so that an Nsight Systems timeline shows "module load",
+/// "H2D", the kernel's name and "D2H". NVTX is loaded at run time by the profiling tool; with no
+/// tool attached each call returns at once.
+struct Phase;
+
+impl Phase {
+    fn new(name: &str) -> Phase {
+        nvtx::range_push!("{name}");
+        Phase
+    }
+}
+
+impl Drop for Phase {
+    fn drop(&mut self) {
+        nvtx::range_pop!();
+    }
+}
+
 fn new_stream() -> Result<Stream> {
     Stream::new(StreamFlags::NON_BLOCKING, None).map_err(cuda("cuStreamCreate"))
 }
@@ -174,6 +192,7 @@ impl Device {
         let context = Context::new(device).map_err(cuda("cuDevicePrimaryCtxRetain"))?;
         let context_ms = ms(t);
         let t = Instant::now();
+        let load = Phase::new("module load");
         let cubin_fits = compute_capability.0 * 10 + compute_capability.1 == module::CUBIN_ARCH;
         let (module, image) = match module::CUBIN {
             Some(cubin) if cubin_fits && !options.force_ptx && options.max_registers.is_none() => (
@@ -189,6 +208,7 @@ impl Device {
                 )
             }
         };
+        drop(load);
         let startup = Startup { init_ms, context_ms, module_load_ms: ms(t), image };
         let queue = Queue { stream: Some(new_stream()?) };
         let gpu = Gpu { module, _context: context, device, name, compute_capability, startup };
@@ -380,6 +400,7 @@ impl Device {
         same_len(buffer.len(), data.len())?;
         match (&mut buffer.inner, &queue.stream) {
             (BufferInner::Gpu(b), Some(stream)) => {
+                let _phase = Phase::new("H2D");
                 let start = self.profiler.get().map(|p| p.start(stream)).transpose()?;
                 // SAFETY: forwarded from the caller; lengths checked.
                 unsafe { b.async_copy_from(data, stream) }.map_err(cuda("cuMemcpyHtoDAsync"))?;
@@ -409,6 +430,7 @@ impl Device {
         same_len(buffer.len(), out.len())?;
         match (&buffer.inner, &queue.stream) {
             (BufferInner::Gpu(b), Some(stream)) => {
+                let _phase = Phase::new("D2H");
                 let start = self.profiler.get().map(|p| p.start(stream)).transpose()?;
                 // SAFETY: forwarded from the caller; lengths checked.
                 unsafe { b.async_copy_to(out, stream) }.map_err(cuda("cuMemcpyDtoHAsync"))?;
@@ -449,9 +471,12 @@ impl Device {
     /// Waits until the work queued on `queue` has finished; reports a kernel that failed.
     pub fn sync_queue(&self, queue: &Queue) -> Result<()> {
         match &queue.stream {
-            Some(stream) => stream
-                .synchronize()
-                .map_err(|source| Error::Kernel { kernel: self.last_kernel.get(), source }),
+            Some(stream) => {
+                let _phase = Phase::new("wait for the GPU");
+                stream
+                    .synchronize()
+                    .map_err(|source| Error::Kernel { kernel: self.last_kernel.get(), source })
+            }
             None => Ok(()),
         }
     }
@@ -505,6 +530,7 @@ impl Device {
         self.last_kernel.set(name);
         match (&self.inner, &queue.stream) {
             (Inner::Gpu(g), Some(stream)) => {
+                let _phase = Phase::new(name);
                 let function = g.module.get_function(name).map_err(cuda("cuModuleGetFunction"))?;
                 if cfg.shared_bytes > 48 * 1024 {
                     // Above 48 KiB a kernel must opt in to more dynamic shared memory.
