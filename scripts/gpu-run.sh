@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runner of the GPU bundle (see scripts/gpu-bundle.sh), for a CUDA machine without Rust.
 # Runs every test binary with the GPU required (a skip is a failure), then the same tests under
-# compute-sanitizer memcheck when it is installed, then the commands on the GPU, and prints a summary.
+# compute-sanitizer memcheck and racecheck when it is installed, then the commands on the GPU, and prints a summary.
 # Usage: gpu-bundle/run.sh [LOG_DIR]
 set -uo pipefail
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -29,22 +29,28 @@ for t in "$bundle"/tests/*; do
   grep -E "^test result|SKIPPED|panicked" "$logs/test-$name.log" | sed "s/^/  $name: /"
 done
 
-if command -v compute-sanitizer >/dev/null; then
-  echo "== compute-sanitizer memcheck"
+sanitize() { # tool: memcheck over every test binary, racecheck (shared-memory hazards) too
+  local tool=$1
+  echo "== compute-sanitizer $tool"
   for t in "$bundle"/tests/*; do
     name=$(basename "$t")
-    compute-sanitizer --tool memcheck --error-exitcode 99 "$t" --test-threads=1 >"$logs/memcheck-$name.log" 2>&1
+    log="$logs/$tool-$name.log"
+    compute-sanitizer --tool "$tool" --error-exitcode 99 "$t" --test-threads=1 >"$log" 2>&1
     rc=$?
-    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$logs/memcheck-$name.log" | tail -n 1)
-    if grep -q "terminated before first instrumented API call" "$logs/memcheck-$name.log"; then
+    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log" | tail -n 1)
+    if grep -q "terminated before first instrumented API call" "$log"; then
       echo "  $name: makes no CUDA calls (simulator/host-only tests)"
     else
-      echo "  $name: rc=$rc, ${errors:-?} memcheck errors"
-      if [ "$rc" = 0 ] && [ "${errors:-0}" = 0 ]; then record "memcheck $name" ok; else record "memcheck $name" FAILED; fi
+      echo "  $name: rc=$rc, ${errors:-?} $tool errors"
+      if [ "$rc" = 0 ] && [ "${errors:-0}" = 0 ]; then record "$tool $name" ok; else record "$tool $name" FAILED; fi
     fi
   done
+}
+if command -v compute-sanitizer >/dev/null; then
+  sanitize memcheck
+  sanitize racecheck
 else
-  echo "== compute-sanitizer not installed: memcheck skipped"
+  echo "== compute-sanitizer not installed: memcheck and racecheck skipped"
 fi
 
 echo "== commands on the GPU"

@@ -1,0 +1,69 @@
+//! `--profile` numbers against independent measurements: the driver's register counts against the
+//! build's `ptxas -v` report, event timings against wall-clock timings of synchronised runs, and
+//! copy byte counts against what was copied. GPU only.
+
+mod common;
+
+use kernel_suite::module;
+use kernel_suite::svd::{RankK, Variant, reconstruct};
+use ndarray::Array2;
+use std::time::Instant;
+
+fn operands(m: usize, n: usize, k: usize) -> RankK {
+    let mut rng = common::rng(5);
+    RankK {
+        u: Array2::from_shape_vec((m, k), common::random_vec(&mut rng, m * k, -1.0, 1.0)).unwrap(),
+        s: common::random_vec(&mut rng, k, 0.5, 2.0),
+        vt: Array2::from_shape_vec((k, n), common::random_vec(&mut rng, k * n, -1.0, 1.0)).unwrap(),
+    }
+}
+
+#[test]
+fn profile_matches_ptxas_and_wall_clock() {
+    let Some(device) = common::gpu_or_skip("profile_matches_ptxas_and_wall_clock") else { return };
+    assert!(device.enable_profiling().unwrap());
+    // The naive kernel at 4096², k = 256 runs for about 2 ms on an H100: long enough for a 10% check.
+    let (m, n, k) = (4096, 4096, 256);
+    let op = operands(m, n, k);
+    reconstruct(&device, &op, Variant::Naive, 32).unwrap();
+    let runs = 5;
+    let mut wall_ms = Vec::new();
+    for _ in 0..runs {
+        device.synchronize().unwrap();
+        let start = Instant::now();
+        let (_, times) = reconstruct(&device, &op, Variant::Naive, 32).unwrap();
+        let total = start.elapsed().as_secs_f64() * 1e3;
+        wall_ms.push((total, times.kernel_ms));
+    }
+    let report = device.profile_report().unwrap().expect("profiling is on");
+    let (kernel_total, calls) = report.activity("svd_reconstruct_naive").expect("kernel recorded");
+    assert_eq!(calls, runs as u32 + 1);
+    // Event time of the kernel vs the same kernel timed by marks (independent events) …
+    let marks_total: f64 = wall_ms.iter().map(|w| w.1).sum();
+    let per_call = kernel_total / calls as f64;
+    assert!(per_call > 1.0, "kernel too short for the check: {per_call} ms");
+    assert!((per_call - marks_total / runs as f64).abs() <= 0.1 * per_call);
+    // … and the whole synchronised run on the wall clock bounds it from above.
+    for (wall, kernel) in &wall_ms {
+        assert!(kernel <= wall, "event time {kernel} ms exceeds the wall-clock time {wall} ms");
+    }
+    // Copies: U, s, Vᵀ in, the result out, per call.
+    let (_, h2d_calls) = report.activity("[CUDA memcpy HtoD]").unwrap();
+    let (_, d2h_calls) = report.activity("[CUDA memcpy DtoH]").unwrap();
+    assert_eq!((h2d_calls, d2h_calls), (3 * calls, calls));
+    // Registers: the driver's count for the loaded cubin is the one ptxas reported at build time.
+    if module::CUBIN.is_some() && device.startup().unwrap().image == kernel_suite::device::ModuleImage::Cubin
+    {
+        let built = module::resources("svd_reconstruct_naive").unwrap();
+        assert_eq!(report.registers("svd_reconstruct_naive"), Some(built.registers as i32));
+    }
+    let text = report.to_string();
+    assert!(text.contains("svd_reconstruct_naive") && text.contains("theoretical occupancy"), "{text}");
+}
+
+#[test]
+fn profiling_is_off_unless_enabled() {
+    let Some(device) = common::gpu_or_skip("profiling_is_off_unless_enabled") else { return };
+    reconstruct(&device, &operands(64, 64, 8), Variant::Tiled, 16).unwrap();
+    assert!(device.profile_report().unwrap().is_none());
+}
