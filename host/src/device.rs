@@ -81,12 +81,13 @@ pub enum ModuleImage {
 /// A device kernels can be launched on. Owns, for a GPU, the (primary) context, the loaded module
 /// and a stream.
 pub struct Device {
-    // Field order is drop order: the queue goes before the context (inside `inner`) that owns it.
+    // Field order is drop order: the profiler's events and the queue go before the context (inside
+    // `inner`) that owns them.
+    profiler: OnceCell<Recorder>,
     queue: Queue,
     inner: Inner,
     poison: Cell<bool>,
     last_kernel: Cell<&'static str>,
-    profiler: OnceCell<Recorder>,
 }
 
 /// An ordered queue of device work: a CUDA stream on a GPU. Work on different queues may overlap
