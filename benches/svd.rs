@@ -138,5 +138,36 @@ fn main() -> anyhow::Result<()> {
         ]);
     }
     print!("{}", table.render());
+
+    // The stages of the serial pipeline, per image, to explain the speed-up (docs/benchmarks/svd.md).
+    let (m, n) = (2048, 2048);
+    let mut staging = (device.pinned::<f32>(m * K)?, device.pinned::<f32>(K)?, device.pinned::<f32>(K * n)?);
+    let start = std::time::Instant::now();
+    for job in &jobs {
+        staging.0.copy_from_slice(job.u.as_slice().unwrap());
+        staging.1.copy_from_slice(&job.s);
+        staging.2.copy_from_slice(job.vt.as_slice().unwrap());
+    }
+    let fill_ms = start.elapsed().as_secs_f64() * 1e3 / jobs.len() as f64;
+    let mut phases = Vec::new();
+    for _ in 0..6 {
+        phases.push(reconstruct_pinned(
+            &device,
+            (&staging.0, &staging.1, &staging.2),
+            &mut outputs[0],
+            (m, n, K),
+            Variant::Regtiled,
+            16,
+        )?);
+    }
+    let med = |f: fn(&kernel_suite::svd::PhaseTimes) -> f64| {
+        Stats::of(&phases[1..].iter().map(f).collect::<Vec<_>>()).median_ms
+    };
+    println!(
+        "\nper-image stages (2048², k = {K}): host fill of pinned staging {fill_ms:.3} ms, H2D {:.3} ms, kernel {:.3} ms, D2H {:.3} ms",
+        med(|t| t.h2d_ms),
+        med(|t| t.kernel_ms),
+        med(|t| t.d2h_ms)
+    );
     Ok(())
 }
