@@ -54,6 +54,7 @@ run_cmd() { # label command...
   sed "s/^/  $label: /" "$logs/cmd-$label.log" | tail -n 20
 }
 run_cmd saxpy "$bundle/bin/saxpy" --device gpu
+run_cmd conv "$bundle/bin/conv" --device gpu --width 4096 --height 4096 --runs 20 --check --output "$logs/conv.png"
 
 echo "== benchmarks"
 for b in "$bundle"/benches/*; do
