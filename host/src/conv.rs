@@ -17,7 +17,7 @@
 
 use crate::error::{Error, Result, ensure};
 use crate::{Buffer, Device, Element, LaunchConfig};
-use kernels::conv::{BLOCK_X, BLOCK_Y, TILED_TILE_COLS, TILED_TILE_ROWS};
+use kernels::conv::{BLOCK_X, BLOCK_Y, TILED_BLOCK_Y, TILED_TILE_COLS, TILED_TILE_ROWS};
 use ndarray::{Array2, ArrayView2};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use rayon::prelude::*;
@@ -171,8 +171,11 @@ impl Convolution<'_, f32> {
                         cols.div_ceil(TILED_TILE_COLS as usize) as u32,
                         rows.div_ceil(TILED_TILE_ROWS as usize) as u32,
                     );
-                    let cfg =
-                        LaunchConfig { grid, block: crate::Dim3::xy(BLOCK_X, BLOCK_Y), shared_bytes: shared };
+                    let cfg = LaunchConfig {
+                        grid,
+                        block: crate::Dim3::xy(BLOCK_X, TILED_BLOCK_Y),
+                        shared_bytes: shared,
+                    };
                     self.device.launch(&kernels::conv::CONV2D_TILED, cfg, args)
                 }
             }

@@ -24,24 +24,28 @@ use crate::{kernel, shared, thread};
 /// Largest mask height or width the kernels accept.
 pub const MAX_MASK_SIDE: u32 = 31;
 
-/// Block width (threads along x = columns) of both kernels.
+/// Block width (threads along x = columns) of every kernel.
 pub const BLOCK_X: u32 = 32;
-/// Block height (threads along y = rows) of both kernels.
+/// Block height (threads along y = rows) of the naive kernels.
 pub const BLOCK_Y: u32 = 8;
 
+/// Block height of [`conv2d_tiled`].
+pub const TILED_BLOCK_Y: u32 = 8;
 /// Output rows each thread of [`conv2d_tiled`] computes (consecutive rows of one column).
 pub const TILED_ROWS_PER_THREAD: u32 = 16;
 /// Output rows per block of [`conv2d_tiled`].
-pub const TILED_TILE_ROWS: u32 = BLOCK_Y * TILED_ROWS_PER_THREAD;
+pub const TILED_TILE_ROWS: u32 = TILED_BLOCK_Y * TILED_ROWS_PER_THREAD;
 /// Output columns per block of [`conv2d_tiled`].
 pub const TILED_TILE_COLS: u32 = BLOCK_X;
 
 const ROWS_PER_THREAD: usize = TILED_ROWS_PER_THREAD as usize;
-const THREADS: usize = (BLOCK_X * BLOCK_Y) as usize;
-/// Longest per-thread input window: rows per thread plus the largest mask's halo.
-const WINDOW_MAX: usize = ROWS_PER_THREAD + MAX_MASK_SIDE as usize - 1;
-// The unrolled loops of `Tile::run` list indices up to these bounds.
-const _: () = assert!(ROWS_PER_THREAD == 16 && WINDOW_MAX == 46 && MAX_MASK_SIDE == 31);
+const TILED_THREADS: usize = (BLOCK_X * TILED_BLOCK_Y) as usize;
+/// Length of the unrolled index lists in `Tile::run`, and of the register arrays they index (the
+/// unused tails fold away): output rows per thread, and the input window (rows per thread plus
+/// the largest mask's halo).
+const ROWS_CAPACITY: usize = 32;
+const WINDOW_CAPACITY: usize = ROWS_CAPACITY + MAX_MASK_SIDE as usize - 1;
+const _: () = assert!(ROWS_PER_THREAD <= ROWS_CAPACITY && WINDOW_CAPACITY == 62);
 
 /// Repeats `body` once per listed index, with `i` bound to it: a loop unrolled in the source, so
 /// that arrays indexed by `i` stay in registers whatever LLVM's unrolling thresholds decide.
@@ -158,7 +162,7 @@ unsafe fn naive<T: Float + Default>(
 ///
 /// Arguments as for [`conv2d_naive`]; `mask_rows` and `mask_cols` odd and at most
 /// [`MAX_MASK_SIDE`] (another `mask_rows` writes nothing: the host wrapper validates). Launch with
-/// [`BLOCK_X`] × [`BLOCK_Y`] threads, a grid of `⌈cols / TILED_TILE_COLS⌉ × ⌈rows / TILED_TILE_ROWS⌉`
+/// [`BLOCK_X`] × [`TILED_BLOCK_Y`] threads, a grid of `⌈cols / TILED_TILE_COLS⌉ × ⌈rows / TILED_TILE_ROWS⌉`
 /// blocks and [`tiled_shared_bytes`]`(mask_rows, mask_cols)` bytes of dynamic shared memory.
 #[kernel]
 pub unsafe fn conv2d_tiled(
@@ -255,7 +259,7 @@ impl Tile {
                 let (l, k) = (i / mh_padded, i % mh_padded);
                 let v = if k < MH { *mask.add((MH - 1 - k) * mw + (mw - 1 - l)) } else { 0.0 };
                 flipped.write(i, v);
-                i += THREADS;
+                i += TILED_THREADS;
             }
 
             let x0 = thread::block_idx_x() * TILED_TILE_COLS;
@@ -276,7 +280,7 @@ impl Tile {
                     tile.write(c * stride + r, v);
                     c += BLOCK_X as usize;
                 }
-                r += BLOCK_Y as usize;
+                r += TILED_BLOCK_Y as usize;
             }
             thread::sync_threads();
 
@@ -284,12 +288,12 @@ impl Tile {
             // over the window, the mask rows and the output rows are unrolled, so `window`, `acc` and
             // `m4` live in registers; the conditions on `MH` fold away at compile time.
             let first_row = ty * ROWS_PER_THREAD;
-            let mut acc = [0.0f32; ROWS_PER_THREAD];
+            let mut acc = [0.0f32; ROWS_CAPACITY];
             for l in 0..mw {
                 let column = (tx + l) * stride + first_row;
-                let mut window = [0.0f32; WINDOW_MAX];
-                unroll!(s in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29
-                              30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45] {
+                let mut window = [0.0f32; WINDOW_CAPACITY];
+                unroll!(s in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30
+                              31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61] {
                     if s < ROWS_PER_THREAD + MH - 1 {
                         window[s] = tile.read(column + s);
                     }
@@ -301,8 +305,11 @@ impl Tile {
                         if k.is_multiple_of(4) {
                             m4 = read_f32x4(flipped, l * mh_padded + k);
                         }
-                        unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15] {
-                            acc[r] = math::fma(m4[k % 4], window[r + k], acc[r]);
+                        unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28
+                                      29 30 31] {
+                            if r < ROWS_PER_THREAD {
+                                acc[r] = math::fma(m4[k % 4], window[r + k], acc[r]);
+                            }
                         });
                     }
                 });
@@ -310,12 +317,12 @@ impl Tile {
 
             let x = x0 + tx as u32;
             if x < cols {
-                for (r, &a) in acc.iter().enumerate() {
+                unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31] {
                     let y = y0 + (first_row + r) as u32;
-                    if y < rows {
-                        *out.add(y as usize * cols as usize + x as usize) = a;
+                    if r < ROWS_PER_THREAD && y < rows {
+                        *out.add(y as usize * cols as usize + x as usize) = acc[r];
                     }
-                }
+                });
             }
         }
     }
