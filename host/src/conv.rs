@@ -30,7 +30,8 @@ pub use kernels::conv::MAX_MASK_SIDE;
 pub enum Variant {
     /// `conv2d_naive`: one thread per output pixel, all reads from global memory.
     Naive,
-    /// `conv2d_tiled`: input tile, halo and mask staged in shared memory, 16 outputs per thread.
+    /// `conv2d_tiled`: input tile, halo and mask staged in shared memory, several outputs per
+    /// thread (`kernels::conv::TILED_ROWS_PER_THREAD`).
     Tiled,
 }
 

@@ -32,7 +32,7 @@ pub const BLOCK_Y: u32 = 8;
 /// Block height of [`conv2d_tiled`].
 pub const TILED_BLOCK_Y: u32 = 8;
 /// Output rows each thread of [`conv2d_tiled`] computes (consecutive rows of one column).
-pub const TILED_ROWS_PER_THREAD: u32 = 16;
+pub const TILED_ROWS_PER_THREAD: u32 = 8;
 /// Output rows per block of [`conv2d_tiled`].
 pub const TILED_TILE_ROWS: u32 = TILED_BLOCK_Y * TILED_ROWS_PER_THREAD;
 /// Output columns per block of [`conv2d_tiled`].
