@@ -60,6 +60,7 @@ run_cmd() { # label command...
   sed "s/^/  $label: /" "$logs/cmd-$label.log" | tail -n 20
 }
 run_cmd saxpy "$bundle/bin/saxpy" --device gpu
+run_cmd conv "$bundle/bin/conv" --device gpu --width 4096 --height 4096 --runs 20 --check --output "$logs/conv.png"
 run_cmd spiral "$bundle/bin/spiral" --new --seed 1 --device gpu --output "$logs/spiral.png"
 
 echo "== benchmarks"

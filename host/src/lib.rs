@@ -7,12 +7,14 @@
 //! * [`cli`]: the `--device auto|gpu|sim|cpu` choice shared by every binary;
 //! * [`image_io`]: grayscale images as `ndarray` arrays (PNG/JPEG in, PNG out);
 //! * [`bench`]: statistics and tables for the benchmark programs in `benches/`;
-//! * one module per kernel family ([`saxpy`], [`reduce`], [`spiral`]), each pairing the safe GPU/simulator
-//!   wrapper with a CPU reference.
+//! * [`profile`]: the `--profile` summary (kernels, copies, host costs, resources, occupancy);
+//! * one module per kernel family ([`saxpy`], [`reduce`], [`conv`], [`spiral`], [`svd`] with
+//!   [`svd_batch`]), each pairing the safe GPU/simulator wrapper with a CPU reference.
 #![warn(missing_docs)]
 
 pub mod bench;
 pub mod cli;
+pub mod conv;
 pub mod device;
 pub mod error;
 pub mod image_io;

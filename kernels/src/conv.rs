@@ -1,0 +1,329 @@
+//! 2-D convolution of a grayscale image with a small mask, zero outside the image.
+//!
+//! Images and masks are row-major: element `(row, col)` of an image with `cols` columns is at
+//! `row·cols + col`. For a mask of `mh × mw` (both odd) with half sizes `dr = mh/2`, `dc = mw/2`,
+//! every kernel computes SciPy's `ndimage.convolve(image, mask, mode='constant', cval=0)`:
+//!
+//! ```text
+//! out[i, j] = Σ_{k<mh, l<mw} mask[k, l] · image[i − k + dr, j − l + dc]   (image = 0 outside)
+//! ```
+//!
+//! i.e. a correlation with the mask flipped in both directions.
+//!
+//! * [`conv2d_naive`]: one thread per output pixel, everything read from global memory.
+//! * [`conv2d_tiled`]: a block stages its input tile plus halo and the (flipped) mask in shared
+//!   memory once, then each thread computes [`TILED_ROWS_PER_THREAD`] outputs of one column from
+//!   registers.
+//! * [`conv2d_naive_f64`]: the naive kernel in f64, for reference-precision runs.
+//!
+//! Host side: `host/src/conv.rs`; tests: `tests/conv.rs`; benchmark: `benches/conv.rs`.
+
+use crate::math::{self, Float};
+use crate::{kernel, shared, thread};
+
+/// Largest mask height or width the kernels accept.
+pub const MAX_MASK_SIDE: u32 = 31;
+
+/// Block width (threads along x = columns) of every kernel.
+pub const BLOCK_X: u32 = 32;
+/// Block height (threads along y = rows) of the naive kernels.
+pub const BLOCK_Y: u32 = 8;
+
+/// Block height of [`conv2d_tiled`].
+pub const TILED_BLOCK_Y: u32 = 8;
+/// Output rows each thread of [`conv2d_tiled`] computes (consecutive rows of one column).
+pub const TILED_ROWS_PER_THREAD: u32 = 8;
+/// Output rows per block of [`conv2d_tiled`].
+pub const TILED_TILE_ROWS: u32 = TILED_BLOCK_Y * TILED_ROWS_PER_THREAD;
+/// Output columns per block of [`conv2d_tiled`].
+pub const TILED_TILE_COLS: u32 = BLOCK_X;
+
+const ROWS_PER_THREAD: usize = TILED_ROWS_PER_THREAD as usize;
+const TILED_THREADS: usize = (BLOCK_X * TILED_BLOCK_Y) as usize;
+/// Length of the unrolled index lists in `Tile::run`, and of the register arrays they index (the
+/// unused tails fold away): output rows per thread, and the input window (rows per thread plus
+/// the largest mask's halo).
+const ROWS_CAPACITY: usize = 32;
+const WINDOW_CAPACITY: usize = ROWS_CAPACITY + MAX_MASK_SIDE as usize - 1;
+const _: () = assert!(ROWS_PER_THREAD <= ROWS_CAPACITY && WINDOW_CAPACITY == 62);
+
+/// Repeats `body` once per listed index, with `i` bound to it: a loop unrolled in the source, so
+/// that arrays indexed by `i` stay in registers whatever LLVM's unrolling thresholds decide.
+macro_rules! unroll {
+    ($i:ident in [$($n:literal)*] $body:block) => {
+        $({
+            let $i: usize = $n;
+            $body
+        })*
+    };
+}
+
+/// Mask rows rounded up to a multiple of 4: the shared-memory mask is read 4 rows (16 bytes) at a
+/// time.
+const fn padded_mask_rows(mask_rows: u32) -> u32 {
+    mask_rows.div_ceil(4) * 4
+}
+
+/// Stride in f32 elements between two columns of the shared input tile, which is stored
+/// column-major: the tile's rows (`TILED_TILE_ROWS + mask_rows − 1`) plus one, which makes it odd
+/// so that the 32 threads of a warp, reading 32 consecutive columns, hit 32 different banks.
+const fn tile_column_stride(mask_rows: u32) -> u32 {
+    TILED_TILE_ROWS + mask_rows
+}
+
+/// Dynamic shared memory in bytes that [`conv2d_tiled`] needs for a `mask_rows × mask_cols` mask:
+/// the flipped mask (`mask_cols × padded rows`, f32) followed by the input tile with its halo
+/// (`TILED_TILE_COLS + mask_cols − 1` columns, each [`tile_column_stride`] f32).
+pub const fn tiled_shared_bytes(mask_rows: u32, mask_cols: u32) -> u32 {
+    let mask = mask_cols * padded_mask_rows(mask_rows);
+    let tile = (TILED_TILE_COLS + mask_cols - 1) * tile_column_stride(mask_rows);
+    4 * (mask + tile)
+}
+
+/// One thread per output pixel: `out[y, x]` for the thread's global `(x, y)`, accumulated in f32
+/// with FMAs straight from global memory.
+///
+/// `image` and `out` hold `rows × cols` f32 (row-major), `mask` holds `mask_rows × mask_cols` f32,
+/// both odd. Launch a 2-D grid covering `cols × rows` threads (x = column), e.g. blocks of
+/// [`BLOCK_X`] × [`BLOCK_Y`]; threads outside the image do nothing. No shared memory.
+#[kernel]
+pub unsafe fn conv2d_naive(
+    image: *const f32,
+    rows: u32,
+    cols: u32,
+    mask: *const f32,
+    mask_rows: u32,
+    mask_cols: u32,
+    out: *mut f32,
+) {
+    naive(image, rows, cols, mask, mask_rows, mask_cols, out);
+}
+
+/// [`conv2d_naive`] in f64: f64 image, mask, output and accumulator.
+#[kernel]
+pub unsafe fn conv2d_naive_f64(
+    image: *const f64,
+    rows: u32,
+    cols: u32,
+    mask: *const f64,
+    mask_rows: u32,
+    mask_cols: u32,
+    out: *mut f64,
+) {
+    naive(image, rows, cols, mask, mask_rows, mask_cols, out);
+}
+
+#[inline(always)]
+unsafe fn naive<T: Float + Default>(
+    image: *const T,
+    rows: u32,
+    cols: u32,
+    mask: *const T,
+    mask_rows: u32,
+    mask_cols: u32,
+    out: *mut T,
+) {
+    // SAFETY: the caller passes buffers valid for the launch, as documented on the kernel.
+    unsafe {
+        let (x, y) = thread::index_2d();
+        if x >= cols || y >= rows {
+            return;
+        }
+        let (dr, dc) = (mask_rows / 2, mask_cols / 2);
+        let mut acc = T::default();
+        for k in 0..mask_rows {
+            // Image row y − k + dr; below zero it wraps to a huge value and fails the bound.
+            let iy = (y + dr).wrapping_sub(k);
+            if iy >= rows {
+                continue;
+            }
+            let image_row = image.add(iy as usize * cols as usize);
+            let mask_row = mask.add((k * mask_cols) as usize);
+            for l in 0..mask_cols {
+                let ix = (x + dc).wrapping_sub(l);
+                if ix < cols {
+                    acc = math::fma(*mask_row.add(l as usize), *image_row.add(ix as usize), acc);
+                }
+            }
+        }
+        *out.add(y as usize * cols as usize + x as usize) = acc;
+    }
+}
+
+/// Tiled convolution: each block computes a [`TILED_TILE_COLS`] × [`TILED_TILE_ROWS`] tile of the
+/// output, each thread [`TILED_ROWS_PER_THREAD`] consecutive rows of one column, accumulated in f32
+/// with FMAs.
+///
+/// The block first copies the mask (flipped, so the sum becomes a correlation) and its input tile
+/// with a halo of `mask − 1` rows and columns (zeros outside the image) into shared memory; every
+/// image pixel and mask value is then read from global memory once per block. Per mask column a
+/// thread loads its `rows per thread + mask_rows − 1` input values into registers and reuses each
+/// for up to `mask_rows` outputs.
+///
+/// Arguments as for [`conv2d_naive`]; `mask_rows` and `mask_cols` odd and at most
+/// [`MAX_MASK_SIDE`] (another `mask_rows` writes nothing: the host wrapper validates). Launch with
+/// [`BLOCK_X`] × [`TILED_BLOCK_Y`] threads, a grid of `⌈cols / TILED_TILE_COLS⌉ × ⌈rows / TILED_TILE_ROWS⌉`
+/// blocks and [`tiled_shared_bytes`]`(mask_rows, mask_cols)` bytes of dynamic shared memory.
+#[kernel]
+pub unsafe fn conv2d_tiled(
+    image: *const f32,
+    rows: u32,
+    cols: u32,
+    mask: *const f32,
+    mask_rows: u32,
+    mask_cols: u32,
+    out: *mut f32,
+) {
+    // The mask height is a compile-time constant inside `tiled`, so that the per-column input
+    // window and the loops over mask rows and output rows unroll into registers.
+    let tile = Tile { image, rows, cols, mask, mask_cols, out };
+    match mask_rows {
+        1 => tile.run::<1>(),
+        3 => tile.run::<3>(),
+        5 => tile.run::<5>(),
+        7 => tile.run::<7>(),
+        9 => tile.run::<9>(),
+        11 => tile.run::<11>(),
+        13 => tile.run::<13>(),
+        15 => tile.run::<15>(),
+        17 => tile.run::<17>(),
+        19 => tile.run::<19>(),
+        21 => tile.run::<21>(),
+        23 => tile.run::<23>(),
+        25 => tile.run::<25>(),
+        27 => tile.run::<27>(),
+        29 => tile.run::<29>(),
+        31 => tile.run::<31>(),
+        _ => {}
+    }
+}
+
+/// The arguments of [`conv2d_tiled`], less the mask height.
+#[derive(Clone, Copy)]
+struct Tile {
+    image: *const f32,
+    rows: u32,
+    cols: u32,
+    mask: *const f32,
+    mask_cols: u32,
+    out: *mut f32,
+}
+
+/// Reads 4 consecutive f32 of shared memory starting at element `i` (a multiple of 4, in a
+/// 16-byte-aligned region) with one 16-byte load on the GPU.
+///
+/// # Safety
+/// `i + 4 <= region.len()`, as for [`shared::DynamicShared::read`].
+#[inline(always)]
+unsafe fn read_f32x4(region: shared::DynamicShared<f32>, i: usize) -> [f32; 4] {
+    // SAFETY: in range by the caller's contract; 16-byte aligned by construction.
+    unsafe {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            #[repr(C, align(16))]
+            struct F32x4([f32; 4]);
+            (region.as_ptr().add(i) as *const F32x4).read().0
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            assert!(i.is_multiple_of(4) && (region.as_ptr() as usize).is_multiple_of(16), "misaligned read");
+            [region.read(i), region.read(i + 1), region.read(i + 2), region.read(i + 3)]
+        }
+    }
+}
+
+impl Tile {
+    #[inline(always)]
+    unsafe fn run<const MH: usize>(self) {
+        // SAFETY: the buffers are valid for the launch (the kernel's contract); shared-memory
+        // indices stay inside the regions sized from the same mask dimensions.
+        unsafe {
+            let Tile { image, rows, cols, mask, mask_cols, out } = self;
+            let mw = mask_cols as usize;
+            let mh_padded = padded_mask_rows(MH as u32) as usize;
+            let stride = tile_column_stride(MH as u32) as usize;
+            let tile_cols = TILED_TILE_COLS as usize + mw - 1;
+            let tile_rows = TILED_TILE_ROWS as usize + MH - 1;
+
+            // Shared layout: flipped[l·mh_padded + k] = mask[MH−1−k, mw−1−l] (0 for k ≥ MH), then the
+            // tile, column-major: tile[c·stride + r] = image[y0 − dr + r, x0 − dc + c].
+            let mask_len = mw * mh_padded;
+            let flipped = shared::region::<f32>(0, mask_len);
+            let tile = shared::region::<f32>(4 * mask_len, tile_cols * stride);
+
+            let (tx, ty) = (thread::thread_idx_x() as usize, thread::thread_idx_y() as usize);
+            let tid = ty * BLOCK_X as usize + tx;
+
+            let mut i = tid;
+            while i < mask_len {
+                let (l, k) = (i / mh_padded, i % mh_padded);
+                let v = if k < MH { *mask.add((MH - 1 - k) * mw + (mw - 1 - l)) } else { 0.0 };
+                flipped.write(i, v);
+                i += TILED_THREADS;
+            }
+
+            let x0 = thread::block_idx_x() * TILED_TILE_COLS;
+            let y0 = thread::block_idx_y() * TILED_TILE_ROWS;
+            let (dr, dc) = (MH as u32 / 2, mask_cols / 2);
+            let mut r = ty;
+            while r < tile_rows {
+                // Below zero the subtraction wraps to a huge value and fails the bound.
+                let gy = (y0 + r as u32).wrapping_sub(dr);
+                let mut c = tx;
+                while c < tile_cols {
+                    let gx = (x0 + c as u32).wrapping_sub(dc);
+                    let v = if gy < rows && gx < cols {
+                        *image.add(gy as usize * cols as usize + gx as usize)
+                    } else {
+                        0.0
+                    };
+                    tile.write(c * stride + r, v);
+                    c += BLOCK_X as usize;
+                }
+                r += TILED_BLOCK_Y as usize;
+            }
+            thread::sync_threads();
+
+            // out[first_row + r] = Σ_{l, k} flipped[l, k] · tile[tx + l, first_row + r + k]. The loops
+            // over the window, the mask rows and the output rows are unrolled, so `window`, `acc` and
+            // `m4` live in registers; the conditions on `MH` fold away at compile time.
+            let first_row = ty * ROWS_PER_THREAD;
+            let mut acc = [0.0f32; ROWS_CAPACITY];
+            for l in 0..mw {
+                let column = (tx + l) * stride + first_row;
+                let mut window = [0.0f32; WINDOW_CAPACITY];
+                unroll!(s in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30
+                              31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61] {
+                    if s < ROWS_PER_THREAD + MH - 1 {
+                        window[s] = tile.read(column + s);
+                    }
+                });
+                let mut m4 = [0.0f32; 4];
+                unroll!(k in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29
+                              30] {
+                    if k < MH {
+                        if k.is_multiple_of(4) {
+                            m4 = read_f32x4(flipped, l * mh_padded + k);
+                        }
+                        unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28
+                                      29 30 31] {
+                            if r < ROWS_PER_THREAD {
+                                acc[r] = math::fma(m4[k % 4], window[r + k], acc[r]);
+                            }
+                        });
+                    }
+                });
+            }
+
+            let x = x0 + tx as u32;
+            if x < cols {
+                unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31] {
+                    let y = y0 + (first_row + r) as u32;
+                    if r < ROWS_PER_THREAD && y < rows {
+                        *out.add(y as usize * cols as usize + x as usize) = acc[r];
+                    }
+                });
+            }
+        }
+    }
+}
