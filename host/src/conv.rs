@@ -16,6 +16,7 @@
 //! command: `cargo run --release --bin conv`.
 
 use crate::error::{Error, Result, ensure};
+use crate::profile::Work;
 use crate::{Buffer, Device, Element, LaunchConfig};
 use kernels::conv::{BLOCK_X, BLOCK_Y, TILED_BLOCK_Y, TILED_TILE_COLS, TILED_TILE_ROWS};
 use ndarray::{Array2, ArrayView2};
@@ -147,6 +148,17 @@ impl<'d, T: Element + Into<f64>> Convolution<'d, T> {
     }
 }
 
+impl<T: Element + Into<f64>> Convolution<'_, T> {
+    /// Useful work of one launch, for `--profile`: the image read once, the output written once,
+    /// the mask read once; one FMA (2 flops) per pixel and mask element.
+    fn work(&self, bytes_per_value: f64) -> Work {
+        let (rows, cols) = self.dim();
+        let (mask_rows, mask_cols) = self.mask_dim();
+        let (pixels, taps) = ((rows * cols) as f64, (mask_rows * mask_cols) as f64);
+        Work { bytes: bytes_per_value * (2.0 * pixels + taps), flops: 2.0 * pixels * taps }
+    }
+}
+
 /// The contiguous row-major data of a standard-layout array.
 fn standard_slice<'a, T>(array: &'a ndarray::CowArray<'_, T, ndarray::Ix2>) -> &'a [T] {
     array.as_slice().expect("standard layout is contiguous")
@@ -157,14 +169,18 @@ impl Convolution<'_, f32> {
     pub fn launch(&mut self, variant: Variant) -> Result<()> {
         let (rows, cols) = self.dim();
         let args = self.args();
+        let work = Some(self.work(4.0));
+        let queue = self.device.queue();
         // SAFETY: the image and output buffers hold rows × cols values and the mask buffer
         // mask_rows × mask_cols, the sizes passed; `validate` checked the mask sides.
         unsafe {
             match variant {
-                Variant::Naive => self.device.launch(
+                Variant::Naive => self.device.launch_counted(
+                    queue,
                     &kernels::conv::CONV2D_NAIVE,
                     LaunchConfig::for_2d(cols, rows, BLOCK_X, BLOCK_Y),
                     args,
+                    work,
                 ),
                 Variant::Tiled => {
                     let shared = kernels::conv::tiled_shared_bytes(self.mask_rows, self.mask_cols);
@@ -177,7 +193,7 @@ impl Convolution<'_, f32> {
                         block: crate::Dim3::xy(BLOCK_X, TILED_BLOCK_Y),
                         shared_bytes: shared,
                     };
-                    self.device.launch(&kernels::conv::CONV2D_TILED, cfg, args)
+                    self.device.launch_counted(queue, &kernels::conv::CONV2D_TILED, cfg, args, work)
                 }
             }
         }
@@ -189,12 +205,15 @@ impl Convolution<'_, f64> {
     pub fn launch_f64(&mut self) -> Result<()> {
         let (rows, cols) = self.dim();
         let args = self.args();
+        let work = Some(self.work(8.0));
         // SAFETY: as for `Convolution::<f32>::launch`.
         unsafe {
-            self.device.launch(
+            self.device.launch_counted(
+                self.device.queue(),
                 &kernels::conv::CONV2D_NAIVE_F64,
                 LaunchConfig::for_2d(cols, rows, BLOCK_X, BLOCK_Y),
                 args,
+                work,
             )
         }
     }

@@ -206,7 +206,8 @@ fn main() -> ExitCode {
             );
             Ok(r)
         };
-        let result = match args.device.select()? {
+        let target = args.device.select()?;
+        let result = match &target {
             Target::CpuReference => {
                 if args.check {
                     println!(
@@ -216,7 +217,7 @@ fn main() -> ExitCode {
                 reference("")?.mapv(|v| v as f32)
             }
             Target::Kernels(device) => {
-                let result = run_kernels(&device, image.view(), mask.view(), args.kernel, args.runs)?;
+                let result = run_kernels(device, image.view(), mask.view(), args.kernel, args.runs)?;
                 if args.check {
                     let d = Deviation::of(result.view(), reference(" (for --check)")?.view())?;
                     println!(
@@ -237,6 +238,7 @@ fn main() -> ExitCode {
             image_io::save_grayscale(path, result.view(), args.scaling)?;
             println!("wrote {} ({:?} scaling)", path.display(), args.scaling);
         }
+        args.device.finish(&target)?;
         Ok(())
     })
 }
