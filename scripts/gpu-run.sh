@@ -54,6 +54,8 @@ run_cmd() { # label command...
   sed "s/^/  $label: /" "$logs/cmd-$label.log" | tail -n 20
 }
 run_cmd saxpy "$bundle/bin/saxpy" --device gpu
+run_cmd lombscargle "$bundle/bin/lombscargle" --device gpu --variant recurrence --precision f32 \
+  --output "$logs/lombscargle.csv" --plot "$logs/lombscargle.png"
 
 echo "== benchmarks"
 for b in "$bundle"/benches/*; do

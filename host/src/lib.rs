@@ -7,7 +7,8 @@
 //! * [`cli`]: the `--device auto|gpu|sim|cpu` choice shared by every binary;
 //! * [`image_io`]: grayscale images as `ndarray` arrays (PNG/JPEG in, PNG out);
 //! * [`bench`]: statistics and tables for the benchmark programs in `benches/`;
-//! * one module per kernel family ([`saxpy`], [`reduce`]), each pairing the safe GPU/simulator
+//! * [`plot`]: line charts as PNG or SVG files;
+//! * one module per kernel family ([`saxpy`], [`reduce`], [`lombscargle`]), each pairing the safe GPU/simulator
 //!   wrapper with a CPU reference.
 #![warn(missing_docs)]
 
@@ -16,7 +17,9 @@ pub mod cli;
 pub mod device;
 pub mod error;
 pub mod image_io;
+pub mod lombscargle;
 pub mod module;
+pub mod plot;
 pub mod reduce;
 pub mod saxpy;
 

@@ -44,6 +44,7 @@ pub mod sim;
 #[cfg(not(target_arch = "nvptx64"))]
 pub use kernel_fn::{KernelArgs, KernelFn};
 
+pub mod lombscargle;
 pub mod reduce;
 pub mod saxpy;
 
