@@ -236,73 +236,6 @@ fn jit_row<T: Element>(
     })
 }
 
-/// TEMP: recurrence alternatives on the grid of `problem`.
-fn temp_sweep(device: &Device, problem: &Problem) -> anyhow::Result<()> {
-    use kernels::lombscargle as k;
-    let (n, m) = (problem.x.len() as u32, problem.freqs.len() as u32);
-    let (w0, dw) = (problem.freqs[0], problem.freqs[1] - problem.freqs[0]);
-    let c32 = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
-    let (x32, y32) = (device.upload(&c32(&problem.x))?, device.upload(&c32(&problem.y))?);
-    let (x64, y64) = (device.upload(&problem.x)?, device.upload(&problem.y)?);
-    let mut p32: Buffer<f32> = device.alloc(m as usize)?;
-    let mut p64: Buffer<f64> = device.alloc(m as usize)?;
-    let tile = 1024.min(n as usize);
-    let f32_kernels = [
-        ("shear fast anchor (shipped)", 6usize, &k::LOMBSCARGLE_RECURRENCE_F32),
-        ("shear precise anchor", 6, &k::SWEEP_SHEAR_PRECISE_F32),
-        ("rotation precise anchor (run 2)", 4, &k::SWEEP_ROT_PRECISE_F32),
-        ("rotation fast anchor", 4, &k::SWEEP_ROT_FAST_F32),
-    ];
-    for (label, values, kernel) in f32_kernels {
-        for block in [64u32, 128] {
-            let cfg = LaunchConfig::for_1d(m.div_ceil(16) as usize, block)
-                .with_shared_bytes((tile * values * 4) as u32);
-            let args = (
-                x32.as_kernel_ptr(),
-                y32.as_kernel_ptr(),
-                n,
-                w0 as f32,
-                dw as f32,
-                m,
-                1.0f32,
-                p32.as_kernel_mut_ptr(),
-            );
-            // SAFETY: buffers of n and m values.
-            let run = || unsafe { device.launch(kernel, cfg, args) };
-            run()?;
-            let error = problem.error(&device.download(&p32)?.into_iter().map(f64::from).collect::<Vec<_>>());
-            let t = Stats::of(&device.time_ms(3, problem.warm_runs, run)?);
-            let regs = module::resources(kernel.name()).map_or(0, |r| r.registers);
-            println!(
-                "SWEEP {} f32 {label} block {block}: {:.4} ms (min {:.4}), {regs} regs, error {error:.1e}",
-                problem.name, t.median_ms, t.min_ms
-            );
-        }
-    }
-    for (label, values, kernel) in [
-        ("shear (shipped)", 6usize, &k::LOMBSCARGLE_RECURRENCE_F64),
-        ("rotation (run 2)", 4, &k::SWEEP_ROT_F64),
-    ] {
-        for block in [128u32, 256] {
-            let cfg = LaunchConfig::for_1d(m.div_ceil(16) as usize, block)
-                .with_shared_bytes((tile * values * 8) as u32);
-            let args =
-                (x64.as_kernel_ptr(), y64.as_kernel_ptr(), n, w0, dw, m, 1.0f64, p64.as_kernel_mut_ptr());
-            // SAFETY: buffers of n and m values.
-            let run = || unsafe { device.launch(kernel, cfg, args) };
-            run()?;
-            let error = problem.error(&device.download(&p64)?);
-            let t = Stats::of(&device.time_ms(3, problem.warm_runs, run)?);
-            let regs = module::resources(kernel.name()).map_or(0, |r| r.registers);
-            println!(
-                "SWEEP {} f64 {label} block {block}: {:.4} ms (min {:.4}), {regs} regs, error {error:.1e}",
-                problem.name, t.median_ms, t.min_ms
-            );
-        }
-    }
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     let sweep = std::env::args().any(|a| a == "--sweep");
 
@@ -398,9 +331,7 @@ fn main() -> anyhow::Result<()> {
                 }
             }
         }
-        println!("block sizes (default signal first, then 16384 samples)\n\n{}", table(&rows).render());
-        temp_sweep(&device, &default)?;
-        temp_sweep(&device, &large)?;
+        println!("launch shapes (default signal first, then 16384 samples)\n\n{}", table(&rows).render());
     }
     drop(device);
     drop(context);

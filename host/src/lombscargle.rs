@@ -28,8 +28,10 @@ pub enum Variant {
     Precise,
     /// One thread per frequency, hardware `sin.approx`/`cos.approx` per sample (f32 only).
     Fast,
-    /// Angle-addition recurrence over consecutive frequencies of a uniform grid, re-anchored with
-    /// libdevice `sincos` every `kernels::lombscargle::RECURRENCE_STEPS` frequencies (f32 or f64).
+    /// Rotation recurrence over consecutive frequencies of a uniform grid (three FMAs per sample
+    /// and frequency instead of a `sincos`), re-anchored by a direct `sin`/`cos` every
+    /// `kernels::lombscargle::RECURRENCE_STEPS` frequencies: the hardware approximations in f32,
+    /// libdevice in f64.
     Recurrence,
 }
 

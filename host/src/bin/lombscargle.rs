@@ -41,7 +41,8 @@ struct Args {
     /// Scale P by 2/Σy² (Σy² of y as given, before any centring, as SciPy does).
     #[arg(long)]
     normalize: bool,
-    /// Kernel: precise (libdevice sincos), fast (hardware sin/cos, f32), recurrence (angle addition).
+    /// Kernel: precise (libdevice sincos), fast (hardware sin/cos, f32 only), recurrence (rotation
+    /// from frequency to frequency; needs the uniform grid, which --fmin/--fmax/--count give).
     #[arg(long, value_enum, default_value_t = Variant::Precise)]
     variant: Variant,
     /// Arithmetic of the kernel (the CPU reference is always f64).
