@@ -62,6 +62,8 @@ run_cmd() { # label command...
 run_cmd saxpy "$bundle/bin/saxpy" --device gpu
 run_cmd conv "$bundle/bin/conv" --device gpu --width 4096 --height 4096 --runs 20 --check --output "$logs/conv.png"
 run_cmd spiral "$bundle/bin/spiral" --new --seed 1 --device gpu --output "$logs/spiral.png"
+run_cmd lombscargle "$bundle/bin/lombscargle" --device gpu --variant recurrence --precision f32 \
+  --output "$logs/lombscargle.csv" --plot "$logs/lombscargle.png"
 
 echo "== benchmarks"
 for b in "$bundle"/benches/*; do

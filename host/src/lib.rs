@@ -7,8 +7,9 @@
 //! * [`cli`]: the `--device auto|gpu|sim|cpu` choice shared by every binary;
 //! * [`image_io`]: grayscale images as `ndarray` arrays (PNG/JPEG in, PNG out);
 //! * [`bench`]: statistics and tables for the benchmark programs in `benches/`;
+//! * [`plot`]: line charts as PNG or SVG files;
 //! * [`profile`]: the `--profile` summary (kernels, copies, host costs, resources, occupancy);
-//! * one module per kernel family ([`saxpy`], [`reduce`], [`conv`], [`spiral`], [`svd`] with
+//! * one module per kernel family ([`saxpy`], [`reduce`], [`conv`], [`lombscargle`], [`spiral`], [`svd`] with
 //!   [`svd_batch`]), each pairing the safe GPU/simulator wrapper with a CPU reference.
 #![warn(missing_docs)]
 
@@ -18,7 +19,9 @@ pub mod conv;
 pub mod device;
 pub mod error;
 pub mod image_io;
+pub mod lombscargle;
 pub mod module;
+pub mod plot;
 pub mod profile;
 pub mod reduce;
 pub mod saxpy;

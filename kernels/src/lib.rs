@@ -45,6 +45,7 @@ pub mod sim;
 pub use kernel_fn::{KernelArgs, KernelFn};
 
 pub mod conv;
+pub mod lombscargle;
 pub mod reduce;
 pub mod saxpy;
 pub mod spiral;
