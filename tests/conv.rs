@@ -344,11 +344,7 @@ fn mask_text_is_parsed_or_rejected() {
 // ---- the `conv` command ----
 
 fn conv_exe() -> PathBuf {
-    // The GPU bundle's runner points KERNEL_SUITE_BIN_DIR at the copied binaries.
-    match std::env::var_os("KERNEL_SUITE_BIN_DIR") {
-        Some(dir) => PathBuf::from(dir).join("conv"),
-        None => env!("CARGO_BIN_EXE_conv").into(),
-    }
+    common::bin("conv", env!("CARGO_BIN_EXE_conv"))
 }
 
 fn run_conv(args: &[&str]) -> (bool, String, String) {

@@ -1,5 +1,7 @@
 //! Asking for a GPU that is not there gives a clear error, from the library and from a binary.
 
+mod common;
+
 use kernel_suite::Device;
 use std::process::Command;
 
@@ -16,12 +18,10 @@ fn missing_gpu_is_a_clear_error() {
 
 #[test]
 fn binary_exits_nonzero_with_one_line_when_gpu_required() {
-    // The GPU bundle's runner points KERNEL_SUITE_BIN_DIR at the copied binaries.
-    let exe = match std::env::var_os("KERNEL_SUITE_BIN_DIR") {
-        Some(dir) => std::path::PathBuf::from(dir).join("saxpy"),
-        None => env!("CARGO_BIN_EXE_saxpy").into(),
-    };
-    let out = Command::new(exe).args(["--device", "gpu", "--gpu", "9999", "--n", "10"]).output().unwrap();
+    let out = Command::new(common::bin("saxpy", env!("CARGO_BIN_EXE_saxpy")))
+        .args(["--device", "gpu", "--gpu", "9999", "--n", "10"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
     let lines: Vec<&str> = stderr.lines().collect();

@@ -309,11 +309,7 @@ fn scratch_dir(test: &str) -> PathBuf {
 
 /// The `spiral` command (the GPU bundle's runner points KERNEL_SUITE_BIN_DIR at its copy).
 fn spiral_command(dir: &Path) -> Command {
-    let exe = match std::env::var_os("KERNEL_SUITE_BIN_DIR") {
-        Some(bins) => PathBuf::from(bins).join("spiral"),
-        None => env!("CARGO_BIN_EXE_spiral").into(),
-    };
-    let mut command = Command::new(exe);
+    let mut command = Command::new(common::bin("spiral", env!("CARGO_BIN_EXE_spiral")));
     command.current_dir(dir);
     command
 }

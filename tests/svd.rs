@@ -141,3 +141,58 @@ fn batch_pipeline_matches_reference_in_order() {
         "invalid input: batch image 1 is 9×8 with k = 2; the batch is 8×8 with k = 2"
     );
 }
+
+// ---- the `svd` command ----
+
+fn run_svd(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(common::bin("svd", env!("CARGO_BIN_EXE_svd")))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kernel-suite-svd-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn svd_command_reports_errors_matching_the_bound_and_writes_outputs() {
+    let dir = scratch("ok");
+    let (ok, stdout, stderr) =
+        run_svd(&dir, &["--size", "37", "--ranks", "3,7", "--device", "sim", "--json", "report.json"]);
+    assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(dir.join("svd-out/shepp-logan-mosaic.png").is_file());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let ranks = report[0]["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    for r in ranks {
+        let (err, bound) = (r["relative_error"].as_f64().unwrap(), r["eckart_young_bound"].as_f64().unwrap());
+        assert!(bound > 0.01 && (err - bound).abs() <= 1e-4 * bound, "k = {}: {err} vs {bound}", r["k"]);
+    }
+}
+
+#[test]
+fn svd_command_rejects_bad_input_with_one_line() {
+    let dir = scratch("bad");
+    std::fs::write(dir.join("empty.png"), b"").unwrap();
+    std::fs::write(dir.join("text.png"), b"not an image at all").unwrap();
+    for (args, expected) in [
+        (vec!["--size", "16", "--ranks", "0", "--device", "cpu"], "rank k = 0 is outside 1..=16"),
+        (vec!["--size", "16", "--ranks", "17", "--device", "cpu"], "rank k = 17 is outside 1..=16"),
+        (vec!["empty.png", "--device", "cpu"], "empty.png: not a readable PNG/JPEG image"),
+        (vec!["text.png", "--device", "cpu"], "text.png: not a readable PNG/JPEG image"),
+        (vec!["missing.png", "--device", "cpu"], "missing.png: "),
+    ] {
+        let (ok, _, stderr) = run_svd(&dir, &args);
+        assert!(!ok, "{args:?} succeeded");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
+        assert!(lines[0].starts_with("error: ") && lines[0].contains(expected), "{args:?}: {stderr}");
+    }
+}

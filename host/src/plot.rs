@@ -286,6 +286,37 @@ fn envelope(points: &[(f64, f64)], columns: usize) -> Vec<(f64, f64)> {
 }
 
 /// Registers the embedded DejaVu Sans as `sans-serif` (once per process).
+/// Pixel height reserved above an image for a label drawn by [`draw_labels`].
+pub const LABEL_HEIGHT: u32 = 24;
+
+/// Draws each `(text, x, y)` in black, 16 px sans-serif, with its top-left corner at `(x, y)`, onto
+/// `gray`: row-major 8-bit grayscale pixels, `width × height`. Used to caption image mosaics.
+pub fn draw_labels(
+    gray: &mut [u8],
+    width: usize,
+    height: usize,
+    labels: &[(String, usize, usize)],
+) -> Result<()> {
+    if gray.len() != width * height {
+        return Err(Error::InvalidInput(format!("{} pixels for a {width} × {height} image", gray.len())));
+    }
+    register_font().map_err(Error::InvalidInput)?;
+    let mut rgb: Vec<u8> = gray.iter().flat_map(|&v| [v, v, v]).collect();
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, (width as u32, height as u32)).into_drawing_area();
+        let style = ("sans-serif", 16).into_font().color(&BLACK);
+        for (text, x, y) in labels {
+            root.draw_text(text, &style, (*x as i32, *y as i32 + 3))
+                .map_err(|e| Error::InvalidInput(e.to_string()))?;
+        }
+        root.present().map_err(|e| Error::InvalidInput(e.to_string()))?;
+    }
+    for (g, px) in gray.iter_mut().zip(rgb.chunks_exact(3)) {
+        *g = px[0];
+    }
+    Ok(())
+}
+
 fn register_font() -> std::result::Result<(), String> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok = *REGISTERED

@@ -43,6 +43,15 @@ pub fn devices(test: &str) -> Vec<Device> {
     all
 }
 
+/// Path of the package's binary `name`: the copy in `$KERNEL_SUITE_BIN_DIR` when the GPU bundle's
+/// runner sets it, else `built` (pass `env!("CARGO_BIN_EXE_<name>")`).
+pub fn bin(name: &str, built: &str) -> std::path::PathBuf {
+    match std::env::var_os("KERNEL_SUITE_BIN_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir).join(name),
+        None => built.into(),
+    }
+}
+
 /// A seeded generator: every test draws fresh, reproducible inputs.
 pub fn rng(seed: u64) -> SmallRng {
     SmallRng::seed_from_u64(seed)
