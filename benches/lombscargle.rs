@@ -11,24 +11,20 @@
 //! frequency plus the 513 around the peak, its time is scaled to all frequencies, and the error is
 //! taken over that subset.
 //!
-//! Rows marked "PTX JIT" load the embedded PTX with `cuModuleLoadDataEx` here (through `cust`, on
-//! the context `Device::gpu` made current): once plain, once with `CU_JIT_MAX_REGISTERS` (the
-//! register-capped variant, which `Device` cannot load yet). They launch on their own stream.
+//! Rows marked "PTX JIT" come from devices opened with `Device::gpu_with`, which loads the embedded
+//! PTX through the driver's JIT: once plain (`force_ptx`), once with `CU_JIT_MAX_REGISTERS` (the
+//! register-capped variant, also `--max-registers` on every command).
 //!
 //! `--sweep`: also time other launch shapes (block sizes, and grids of a few blocks per SM that
 //! loop over the frequencies).
 
-use cust::event::{Event, EventFlags};
-use cust::function::FunctionAttribute;
-use cust::module::{Module, ModuleJitOption};
-use cust::stream::{Stream, StreamFlags};
 use kernel_suite::bench::{Stats, Table};
+use kernel_suite::device::ModuleImage;
 use kernel_suite::lombscargle::{
     Options, Plan, Precision, Variant, benchmark_signal, frequency_grid, lombscargle_reference,
     relative_error,
 };
-use kernel_suite::{Buffer, Device, Element, LaunchConfig, module};
-use kernels::KernelArgs;
+use kernel_suite::{Device, GpuOptions};
 use std::time::Instant;
 
 /// Register cap of the capped rows.
@@ -136,14 +132,15 @@ fn table(rows: &[Row]) -> Table {
 
 /// A row through `Device` (the embedded cubin): first launch (wall clock, launch + wait), warm
 /// median, error.
-fn cubin_row(
+fn row(
     device: &Device,
     problem: &Problem,
     variant: Variant,
     precision: Precision,
-    module_load_ms: f64,
     shape: Option<(u32, Option<u32>)>,
+    note: &str,
 ) -> anyhow::Result<Row> {
+    let startup = device.startup().expect("a GPU device");
     let options = Options { variant, precision, ..Options::default() };
     let mut plan = Plan::new(device, &problem.x, &problem.y, &problem.freqs, &options)?;
     if let Some((block, blocks)) = shape {
@@ -155,81 +152,22 @@ fn cubin_row(
     let first_launch_ms = ms(start);
     let error = problem.error(&plan.result()?);
     let warm = Stats::of(&device.time_ms(3, problem.warm_runs, || plan.launch())?);
-    let registers = module::resources(plan.kernel_name()).map_or("?".into(), |r| r.registers.to_string());
+    let registers = device.kernel_registers(plan.kernel_name())?.map_or("?".into(), |r| r.to_string());
     let label = match shape {
-        Some((block, Some(blocks))) => format!("{variant} ({blocks} × {block})"),
-        Some((block, None)) => format!("{variant} (block {block})"),
-        None => variant.to_string(),
+        Some((block, Some(blocks))) => format!("{variant} ({blocks} × {block}){note}"),
+        Some((block, None)) => format!("{variant} (block {block}){note}"),
+        None => format!("{variant}{note}"),
     };
     Ok(Row {
         variant: label,
         precision,
-        image: "cubin",
+        image: match startup.image {
+            ModuleImage::Cubin => "cubin",
+            ModuleImage::Ptx => "PTX JIT",
+        },
         registers,
         first_launch_ms,
-        first_pass_ms: module_load_ms + first_launch_ms,
-        warm,
-        speedup: problem.cpu_ms / warm.median_ms,
-        error,
-    })
-}
-
-/// The precise kernel `name` (element type `T`) from a JIT-compiled module, on its own stream.
-#[allow(clippy::too_many_arguments)]
-fn jit_row<T: Element>(
-    device: &Device,
-    problem: &Problem,
-    precision: Precision,
-    name: &str,
-    convert: impl Fn(f64) -> T,
-    one: T,
-    to_f64: impl Fn(T) -> f64,
-    jit: (&Module, f64, &'static str),
-) -> anyhow::Result<Row> {
-    let (module, module_load_ms, image) = jit;
-    let stream = Stream::new(StreamFlags::NON_BLOCKING, None)?;
-    let (n, m) = (problem.x.len() as u32, problem.freqs.len() as u32);
-    let c = |v: &[f64]| v.iter().map(|&a| convert(a)).collect::<Vec<T>>();
-    let (x, y, freqs) =
-        (device.upload(&c(&problem.x))?, device.upload(&c(&problem.y))?, device.upload(&c(&problem.freqs))?);
-    let mut power: Buffer<T> = device.alloc(m as usize)?;
-    let args =
-        (x.as_kernel_ptr(), y.as_kernel_ptr(), n, freqs.as_kernel_ptr(), m, one, power.as_kernel_mut_ptr());
-    let cfg = LaunchConfig::for_1d(m as usize, kernel_suite::lombscargle::BLOCK);
-    let shared = (kernel_suite::lombscargle::TILE.min(n as usize) * 2 * std::mem::size_of::<T>()) as u32;
-    let start = Instant::now();
-    let function = module.get_function(name)?;
-    // SAFETY: `args` matches the direct kernels' signature; the buffers hold n and m values.
-    let launch = || unsafe { stream.launch(&function, cfg.grid.x, cfg.block.x, shared, &args.param_ptrs()) };
-    launch()?;
-    stream.synchronize()?;
-    let first_launch_ms = ms(start);
-    let error = problem.error(&device.download(&power)?.into_iter().map(to_f64).collect::<Vec<_>>());
-    let registers = function.get_attribute(FunctionAttribute::NumRegisters)?;
-    for _ in 0..3 {
-        launch()?;
-    }
-    let mut times = Vec::with_capacity(problem.warm_runs);
-    for _ in 0..problem.warm_runs {
-        let (a, b) = (Event::new(EventFlags::DEFAULT)?, Event::new(EventFlags::DEFAULT)?);
-        a.record(&stream)?;
-        launch()?;
-        b.record(&stream)?;
-        b.synchronize()?;
-        times.push(b.elapsed_time_f32(&a)? as f64);
-    }
-    let warm = Stats::of(&times);
-    Ok(Row {
-        variant: if image == "PTX JIT" {
-            "precise".into()
-        } else {
-            format!("precise, ≤ {MAX_REGISTERS} registers")
-        },
-        precision,
-        image,
-        registers: registers.to_string(),
-        first_launch_ms,
-        first_pass_ms: module_load_ms + first_launch_ms,
+        first_pass_ms: startup.module_load_ms + first_launch_ms,
         warm,
         speedup: problem.cpu_ms / warm.median_ms,
         error,
@@ -239,18 +177,14 @@ fn jit_row<T: Element>(
 fn main() -> anyhow::Result<()> {
     let sweep = std::env::args().any(|a| a == "--sweep");
 
-    // Context creation, then `Device::gpu`, which finds the primary context alive and so mostly
-    // loads the module (the embedded cubin on sm_90).
-    let start = Instant::now();
-    cust::init(cust::CudaFlags::empty())?;
-    let context = cust::context::Context::new(cust::device::Device::get_device(0)?)?;
-    let context_ms = ms(start);
-    let start = Instant::now();
+    // The first device of the process pays for the driver and the context; the PTX-loading devices
+    // opened below retain the same (primary) context, so their start-up is mostly the JIT.
     let device = Device::gpu(0)?;
-    let module_load_ms = ms(start);
+    let startup = device.startup().expect("a GPU device");
     println!("device: {}", device.describe());
     println!(
-        "context creation: {context_ms:.1} ms; Device::gpu after it (module load, stream): {module_load_ms:.2} ms"
+        "cuInit: {:.1} ms; context creation: {:.1} ms; module load (embedded cubin): {:.2} ms",
+        startup.init_ms, startup.context_ms, startup.module_load_ms
     );
 
     let freqs = frequency_grid(0.01, 10.0, 1 << 20)?;
@@ -274,45 +208,23 @@ fn main() -> anyhow::Result<()> {
     ];
     let mut rows = Vec::new();
     for (variant, precision) in cases {
-        rows.push(cubin_row(&device, &default, variant, precision, module_load_ms, None)?);
+        rows.push(row(&device, &default, variant, precision, None, "")?);
     }
-    let start = Instant::now();
-    let jit = Module::from_ptx(module::PTX, &[])?;
-    let jit_ms = ms(start);
-    let start = Instant::now();
-    let capped = Module::from_ptx(module::PTX, &[ModuleJitOption::MaxRegisters(MAX_REGISTERS)])?;
-    let capped_ms = ms(start);
-    println!(
-        "PTX JIT of the whole module: {jit_ms:.1} ms; with CU_JIT_MAX_REGISTERS = {MAX_REGISTERS}: {capped_ms:.1} ms"
-    );
-    for (module, load_ms, image) in [(&jit, jit_ms, "PTX JIT"), (&capped, capped_ms, "PTX JIT, capped")] {
-        let f32_row = jit_row(
-            &device,
-            &default,
-            Precision::F32,
-            "lombscargle_f32",
-            |v| v as f32,
-            1.0f32,
-            f64::from,
-            (module, load_ms, image),
-        )?;
-        let f64_row = jit_row(
-            &device,
-            &default,
-            Precision::F64,
-            "lombscargle_f64",
-            |v| v,
-            1.0f64,
-            |v| v,
-            (module, load_ms, image),
-        )?;
-        rows.extend([f32_row, f64_row]);
+    let capped_note = format!(", ≤ {MAX_REGISTERS} registers");
+    for (options, note) in [
+        (GpuOptions { force_ptx: true, ..GpuOptions::default() }, ""),
+        (GpuOptions { max_registers: Some(MAX_REGISTERS), ..GpuOptions::default() }, capped_note.as_str()),
+    ] {
+        let jit_device = Device::gpu_with(0, options)?;
+        for precision in [Precision::F32, Precision::F64] {
+            rows.push(row(&jit_device, &default, Variant::Precise, precision, None, note)?);
+        }
     }
     println!("\n{}\n\n{}", default.describe(), table(&rows).render());
 
     let mut rows = Vec::new();
     for (variant, precision) in cases {
-        rows.push(cubin_row(&device, &large, variant, precision, module_load_ms, None)?);
+        rows.push(row(&device, &large, variant, precision, None, "")?);
     }
     println!("{}\n\n{}", large.describe(), table(&rows).render());
 
@@ -327,13 +239,11 @@ fn main() -> anyhow::Result<()> {
                     (128, Some(132 * 8)),
                     (128, Some(132 * 16)),
                 ] {
-                    rows.push(cubin_row(&device, problem, variant, precision, module_load_ms, Some(shape))?);
+                    rows.push(row(&device, problem, variant, precision, Some(shape), "")?);
                 }
             }
         }
         println!("launch shapes (default signal first, then 16384 samples)\n\n{}", table(&rows).render());
     }
-    drop(device);
-    drop(context);
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Command-line pieces every binary shares: the device choice and the one-line error exit.
 
-use crate::device::Device;
+use crate::device::{Device, GpuOptions};
 use crate::error::Result;
 use std::process::ExitCode;
 
@@ -27,6 +27,13 @@ pub struct DeviceArgs {
     /// Index of the GPU to use (0 = first).
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
+    /// Cap on registers per thread for every kernel, applied by the driver's JIT (loads the PTX
+    /// instead of the cubin), like Numba's `max_registers`.
+    #[arg(long)]
+    pub max_registers: Option<u32>,
+    /// Load the PTX (JIT-compiled by the driver) even when the embedded cubin fits the GPU.
+    #[arg(long)]
+    pub ptx: bool,
     /// Print an nvprof-style profile at exit: GPU activities (kernels, copies), host-side costs,
     /// and per kernel its registers, shared memory, occupancy and achieved throughput. GPU only.
     #[arg(long)]
@@ -68,12 +75,16 @@ impl DeviceArgs {
         Ok(())
     }
 
+    fn gpu_options(&self) -> GpuOptions {
+        GpuOptions { max_registers: self.max_registers, force_ptx: self.ptx }
+    }
+
     fn open(&self) -> Result<Target> {
         match self.device {
-            DeviceChoice::Gpu => Device::gpu(self.gpu).map(Target::Kernels),
+            DeviceChoice::Gpu => Device::gpu_with(self.gpu, self.gpu_options()).map(Target::Kernels),
             DeviceChoice::Sim => Ok(Target::Kernels(Device::simulator())),
             DeviceChoice::Cpu => Ok(Target::CpuReference),
-            DeviceChoice::Auto => match Device::gpu(self.gpu) {
+            DeviceChoice::Auto => match Device::gpu_with(self.gpu, self.gpu_options()) {
                 Ok(device) => Ok(Target::Kernels(device)),
                 Err(e) if e.is_no_gpu() => {
                     eprintln!("note: {e}; falling back to the CPU reference (--device cpu)");

@@ -216,6 +216,21 @@ impl Device {
         Ok(Self::with(queue, Inner::Gpu(Box::new(gpu))))
     }
 
+    /// Registers per thread of kernel `name` as the driver loaded it (after any JIT register cap);
+    /// `None` in the simulator.
+    pub fn kernel_registers(&self, name: &str) -> Result<Option<u32>> {
+        match &self.inner {
+            Inner::Gpu(g) => {
+                let function = g.module.get_function(name).map_err(cuda("cuModuleGetFunction"))?;
+                let registers = function
+                    .get_attribute(cust::function::FunctionAttribute::NumRegisters)
+                    .map_err(cuda("cuFuncGetAttribute"))?;
+                Ok(Some(registers as u32))
+            }
+            Inner::Simulator => Ok(None),
+        }
+    }
+
     /// What opening the GPU cost (`None` for the simulator).
     pub fn startup(&self) -> Option<Startup> {
         match &self.inner {

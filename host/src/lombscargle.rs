@@ -16,6 +16,7 @@
 //! `benches/lombscargle.rs`; command: `cargo run --release --bin lombscargle`.
 
 use crate::error::{Error, Result, ensure};
+use crate::profile::Work;
 use crate::{Buffer, Device, Dim3, Element, LaunchConfig};
 use kernels::lombscargle::{DIRECT_SAMPLE_VALUES, RECURRENCE_SAMPLE_VALUES, RECURRENCE_STEPS};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -388,6 +389,14 @@ impl<'d> Plan<'d> {
         let variant = self.options.variant;
         let scale = self.scale;
         let device = self.device;
+        let queue = device.queue();
+        // Per sample and frequency: five FMAs into the sums (xc, xs, cc, ss, cs); the sin/cos are
+        // not counted. Bytes: the samples and frequencies read once, the powers written once.
+        let bytes_per_value = if matches!(self.data, Data::F32(_)) { 4.0 } else { 8.0 };
+        let work = Some(Work {
+            bytes: bytes_per_value * (2.0 * n as f64 + 2.0 * m as f64),
+            flops: 10.0 * n as f64 * m as f64,
+        });
         // SAFETY: `x`, `y` hold `n` samples, `freqs` (direct kernels) and `power` `m` values — the
         // counts passed; the recurrence kernels read no frequency array.
         unsafe {
@@ -397,12 +406,26 @@ impl<'d> Plan<'d> {
                     let f = a.freqs.as_ref().map_or(std::ptr::null(), Buffer::as_kernel_ptr);
                     let s = scale as f32;
                     match variant {
-                        Variant::Precise => device.launch(&k::LOMBSCARGLE_F32, cfg, (x, y, n, f, m, s, p)),
-                        Variant::Fast => device.launch(&k::LOMBSCARGLE_FAST_F32, cfg, (x, y, n, f, m, s, p)),
-                        Variant::Recurrence => device.launch(
+                        Variant::Precise => device.launch_counted(
+                            queue,
+                            &k::LOMBSCARGLE_F32,
+                            cfg,
+                            (x, y, n, f, m, s, p),
+                            work,
+                        ),
+                        Variant::Fast => device.launch_counted(
+                            queue,
+                            &k::LOMBSCARGLE_FAST_F32,
+                            cfg,
+                            (x, y, n, f, m, s, p),
+                            work,
+                        ),
+                        Variant::Recurrence => device.launch_counted(
+                            queue,
                             &k::LOMBSCARGLE_RECURRENCE_F32,
                             cfg,
                             (x, y, n, omega0 as f32, domega as f32, m, s, p),
+                            work,
                         ),
                     }
                 }
@@ -410,14 +433,20 @@ impl<'d> Plan<'d> {
                     let (x, y, p) = (a.x.as_kernel_ptr(), a.y.as_kernel_ptr(), a.power.as_kernel_mut_ptr());
                     let f = a.freqs.as_ref().map_or(std::ptr::null(), Buffer::as_kernel_ptr);
                     match variant {
-                        Variant::Precise => {
-                            device.launch(&k::LOMBSCARGLE_F64, cfg, (x, y, n, f, m, scale, p))
-                        }
+                        Variant::Precise => device.launch_counted(
+                            queue,
+                            &k::LOMBSCARGLE_F64,
+                            cfg,
+                            (x, y, n, f, m, scale, p),
+                            work,
+                        ),
                         Variant::Fast => Err(fast_is_f32_only()),
-                        Variant::Recurrence => device.launch(
+                        Variant::Recurrence => device.launch_counted(
+                            queue,
                             &k::LOMBSCARGLE_RECURRENCE_F64,
                             cfg,
                             (x, y, n, omega0, domega, m, scale, p),
+                            work,
                         ),
                     }
                 }

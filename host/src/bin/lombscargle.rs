@@ -132,7 +132,8 @@ fn main() -> ExitCode {
             normalize: args.normalize,
         };
         let start = Instant::now();
-        let power = match args.device.select()? {
+        let target = args.device.select()?;
+        let power = match &target {
             Target::CpuReference => {
                 let power = lombscargle_reference(&x, &y, &freqs, args.precenter, args.normalize)?;
                 println!(
@@ -143,7 +144,7 @@ fn main() -> ExitCode {
                 power
             }
             Target::Kernels(device) => {
-                let power = lombscargle(&device, &x, &y, &freqs, &options).context("periodogram kernel")?;
+                let power = lombscargle(device, &x, &y, &freqs, &options).context("periodogram kernel")?;
                 println!(
                     "{}: {} variant, {}: {:.1} ms including copies and the first launch",
                     device.describe(),
@@ -169,6 +170,7 @@ fn main() -> ExitCode {
         .with_series("", points)
         .save(&args.plot)?;
         println!("wrote {} and {}", args.output.display(), args.plot.display());
+        args.device.finish(&target)?;
         Ok(())
     })
 }
