@@ -4,9 +4,11 @@
 //! 2. One 4096² image end to end (H2D of U, s, Vᵀ + kernel + D2H), pageable vs pinned memory.
 //! 3. Batch of 32 images of 2048², serial (one pipeline slot) vs overlapped (several queues).
 //!
-//! Writes `svd-sweep.csv` into `$BENCH_OUT_DIR` (default: the current directory).
+//! Writes `svd-sweep.csv` and the chart `svd-sweep.png`/`.svg` into `$BENCH_OUT_DIR` (default: the
+//! current directory).
 
 use kernel_suite::bench::{Stats, Table};
+use kernel_suite::plot::{LineChart, Scale};
 use kernel_suite::svd::{RankK, Variant, launch_reconstruct, reconstruct};
 use kernel_suite::svd_batch::{reconstruct_batch, reconstruct_pinned};
 use kernel_suite::{Device, Queue};
@@ -33,6 +35,7 @@ fn main() -> anyhow::Result<()> {
     println!("\n## Kernel sweep (k = {K}, median of 20 after 3 warm-up runs)\n");
     let mut table = Table::new(&["size", "variant", "block", "median ms", "min ms", "TFLOP/s"]);
     let mut csv = String::from("size,variant,block,median_ms,tflops\n");
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for size in [512usize, 1024, 2048, 4096, 8192] {
         let op = operands(size as u64, size, size, K);
         let du = device.upload(op.u.as_slice().unwrap())?;
@@ -72,11 +75,24 @@ fn main() -> anyhow::Result<()> {
                     format!("{tflops:.2}"),
                 ]);
                 writeln!(csv, "{size},{},{block},{:.6},{tflops:.4}", variant.name(), st.median_ms)?;
+                let label = format!("{} {block}×{block}", variant.name());
+                match series.iter_mut().find(|(l, _)| *l == label) {
+                    Some((_, points)) => points.push((size as f64, tflops)),
+                    None => series.push((label, vec![(size as f64, tflops)])),
+                }
             }
         }
     }
     print!("{}", table.render());
     std::fs::write(format!("{out_dir}/svd-sweep.csv"), csv)?;
+    let chart = series.into_iter().fold(
+        LineChart::new(format!("SVD reconstruction, k = {K}"), "matrix side (square)", "TFLOP/s")
+            .with_scales(Scale::Log, Scale::Linear),
+        |chart, (label, points)| chart.with_series(label, points),
+    );
+    for ext in ["png", "svg"] {
+        chart.save(std::path::Path::new(&format!("{out_dir}/svd-sweep.{ext}")))?;
+    }
 
     println!("\n## One 4096² image end to end, k = {K}, regtiled (median of 5 after 1 warm-up)\n");
     let (m, n) = (4096, 4096);
