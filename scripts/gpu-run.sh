@@ -7,7 +7,7 @@ set -uo pipefail
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 logs=${1:-$bundle/logs}
 mkdir -p "$logs"
-export KERNEL_SUITE_REQUIRE_GPU=1 KERNEL_SUITE_BIN_DIR="$bundle/bin"
+export KERNEL_SUITE_REQUIRE_GPU=1 KERNEL_SUITE_BIN_DIR="$bundle/bin" BENCH_OUT_DIR="$logs"
 summary=()
 failures=0
 
