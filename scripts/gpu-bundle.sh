@@ -20,7 +20,7 @@ for line in sys.stdin:
     msg = json.loads(line)
     if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["profile"]["test"]:
         kind = msg["target"]["kind"][0]
-        if kind == "bin":  # the commands' own unit-test harnesses (they have no tests)
+        if kind == "bin":  # unit-test harnesses of the commands: they hold no tests
             continue
         name = msg["target"]["name"] if kind == "test" else msg["target"]["name"] + "-" + kind
         shutil.copy2(msg["executable"], os.path.join(dest, name))
