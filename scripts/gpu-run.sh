@@ -37,7 +37,8 @@ sanitize() { # tool: memcheck over every test binary, racecheck (shared-memory h
     log="$logs/$tool-$name.log"
     compute-sanitizer --tool "$tool" --error-exitcode 99 "$t" --test-threads=1 >"$log" 2>&1
     rc=$?
-    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log" | tail -n 1)
+    # memcheck ends with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: … (N errors, …)".
+    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p; s/.*RACECHECK SUMMARY: .*(\([0-9]*\) error.*/\1/p' "$log" | tail -n 1)
     if grep -q "terminated before first instrumented API call" "$log"; then
       echo "  $name: makes no CUDA calls (simulator/host-only tests)"
     else
@@ -57,7 +58,7 @@ echo "== commands on the GPU"
 run_cmd() { # label command...
   local label=$1; shift
   if "$@" >"$logs/cmd-$label.log" 2>&1; then record "cmd $label" ok; else record "cmd $label" FAILED; fi
-  sed "s/^/  $label: /" "$logs/cmd-$label.log" | tail -n 20
+  sed "s/^/  $label: /" "$logs/cmd-$label.log"
 }
 run_cmd saxpy "$bundle/bin/saxpy" --device gpu
 run_cmd conv "$bundle/bin/conv" --device gpu --width 4096 --height 4096 --runs 20 --check --output "$logs/conv.png"
