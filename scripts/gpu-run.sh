@@ -67,6 +67,7 @@ run_cmd lombscargle "$bundle/bin/lombscargle" --device gpu --variant recurrence 
   --output "$logs/lombscargle.csv" --plot "$logs/lombscargle.png"
 
 echo "== benchmarks"
+run_cmd bench "$bundle/bin/bench" --out-dir "$logs/bench"
 for b in "$bundle"/benches/*; do
   [ -e "$b" ] || continue
   run_cmd "bench-$(basename "$b")" "$b"
