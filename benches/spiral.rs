@@ -11,9 +11,9 @@
 use anyhow::Context;
 use image::ImageEncoder;
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
+use kernel_suite::Device;
 use kernel_suite::bench::{Stats, Table};
 use kernel_suite::spiral::{self, Multiplier, PixelFormat, Precision, SpiralConfig};
-use kernel_suite::{Buffer, Device};
 use std::time::Instant;
 
 /// The benchmark's image at `scale` × 3840×2160 (the same picture at every scale).
@@ -34,27 +34,6 @@ fn config(scale: u32, multiplier: Multiplier, precision: Precision) -> SpiralCon
 
 fn ms_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
-}
-
-/// Median-ready kernel times: each timed launch directly follows an untimed one on the stream.
-fn kernel_times(
-    device: &Device,
-    config: &SpiralConfig,
-    image: &mut Buffer<u8>,
-    runs: usize,
-) -> anyhow::Result<Vec<f64>> {
-    for _ in 0..10 {
-        spiral::launch_spiral(device, config, image)?;
-    }
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        spiral::launch_spiral(device, config, image)?;
-        let start = device.mark()?;
-        spiral::launch_spiral(device, config, image)?;
-        let stop = device.mark()?;
-        times.push(device.elapsed_ms(&start, &stop)?);
-    }
-    Ok(times)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -105,7 +84,8 @@ fn main() -> anyhow::Result<()> {
             for multiplier in [Multiplier::Ln, Multiplier::Sin, Multiplier::Cos, Multiplier::Tan] {
                 let c = config(scale, multiplier, precision);
                 let mut image = device.alloc::<u8>(c.pixel_count())?;
-                let s = Stats::of(&kernel_times(&device, &c, &mut image, 200)?);
+                let s =
+                    Stats::of(&device.time_ms(10, 200, || spiral::launch_spiral(&device, &c, &mut image))?);
                 kernels.row(&[
                     format!("{}×{}", c.width, c.height),
                     precision.to_string(),

@@ -631,7 +631,10 @@ impl Device {
     }
 
     /// Times `work` (which queues device work, e.g. a launch): `warmup` untimed calls, then `runs`
-    /// calls each between two marks. Returns the per-call times in milliseconds.
+    /// calls queued back to back with a mark between each, so that each interval is one call's
+    /// device time. One more untimed call is queued first, so the GPU is already busy when the first
+    /// mark is recorded and the host's launch latency does not leak into the intervals. Returns the
+    /// per-call times in milliseconds.
     pub fn time_ms(
         &self,
         warmup: usize,
@@ -642,14 +645,13 @@ impl Device {
             work()?;
         }
         self.synchronize()?;
-        let mut times = Vec::with_capacity(runs);
+        work()?;
+        let mut marks = vec![self.mark()?];
         for _ in 0..runs {
-            let start = self.mark()?;
             work()?;
-            let stop = self.mark()?;
-            times.push(self.elapsed_ms(&start, &stop)?);
+            marks.push(self.mark()?);
         }
-        Ok(times)
+        marks.windows(2).map(|w| self.elapsed_ms(&w[0], &w[1])).collect()
     }
 }
 
