@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds, in release mode, every test binary, benchmark and command into gpu-bundle/, with the runner
-# (scripts/gpu-run.sh), for a CUDA machine that has no Rust. Copy the directory there and run
-# `gpu-bundle/run.sh`.
+# (scripts/gpu-run.sh), for a CUDA machine that has no Rust, plus gpu-bundle.tar.xz of it (about a
+# tenth of the size). Copy either there and run `gpu-bundle/run.sh`.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/scripts/setup.sh"
@@ -39,5 +39,6 @@ for exe in $(cargo metadata --no-deps --format-version 1 |
 done
 cp target/release/kernels/ptxas-report.txt target/release/kernels/kernels.ptx "$bundle/" 2>/dev/null || true
 cp scripts/gpu-run.sh "$bundle/run.sh"
-du -sh "$bundle"
+tar cf - -C "$root" gpu-bundle | xz -T0 -6 >"$root/gpu-bundle.tar.xz"
+du -sh "$bundle" "$root/gpu-bundle.tar.xz"
 ls "$bundle/tests" "$bundle/bin" "$bundle/benches"
