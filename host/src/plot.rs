@@ -31,14 +31,21 @@ use std::sync::OnceLock;
 /// DejaVu Sans, registered as the `sans-serif` family on first use.
 static FONT: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
 
+/// Series of at most this many points are drawn with a marker on each point.
+const MARKED_POINTS: usize = 24;
+
 /// Colours of successive series.
-const PALETTE: [RGBColor; 6] = [
+const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
     RGBColor(255, 127, 14),
     RGBColor(148, 103, 189),
     RGBColor(23, 190, 207),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
 ];
 
 /// A chart file format, from the file name's extension.
@@ -218,6 +225,11 @@ impl LineChart {
         for (i, series) in self.series.iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
             let points = envelope(&self.drawable(&series.points), columns);
+            // Short series (benchmark sizes) also get a marker per point, so a one-point series shows.
+            if points.len() <= MARKED_POINTS {
+                let markers = points.iter().map(|&p| Circle::new(p, 4, color.filled()));
+                chart.draw_series(markers).map_err(text)?;
+            }
             let drawn = chart.draw_series(LineSeries::new(points, color.stroke_width(2))).map_err(text)?;
             if !series.label.is_empty() {
                 drawn

@@ -14,7 +14,7 @@ use kernel_suite::profile::Work;
 use kernel_suite::{Device, LaunchConfig, cli, conv, lombscargle, spiral, svd};
 use ndarray::Array2;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,6 +42,9 @@ struct Args {
     /// Index of the GPU.
     #[arg(long, default_value_t = 0)]
     gpu: u32,
+    /// Do not run anything: re-write the report and the charts from a `report.json` of an earlier run.
+    #[arg(long, value_name = "REPORT_JSON")]
+    replot: Option<PathBuf>,
     /// Run the cases in the CPU simulator instead (very slow: for checking the benchmark itself with
     /// a --filter of small cases).
     #[arg(long)]
@@ -77,11 +80,21 @@ impl Case {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
+struct Report {
+    device: String,
+    command: String,
+    warmup: usize,
+    runs: usize,
+    cpu_threads: usize,
+    cases: Vec<Outcome>,
+}
+
+#[derive(Serialize, Deserialize)]
 struct Outcome {
-    family: &'static str,
+    family: String,
     kernel: String,
-    precision: &'static str,
+    precision: String,
     size: String,
     block: String,
     elements: f64,
@@ -335,6 +348,13 @@ fn spiral_cases(quick: bool) -> Vec<Case> {
 fn main() -> ExitCode {
     cli::run(|| {
         let args = Args::parse();
+        if let Some(path) = &args.replot {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let report: Report = serde_json::from_str(&text)
+                .with_context(|| format!("{}: not a bench report", path.display()))?;
+            return write_report(&args.out_dir, &report);
+        }
         let runs = args.runs.unwrap_or(if args.quick { 10 } else { 50 });
         anyhow::ensure!(runs >= 1, "--runs must be at least 1");
         let mut cases: Vec<Case> = [saxpy_cases, svd_cases, conv_cases, lombscargle_cases, spiral_cases]
@@ -386,9 +406,9 @@ fn main() -> ExitCode {
             let seconds = stats.median_ms * 1e-3;
             let kernel_name = kernel_entry(case);
             outcomes.push(Outcome {
-                family: case.family,
+                family: case.family.into(),
                 kernel: case.kernel.clone(),
-                precision: case.precision,
+                precision: case.precision.into(),
                 size: case.size.clone(),
                 block: case.block.clone(),
                 elements: case.elements,
@@ -406,7 +426,15 @@ fn main() -> ExitCode {
             progress.inc(1);
         }
         progress.finish_and_clear();
-        write_report(&args, &device, runs, &outcomes)
+        let report = Report {
+            device: device.describe(),
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            warmup: args.warmup,
+            runs,
+            cpu_threads: rayon::current_num_threads(),
+            cases: outcomes,
+        };
+        write_report(&args.out_dir, &report)
     })
 }
 
@@ -431,9 +459,9 @@ fn kernel_entry(case: &Case) -> Option<&'static str> {
     })
 }
 
-fn write_report(args: &Args, device: &Device, runs: usize, outcomes: &[Outcome]) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.out_dir)
-        .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
+fn write_report(out_dir: &std::path::Path, report: &Report) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    let outcomes = &report.cases;
     let mut table = Table::new(&[
         "family",
         "kernel",
@@ -452,9 +480,9 @@ fn write_report(args: &Args, device: &Device, runs: usize, outcomes: &[Outcome])
     ]);
     for o in outcomes {
         table.row(&[
-            o.family.into(),
+            o.family.clone(),
             o.kernel.clone(),
-            o.precision.into(),
+            o.precision.clone(),
             o.size.clone(),
             o.block.clone(),
             o.registers.map_or("?".into(), |r| r.to_string()),
@@ -468,19 +496,20 @@ fn write_report(args: &Args, device: &Device, runs: usize, outcomes: &[Outcome])
             o.speedup.map_or("—".into(), |s| format!("{s:.0}×")),
         ]);
     }
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let report = format!(
-        "# Benchmark report\n\nDevice: {}. Command: `{command}`. {} warm-up and {runs} event-timed runs per \
-         case after a first pass (module already loaded; the first pass includes the driver's lazy load of the \
+    let markdown = format!(
+        "# Benchmark report\n\nDevice: {}. Command: `{}`. {} warm-up and {} event-timed runs per case, queued back to \
+         back, after a first pass (module already loaded; the first pass includes the driver's lazy load of the \
          function). CPU reference: rayon on {} threads.\n\n{}",
-        device.describe(),
-        args.warmup,
-        rayon::current_num_threads(),
+        report.device,
+        report.command,
+        report.warmup,
+        report.runs,
+        report.cpu_threads,
         table.render()
     );
     print!("{}", table.render());
-    std::fs::write(args.out_dir.join("report.md"), report)?;
-    std::fs::write(args.out_dir.join("report.json"), serde_json::to_string_pretty(outcomes)?)?;
+    std::fs::write(out_dir.join("report.md"), markdown)?;
+    std::fs::write(out_dir.join("report.json"), serde_json::to_string_pretty(report)?)?;
 
     let series = |filter: &dyn Fn(&Outcome) -> bool,
                   label: &dyn Fn(&Outcome) -> String,
@@ -505,7 +534,9 @@ fn write_report(args: &Args, device: &Device, runs: usize, outcomes: &[Outcome])
         (
             "speedup",
             LineChart::new("Speed-up over the CPU reference", "problem size (elements)", "speed-up (×)"),
-            series(&|_| true, &|o| format!("{} {} {}", o.family, o.kernel, o.precision), &|o| o.speedup),
+            series(&|_| true, &|o| format!("{} {} {} {}", o.family, o.kernel, o.precision, o.block), &|o| {
+                o.speedup
+            }),
         ),
         (
             "first-pass",
@@ -527,9 +558,9 @@ fn write_report(args: &Args, device: &Device, runs: usize, outcomes: &[Outcome])
                 c.with_series(l, p)
             });
         for ext in ["png", "svg"] {
-            chart.save(&args.out_dir.join(format!("{name}.{ext}")))?;
+            chart.save(&out_dir.join(format!("{name}.{ext}")))?;
         }
     }
-    println!("wrote {}/report.md, report.json and charts", args.out_dir.display());
+    println!("wrote {}/report.md, report.json and charts", out_dir.display());
     Ok(())
 }
