@@ -13,7 +13,8 @@ use image::ImageEncoder;
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use kernel_suite::Device;
 use kernel_suite::bench::{Stats, Table};
-use kernel_suite::spiral::{self, Multiplier, PixelFormat, Precision, SpiralConfig};
+use kernel_suite::image_io;
+use kernel_suite::spiral::{self, Multiplier, Precision, SpiralConfig};
 use std::time::Instant;
 
 /// The benchmark's image at `scale` × 3840×2160 (the same picture at every scale).
@@ -63,7 +64,7 @@ fn main() -> anyhow::Result<()> {
     let gray = device.download(&image)?;
     row("device-to-host copy (pageable)", ms_since(start));
     let start = Instant::now();
-    let png = spiral::encode_png(&gray, cold.width, cold.height, PixelFormat::Gray8)?;
+    let png = image_io::encode_png(&gray, cold.width, cold.height, image_io::PixelFormat::Gray8)?;
     row(&format!("PNG encode ({} bytes)", png.len()), ms_since(start));
     let dir = std::env::temp_dir();
     let (png_path, json_path) = (dir.join("spiral-bench.png"), dir.join("spiral-bench.json"));

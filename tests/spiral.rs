@@ -6,9 +6,9 @@
 
 mod common;
 
+use kernel_suite::image_io;
 use kernel_suite::spiral::{
-    self, BACKGROUND, Multiplier, Palette, PixelFormat, Precision, SpiralConfig, launch_spiral, spiral,
-    spiral_reference,
+    self, BACKGROUND, Multiplier, Palette, Precision, SpiralConfig, launch_spiral, spiral, spiral_reference,
 };
 use kernel_suite::{Backend, Device};
 use std::path::{Path, PathBuf};
@@ -283,11 +283,11 @@ fn palettes_interpolate_between_their_colours() {
 fn png_encoding_round_trips() {
     let config = fixed_config();
     let gray = spiral_reference(&config).unwrap();
-    let png = spiral::encode_png(&gray, config.width, config.height, PixelFormat::Gray8).unwrap();
+    let png = image_io::encode_png(&gray, config.width, config.height, image_io::PixelFormat::Gray8).unwrap();
     let decoded = image::load_from_memory(&png).unwrap().into_luma8();
     assert_eq!((decoded.width(), decoded.height()), (101, 67));
     assert_eq!(decoded.into_raw(), gray);
-    let err = spiral::encode_png(&gray, 100, 67, PixelFormat::Rgb8).unwrap_err().to_string();
+    let err = image_io::encode_png(&gray, 100, 67, image_io::PixelFormat::Rgb8).unwrap_err().to_string();
     assert_eq!(err, "invalid input: 6767 bytes are not a 100 × 67 image of 3 byte(s) per pixel");
 }
 

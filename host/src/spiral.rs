@@ -11,8 +11,6 @@
 
 use crate::error::{Error, Result, ensure};
 use crate::{Buffer, Device, LaunchConfig};
-use image::ImageEncoder;
-use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use kernels::spiral as k;
 use rand::Rng;
 use rayon::prelude::*;
@@ -436,33 +434,6 @@ pub fn colorize(gray: &[u8], palette: &Palette) -> Vec<u8> {
         }
     });
     rgb
-}
-
-/// Pixel layout of an image to encode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PixelFormat {
-    /// One byte per pixel, gray.
-    Gray8,
-    /// Three bytes per pixel, RGB.
-    Rgb8,
-}
-
-/// Encodes row-major pixels as PNG with fast settings (`fdeflate`'s fastest compression, `Up`
-/// filter): 9–30 ms for a 3840×2160 spiral, about 13 times faster than the `image` crate's default
-/// compression, for files 2 to 4 times larger (0.7–2 MB); see `docs/benchmarks/spiral.md`.
-pub fn encode_png(pixels: &[u8], width: u32, height: u32, format: PixelFormat) -> Result<Vec<u8>> {
-    let (color, channels) = match format {
-        PixelFormat::Gray8 => (image::ExtendedColorType::L8, 1),
-        PixelFormat::Rgb8 => (image::ExtendedColorType::Rgb8, 3),
-    };
-    ensure(pixels.len() == width as usize * height as usize * channels, || {
-        format!("{} bytes are not a {width} × {height} image of {channels} byte(s) per pixel", pixels.len())
-    })?;
-    let mut png = Vec::with_capacity(pixels.len() / 4);
-    PngEncoder::new_with_quality(&mut png, CompressionType::Fast, FilterType::Up)
-        .write_image(pixels, width, height, color)
-        .map_err(|e| Error::InvalidInput(format!("PNG encoding failed: {e}")))?;
-    Ok(png)
 }
 
 /// `time` in UTC as `YYYY-MM-DD-HH-MM-SS`, the default name of `spiral`'s files.

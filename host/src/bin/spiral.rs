@@ -8,8 +8,9 @@
 use anyhow::{Context, bail};
 use clap::Parser;
 use kernel_suite::cli::{self, DeviceArgs, Target};
+use kernel_suite::image_io;
 use kernel_suite::spiral::{
-    self, DEFAULT_HEIGHT, DEFAULT_WIDTH, Multiplier, Palette, PixelFormat, Precision, SpiralConfig,
+    self, DEFAULT_HEIGHT, DEFAULT_WIDTH, Multiplier, Palette, Precision, SpiralConfig,
 };
 use rand::{SeedableRng, rngs::SmallRng};
 use std::path::{Path, PathBuf};
@@ -220,12 +221,12 @@ fn main() -> ExitCode {
         };
         let (pixels, format) = match &config.palette {
             Some(palette) => {
-                (timings.time("palette", || spiral::colorize(&gray, palette)), PixelFormat::Rgb8)
+                (timings.time("palette", || spiral::colorize(&gray, palette)), image_io::PixelFormat::Rgb8)
             }
-            None => (gray, PixelFormat::Gray8),
+            None => (gray, image_io::PixelFormat::Gray8),
         };
         let png = timings
-            .time("PNG encode", || spiral::encode_png(&pixels, config.width, config.height, format))?;
+            .time("PNG encode", || image_io::encode_png(&pixels, config.width, config.height, format))?;
         timings.time("file write (PNG + JSON)", || -> anyhow::Result<()> {
             std::fs::write(&png_path, &png)
                 .with_context(|| format!("cannot write {}", png_path.display()))?;
