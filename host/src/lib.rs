@@ -6,7 +6,7 @@
 //!   typed kernel launches;
 //! * [`cli`]: the `--device auto|gpu|sim|cpu` choice shared by every binary;
 //! * [`image_io`]: grayscale images as `ndarray` arrays (PNG/JPEG in, PNG out);
-//! * [`bench`]: statistics and tables for the benchmark programs in `benches/`;
+//! * [`bench`](mod@bench): statistics and tables for the benchmark programs in `benches/`;
 //! * [`plot`]: line charts as PNG or SVG files;
 //! * [`profile`]: the `--profile` summary (kernels, copies, host costs, resources, occupancy);
 //! * one module per kernel family ([`saxpy`], [`reduce`], [`conv`], [`lombscargle`], [`spiral`], [`svd`] with

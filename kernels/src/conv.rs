@@ -73,7 +73,8 @@ const fn tile_column_stride(mask_rows: u32) -> u32 {
 
 /// Dynamic shared memory in bytes that [`conv2d_tiled`] needs for a `mask_rows × mask_cols` mask:
 /// the flipped mask (`mask_cols × padded rows`, f32) followed by the input tile with its halo
-/// (`TILED_TILE_COLS + mask_cols − 1` columns, each [`tile_column_stride`] f32).
+/// (`TILED_TILE_COLS + mask_cols − 1` columns of `TILED_TILE_ROWS + mask_rows` f32: the tile's rows
+/// plus one, an odd stride that spreads a warp's 32 columns over the 32 banks).
 pub const fn tiled_shared_bytes(mask_rows: u32, mask_cols: u32) -> u32 {
     let mask = mask_cols * padded_mask_rows(mask_rows);
     let tile = (TILED_TILE_COLS + mask_cols - 1) * tile_column_stride(mask_rows);
