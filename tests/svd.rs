@@ -196,3 +196,25 @@ fn svd_command_rejects_bad_input_with_one_line() {
         assert!(lines[0].starts_with("error: ") && lines[0].contains(expected), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn svd_command_runs_a_directory_through_the_batch_pipeline() {
+    let dir = scratch("batch");
+    std::fs::create_dir_all(dir.join("images")).unwrap();
+    for i in 0..3u64 {
+        let pixels: Vec<u8> = common::random_vec(&mut common::rng(30 + i), 40 * 30, 0.0, 255.0)
+            .iter()
+            .map(|&v| v as u8)
+            .collect();
+        kernel_suite::image_io::save_gray8(&dir.join(format!("images/slice{i}.png")), &pixels, 40, 30)
+            .unwrap();
+    }
+    let (ok, stdout, stderr) =
+        run_svd(&dir, &["images", "--ranks", "2,5", "--device", "sim", "--slots", "2"]);
+    assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
+    for i in 0..3 {
+        assert!(dir.join(format!("svd-out/slice{i}-mosaic.png")).is_file(), "mosaic {i} missing");
+    }
+    assert!(stdout.contains("batch of 3 images 30×40 at k = 5:"), "{stdout}");
+    assert!(stdout.contains("overlapped (2 slots)"), "{stdout}");
+}
