@@ -28,6 +28,7 @@ pub mod saxpy;
 pub mod spiral;
 pub mod svd;
 pub mod svd_batch;
+pub mod svd_factor;
 pub mod svd_job;
 
 pub use device::{Backend, Buffer, Device, Element, GpuOptions, HostBuffer, Mark, Queue, Startup};

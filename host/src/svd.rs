@@ -169,7 +169,6 @@ fn check_operands(op: &RankK, variant: Variant, block: u32) -> Result<(usize, us
 ///
 /// # Safety
 /// The buffers must hold at least those many elements.
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn launch_reconstruct(
     device: &Device,
     queue: &crate::Queue,
@@ -179,24 +178,53 @@ pub unsafe fn launch_reconstruct(
     (m, n, kk): (usize, usize, usize),
 ) -> Result<()> {
     let (u, sv, vt, out) = bufs;
-    let args = (
-        u.as_kernel_ptr(),
-        sv.as_kernel_ptr(),
-        vt.as_kernel_ptr(),
-        out.as_kernel_mut_ptr(),
-        m as u32,
-        n as u32,
-        kk as u32,
-        kk as u32,
-    );
+    let single = BatchShape { images: 1, ldu: kk, strides: k::Batch::default() };
+    let ptrs = (u.as_kernel_ptr(), sv.as_kernel_ptr(), vt.as_kernel_ptr(), out.as_kernel_mut_ptr());
+    // SAFETY: forwarded from the caller.
+    unsafe { launch_reconstruct_batch(device, queue, variant, block, ptrs, (m, n, kk), single) }
+}
+
+/// How the images of a batched reconstruction lie in memory.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchShape {
+    /// Images (`gridDim.z`).
+    pub images: usize,
+    /// Leading dimension of each `U` (`≥ k`): the first `k` of `ldu` columns are used.
+    pub ldu: usize,
+    /// Element strides between consecutive images' operands.
+    pub strides: k::Batch,
+}
+
+/// Launches the reconstruction of rank `kk` for every image of a batch in one launch: image `z`
+/// has `U` (`m × ldu`, first `kk` columns used), `s` (first `kk` values), `Vᵀ` (first `kk` rows of
+/// `n`) and the `m × n` output at the pointers plus `z` times `shape.strides`.
+///
+/// # Safety
+/// The pointers must come from buffers of `device` holding every image's elements.
+pub unsafe fn launch_reconstruct_batch(
+    device: &Device,
+    queue: &crate::Queue,
+    variant: Variant,
+    block: u32,
+    (u, sv, vt, out): (*const f32, *const f32, *const f32, *mut f32),
+    (m, n, kk): (usize, usize, usize),
+    shape: BatchShape,
+) -> Result<()> {
+    let args = (u, sv, vt, out, m as u32, n as u32, kk as u32, shape.ldu as u32, shape.strides);
     let kernel = match variant {
         Variant::Naive => &k::SVD_RECONSTRUCT_NAIVE,
         Variant::Tiled => &k::SVD_RECONSTRUCT_TILED,
         Variant::Regtiled => &k::SVD_RECONSTRUCT_REGTILED,
     };
-    let work = Work { bytes: 4.0 * (m * kk + kk + kk * n + m * n) as f64, flops: 2.0 * (m * n * kk) as f64 };
+    let images = shape.images as f64;
+    let work = Work {
+        bytes: images * 4.0 * (m * kk + kk + kk * n + m * n) as f64,
+        flops: images * 2.0 * (m * n * kk) as f64,
+    };
+    let mut cfg = variant.launch_config(m, n, block);
+    cfg.grid.z = shape.images as u32;
     // SAFETY: forwarded from the caller.
-    unsafe { device.launch_counted(queue, kernel, variant.launch_config(m, n, block), args, Some(work)) }
+    unsafe { device.launch_counted(queue, kernel, cfg, args, Some(work)) }
 }
 
 /// Reconstructs `(U·diag(s))·Vᵀ` from `op` on `device`, timing each phase.

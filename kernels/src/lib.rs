@@ -50,6 +50,7 @@ pub mod reduce;
 pub mod saxpy;
 pub mod spiral;
 pub mod svd;
+pub mod svd_factor;
 
 /// A kernel that panics stops only its own thread on the GPU; there is nothing to unwind to.
 #[cfg(target_arch = "nvptx64")]

@@ -4,11 +4,48 @@
 //! `U[i, p]` at `u[i·ldu + p]`), `s` holds `k` singular values, `vt` is `k × n` (element `Vᵀ[p, j]`
 //! at `vt[p·n + j]`), and `out` is `m × n`. The scaling by `s` is fused into the loads of `U`.
 //! Any `m`, `n`, `k` work, multiples of the tile or not. On the 2-D grid, x is the column `j` and
-//! y the row `i`.
+//! y the row `i`; z the image of a batch ([`Batch`]).
 //!
 //! Host side: `host/src/svd.rs`; tests: `tests/svd.rs`; benchmark: `benches/svd.rs`.
 
 use crate::{kernel, math, shared, thread};
+
+/// Strides between the images of a batch, elements: image `z = blockIdx.z` reads `u + z·u`,
+/// `s + z·s`, `vt + z·vt` and writes `out + z·out`. All zero for a single image.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// Between the `U` matrices.
+    pub u: u32,
+    /// Between the singular value vectors.
+    pub s: u32,
+    /// Between the `Vᵀ` matrices.
+    pub vt: u32,
+    /// Between the outputs.
+    pub out: u32,
+}
+
+impl Batch {
+    #[inline(always)]
+    unsafe fn offset(
+        self,
+        u: *const f32,
+        s: *const f32,
+        vt: *const f32,
+        out: *mut f32,
+    ) -> (*const f32, *const f32, *const f32, *mut f32) {
+        let z = thread::block_idx_z() as usize;
+        // SAFETY: the kernel's contract: every image of the batch is in bounds.
+        unsafe {
+            (
+                u.add(z * self.u as usize),
+                s.add(z * self.s as usize),
+                vt.add(z * self.vt as usize),
+                out.add(z * self.out as usize),
+            )
+        }
+    }
+}
 
 /// One thread per output element; every operand comes from global memory (through the caches).
 /// Any 2-D block shape.
@@ -22,7 +59,9 @@ pub unsafe fn svd_reconstruct_naive(
     n: u32,
     k: u32,
     ldu: u32,
+    batch: Batch,
 ) {
+    let (u, s, vt, out) = batch.offset(u, s, vt, out);
     let (j, i) = thread::index_2d();
     if i < m && j < n {
         let (i, j, n, ldu) = (i as usize, j as usize, n as usize, ldu as usize);
@@ -49,7 +88,9 @@ pub unsafe fn svd_reconstruct_tiled(
     n: u32,
     k: u32,
     ldu: u32,
+    batch: Batch,
 ) {
+    let (u, s, vt, out) = batch.offset(u, s, vt, out);
     let t = thread::block_dim_x();
     let (tx, ty) = (thread::thread_idx_x(), thread::thread_idx_y());
     let row = thread::block_idx_y() * t + ty;
@@ -118,7 +159,9 @@ pub unsafe fn svd_reconstruct_regtiled(
     n: u32,
     k: u32,
     ldu: u32,
+    batch: Batch,
 ) {
+    let (u, s, vt, out) = batch.offset(u, s, vt, out);
     const BM: usize = REG_TILE_M as usize;
     const BN: usize = REG_TILE_N as usize;
     const BK: usize = REG_TILE_K as usize;

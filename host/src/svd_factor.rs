@@ -1,0 +1,497 @@
+//! SVD on the device: the leading `k` singular triplets of a batch of same-shape images, by
+//! subspace iteration with Rayleigh–Ritz on the f64 Gram matrix (`kernels::svd_factor`; the
+//! method and its trade-offs: `docs/svd-gpu.md`). The CPU reference is faer's thin SVD
+//! ([`crate::svd::thin_svd`]).
+//!
+//! Images are row-major `m × n` f64 on the device, `images` of them `m·n` apart. With
+//! `r = min(m, n)` the Gram matrix is the `r × r` one (`AᵀA` for tall or square images, `AAᵀ` for
+//! wide ones), its leading eigenvectors the right (or left) singular vectors; the other side is
+//! `A·v/σ` (or `Aᵀ·u/σ`). Tests: `tests/svd_factor.rs`.
+
+use crate::error::{Error, Result, ensure};
+use crate::profile::Work;
+use crate::{Buffer, Device, Dim3, LaunchConfig, Queue};
+use faer::Mat;
+use kernels::svd_factor::{self as kf, Layout};
+use ndarray::{Array2, ArrayView2};
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+
+/// Residual tolerance of the iteration: each of the `k` leading Ritz pairs must satisfy
+/// `‖G·v − θ·v‖ ≤ TOLERANCE·θ₁`, which puts the singular values within about `1e-8·σ₁` of the
+/// exact ones (the Ritz values' error is quadratic in the residual).
+pub const TOLERANCE: f64 = 1e-7;
+
+/// Iterations after which an image that has not converged is an error (natural images need 5–15,
+/// white noise about 40).
+pub const MAX_ITERATIONS: usize = 300;
+
+/// Size of the iterated subspace for `k` triplets of an image with `r = min(m, n)`: twice `k`
+/// (at least `k + 16`), rounded up to a multiple of 8, at most `r`.
+pub fn subspace_size(k: usize, r: usize) -> usize {
+    (2 * k).max(k + 16).next_multiple_of(8).min(r)
+}
+
+/// The factorisation of every image of a batch, on the device, as the reconstruction reads it:
+/// f32 `U` (`m × k`), `s` (`k`) and `Vᵀ` (`k × n`) per image, consecutive.
+pub struct DeviceFactors {
+    /// Images in the batch.
+    pub images: usize,
+    /// Rows and columns of each image.
+    pub dims: (usize, usize),
+    /// Triplets per image.
+    pub k: usize,
+    /// `U`, `images × m × k`.
+    pub u: Buffer<f32>,
+    /// Singular values, `images × k`.
+    pub s: Buffer<f32>,
+    /// `Vᵀ`, `images × k × n`.
+    pub vt: Buffer<f32>,
+    /// Per image, the `k` leading singular values in f64, non-increasing.
+    pub singular_values: Vec<Vec<f64>>,
+    /// Per image, `‖A‖_F`.
+    pub frobenius_norms: Vec<f64>,
+    /// Subspace iterations the batch took.
+    pub iterations: usize,
+}
+
+/// Leading singular triplets of one image, downloaded (for tests and small jobs).
+#[derive(Debug, Clone)]
+pub struct Triplets {
+    /// `U[:, :k]`, `m × k`.
+    pub u: Array2<f32>,
+    /// `σ₁ ≥ … ≥ σ_k`, f64.
+    pub s: Vec<f64>,
+    /// `Vᵀ[:k, :]`, `k × n`.
+    pub vt: Array2<f32>,
+    /// `‖A‖_F`.
+    pub frobenius_norm: f64,
+}
+
+/// Launch configuration of the GEMM kernels for an `m × n` result over `images`.
+fn gemm_config(m: usize, n: usize, images: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid: Dim3 {
+            x: n.div_ceil(kf::GEMM_TILE as usize) as u32,
+            y: m.div_ceil(kf::GEMM_TILE as usize) as u32,
+            z: images as u32,
+        },
+        block: Dim3::x(kf::GEMM_THREADS),
+        shared_bytes: kf::GEMM_SHARED_BYTES,
+    }
+}
+
+/// One operand of a batched GEMM: a device address and its layout.
+#[derive(Clone, Copy)]
+struct Operand {
+    ptr: *const f64,
+    layout: Layout,
+}
+
+/// `C = A·B·diag(scale)` for every image (`m × n` result, inner dimension `k`), f64 result.
+///
+/// # Safety
+/// The operands must address device memory of `device` valid for every element their layouts
+/// imply.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm(
+    device: &Device,
+    queue: &Queue,
+    (a, b): (Operand, Operand),
+    c: (*mut f64, Layout),
+    scale: (*const f64, u32),
+    (m, n, k): (usize, usize, usize),
+    images: usize,
+    symmetric: bool,
+) -> Result<()> {
+    let work = gemm_work(m, n, k, images, symmetric);
+    let args = (
+        a.ptr,
+        a.layout,
+        b.ptr,
+        b.layout,
+        c.0,
+        c.1,
+        scale.0,
+        scale.1,
+        m as u32,
+        n as u32,
+        k as u32,
+        symmetric as u32,
+    );
+    // SAFETY: forwarded from the caller.
+    unsafe { device.launch_counted(queue, &kf::GEMM_F64, gemm_config(m, n, images), args, Some(work)) }
+}
+
+/// [`gemm`] with an f32 result.
+///
+/// # Safety
+/// As for [`gemm`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_to_f32(
+    device: &Device,
+    queue: &Queue,
+    (a, b): (Operand, Operand),
+    c: (*mut f32, Layout),
+    scale: (*const f64, u32),
+    (m, n, k): (usize, usize, usize),
+    images: usize,
+) -> Result<()> {
+    let work = gemm_work(m, n, k, images, false);
+    let args =
+        (a.ptr, a.layout, b.ptr, b.layout, c.0, c.1, scale.0, scale.1, m as u32, n as u32, k as u32, 0u32);
+    // SAFETY: forwarded from the caller.
+    unsafe { device.launch_counted(queue, &kf::GEMM_F64_TO_F32, gemm_config(m, n, images), args, Some(work)) }
+}
+
+fn gemm_work(m: usize, n: usize, k: usize, images: usize, symmetric: bool) -> Work {
+    let half = if symmetric { 0.5 } else { 1.0 };
+    Work {
+        bytes: images as f64 * 8.0 * (m * k + k * n + m * n) as f64 * half,
+        flops: images as f64 * 2.0 * (m * n * k) as f64 * half,
+    }
+}
+
+/// A seeded random `r × b` matrix with orthonormal columns (row-major): the starting subspace.
+pub fn starting_basis(r: usize, b: usize) -> Vec<f64> {
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0000 ^ ((r as u64) << 20) ^ b as u64);
+    let random = Mat::<f64>::from_fn(r, b, |_, _| rng.random_range(-1.0..1.0));
+    let q = random.qr().compute_thin_Q();
+    let mut out = Vec::with_capacity(r * b);
+    for i in 0..r {
+        for j in 0..b {
+            out.push(q[(i, j)]);
+        }
+    }
+    out
+}
+
+/// Sums of squares per image (`Σ (a − x)²`, or `Σ a²` without `x`) over `count` elements each,
+/// queued on `queue`: returns the partial-sum buffer (`images × blocks`) to add up on the host.
+///
+/// # Safety
+/// `a` (and `x`) must hold `images` arrays of `count` elements, `batch` apart.
+pub unsafe fn queue_squared_sums(
+    device: &Device,
+    queue: &Queue,
+    a: *const f64,
+    x: Option<*const f32>,
+    count: usize,
+    images: usize,
+) -> Result<(Buffer<f64>, usize)> {
+    const THREADS: u32 = 256;
+    let blocks = count.div_ceil(THREADS as usize * 16).clamp(1, 64);
+    let mut partial = device.alloc::<f64>(images * blocks)?;
+    let cfg = LaunchConfig {
+        grid: Dim3 { x: blocks as u32, y: 1, z: images as u32 },
+        block: Dim3::x(THREADS),
+        shared_bytes: THREADS * 8,
+    };
+    let args = (
+        a,
+        count as u32,
+        x.unwrap_or(std::ptr::null()),
+        count as u32,
+        count as u32,
+        partial.as_kernel_mut_ptr(),
+    );
+    let work = Work { bytes: (images * count * 12) as f64, flops: (images * count * 3) as f64 };
+    // SAFETY: forwarded from the caller; `partial` holds a value per block and image.
+    unsafe { device.launch_counted(queue, &kf::SQUARED_DIFFERENCE_SUMS, cfg, args, Some(work))? };
+    Ok((partial, blocks))
+}
+
+/// Adds up the partial sums of [`queue_squared_sums`] per image (waits for the queue).
+pub fn finish_squared_sums(device: &Device, partial: &Buffer<f64>, blocks: usize) -> Result<Vec<f64>> {
+    let values = device.download(partial)?;
+    Ok(values.chunks(blocks).map(|c| c.iter().sum()).collect())
+}
+
+/// Factors the `images` row-major `m × n` f64 images in `a` (device memory, `m·n` apart): the
+/// leading `k` singular triplets of each, with `‖A‖_F`. Work is queued on the device's queue;
+/// the host waits once per iteration for the convergence flags.
+pub fn factor(
+    device: &Device,
+    a: &Buffer<f64>,
+    dims: (usize, usize),
+    images: usize,
+    k: usize,
+) -> Result<DeviceFactors> {
+    let (m, n) = dims;
+    ensure(m > 0 && n > 0 && images > 0, || format!("cannot factor {images} images of {m} × {n}"))?;
+    let r = m.min(n);
+    ensure(k >= 1 && k <= r, || format!("rank k = {k} is outside 1..={r} (min(rows, cols) of the image)"))?;
+    ensure(a.len() == images * m * n, || format!("{} values for {images} images of {m} × {n}", a.len()))?;
+    ensure((images * m * n.max(m)) < (1 << 31), || "batch too large for 32-bit indexing".into())?;
+    let q = device.queue();
+    let b = subspace_size(k, r);
+    let mn = (m * n) as u32;
+    let tall = m >= n;
+    let m_eff = m.max(n);
+    // A_eff (m_eff × r) is A for tall images and Aᵀ for wide ones.
+    let a_layout = Layout::row_major(n as u32, mn);
+    let a_eff = if tall { a_layout } else { a_layout.transposed() };
+    let a_ptr = a.as_kernel_ptr();
+
+    let mut g = device.alloc::<f64>(images * r * r)?;
+    let mut qy = [device.alloc::<f64>(images * r * 2 * b)?, device.alloc::<f64>(images * r * 2 * b)?];
+    let mut p = device.alloc::<f64>(images * 2 * b * b)?;
+    let mut mm = device.alloc::<f64>(images * 2 * b * b)?;
+    let mut scratch = device.alloc::<f64>(images * kf::rayleigh_ritz_scratch(b as u32) as usize)?;
+    let mut theta = device.alloc::<f64>(images * b)?;
+    let mut sigma = device.alloc::<f64>(images * b)?;
+    let mut inv_sigma = device.alloc::<f64>(images * b)?;
+    let mut ritz = device.alloc::<f64>(images * b * b)?;
+    let mut converged = device.alloc::<u32>(images)?;
+    let q0 = device.upload(&starting_basis(r, b))?;
+
+    let (norm_partial, norm_blocks) =
+        // SAFETY: `a` holds `images` images of `m·n`.
+        unsafe { queue_squared_sums(device, q, a_ptr, None, m * n, images)? };
+
+    let g_layout = Layout::row_major(r as u32, (r * r) as u32);
+    let qy_layout = Layout::row_major(2 * b as u32, (r * 2 * b) as u32);
+    let p_layout = Layout::row_major(b as u32, (2 * b * b) as u32);
+    // SAFETY (every launch below): each buffer was allocated above with exactly the elements the
+    // layouts address for `images` images; offsets stay inside their image's block.
+    unsafe {
+        // G = A_effᵀ·A_eff, only the upper triangle of blocks computed and mirrored.
+        gemm(
+            device,
+            q,
+            (Operand { ptr: a_ptr, layout: a_eff.transposed() }, Operand { ptr: a_ptr, layout: a_eff }),
+            (g.as_kernel_mut_ptr(), g_layout),
+            (std::ptr::null(), 0),
+            (r, r, m_eff),
+            images,
+            true,
+        )?;
+        let cfg = LaunchConfig {
+            grid: Dim3 { x: (r * b).div_ceil(256).min(1024) as u32, y: 1, z: images as u32 },
+            block: Dim3::x(256),
+            shared_bytes: 0,
+        };
+        device.launch_on(
+            q,
+            &kf::INIT_SUBSPACE,
+            cfg,
+            (q0.as_kernel_ptr(), qy[0].as_kernel_mut_ptr(), r as u32, b as u32, (r * 2 * b) as u32),
+        )?;
+    }
+
+    let mut iterations = 0;
+    let mut cur = 0;
+    loop {
+        iterations += 1;
+        let (left, right) = qy.split_at_mut(1);
+        let (qy_cur, qy_next) =
+            if cur == 0 { (&mut left[0], &mut right[0]) } else { (&mut right[0], &mut left[0]) };
+        let q_ptr = qy_cur.as_kernel_mut_ptr();
+        let y_ptr = q_ptr.wrapping_add(b);
+        // SAFETY: as above; Y is written to the right half of each row of the work matrix while
+        // the left half (Q) is read.
+        unsafe {
+            // Y = G·Q.
+            gemm(
+                device,
+                q,
+                (
+                    Operand { ptr: g.as_kernel_ptr(), layout: g_layout },
+                    Operand { ptr: q_ptr, layout: qy_layout },
+                ),
+                (y_ptr, qy_layout),
+                (std::ptr::null(), 0),
+                (r, b, r),
+                images,
+                false,
+            )?;
+            // P = [Q Y]ᵀ·Y.
+            gemm(
+                device,
+                q,
+                (
+                    Operand { ptr: q_ptr, layout: qy_layout.transposed() },
+                    Operand { ptr: y_ptr, layout: qy_layout },
+                ),
+                (p.as_kernel_mut_ptr(), p_layout),
+                (std::ptr::null(), 0),
+                (2 * b, b, r),
+                images,
+                false,
+            )?;
+            let cfg = LaunchConfig { grid: Dim3::x(images as u32), block: Dim3::x(256), shared_bytes: 8 };
+            device.launch_on(
+                q,
+                &kf::RAYLEIGH_RITZ,
+                cfg,
+                (
+                    p.as_kernel_ptr(),
+                    b as u32,
+                    k as u32,
+                    TOLERANCE,
+                    scratch.as_kernel_mut_ptr(),
+                    theta.as_kernel_mut_ptr(),
+                    sigma.as_kernel_mut_ptr(),
+                    inv_sigma.as_kernel_mut_ptr(),
+                    ritz.as_kernel_mut_ptr(),
+                    mm.as_kernel_mut_ptr(),
+                    converged.as_kernel_mut_ptr(),
+                ),
+            )?;
+        }
+        let flags = device.download(&converged)?;
+        if flags.iter().all(|&f| f == 1) {
+            break;
+        }
+        if iterations >= MAX_ITERATIONS {
+            let stuck = flags.iter().filter(|&&f| f != 1).count();
+            return Err(Error::InvalidInput(format!(
+                "the GPU SVD did not converge in {MAX_ITERATIONS} iterations for {stuck} of {images} images of {m} × {n}"
+            )));
+        }
+        // SAFETY: as above; the next basis goes to the other work matrix.
+        unsafe {
+            gemm(
+                device,
+                q,
+                (
+                    Operand { ptr: q_ptr, layout: qy_layout },
+                    Operand { ptr: mm.as_kernel_ptr(), layout: p_layout },
+                ),
+                (qy_next.as_kernel_mut_ptr(), qy_layout),
+                (std::ptr::null(), 0),
+                (r, b, 2 * b),
+                images,
+                false,
+            )?;
+        }
+        cur = 1 - cur;
+    }
+
+    // The Gram side's vectors X = Q·ritz[:, :k] (r × k, f64), then the f32 operands.
+    let mut x = device.alloc::<f64>(images * r * k)?;
+    let mut u = device.alloc::<f32>(images * m * k)?;
+    let mut vt = device.alloc::<f32>(images * k * n)?;
+    let x_layout = Layout::row_major(k as u32, (r * k) as u32);
+    let ritz_layout = Layout::row_major(b as u32, (b * b) as u32);
+    let u_layout = Layout::row_major(k as u32, (m * k) as u32);
+    // Vᵀ (k × n) written as the transpose of an n × k result.
+    let v_layout = Layout::row_major(n as u32, (k * n) as u32).transposed();
+    let (gram_side, other_side) = if tall { (v_layout, u_layout) } else { (u_layout, v_layout) };
+    let q_ptr = qy[cur].as_kernel_ptr();
+    // SAFETY: as above.
+    unsafe {
+        let basis = Operand { ptr: q_ptr, layout: qy_layout };
+        let vectors = Operand { ptr: ritz.as_kernel_ptr(), layout: ritz_layout };
+        gemm(
+            device,
+            q,
+            (basis, vectors),
+            (x.as_kernel_mut_ptr(), x_layout),
+            (std::ptr::null(), 0),
+            (r, k, b),
+            images,
+            false,
+        )?;
+        let (gram_ptr, other_ptr) = if tall {
+            (vt.as_kernel_mut_ptr(), u.as_kernel_mut_ptr())
+        } else {
+            (u.as_kernel_mut_ptr(), vt.as_kernel_mut_ptr())
+        };
+        gemm_to_f32(
+            device,
+            q,
+            (basis, vectors),
+            (gram_ptr, gram_side),
+            (std::ptr::null(), 0),
+            (r, k, b),
+            images,
+        )?;
+        // Other side = A_eff·X·diag(1/σ) (m_eff × k).
+        gemm_to_f32(
+            device,
+            q,
+            (Operand { ptr: a_ptr, layout: a_eff }, Operand { ptr: x.as_kernel_ptr(), layout: x_layout }),
+            (other_ptr, other_side),
+            (inv_sigma.as_kernel_ptr(), b as u32),
+            (m_eff, k, r),
+            images,
+        )?;
+    }
+    let sigma_host = device.download(&sigma)?;
+    let singular_values: Vec<Vec<f64>> = sigma_host.chunks(b).map(|c| c[..k].to_vec()).collect();
+    let s32: Vec<f32> = singular_values.iter().flatten().map(|&v| v as f32).collect();
+    let s = device.upload(&s32)?;
+    let frobenius_norms =
+        finish_squared_sums(device, &norm_partial, norm_blocks)?.into_iter().map(f64::sqrt).collect();
+    drop((g, p, mm, scratch, theta, ritz, converged, q0, x, sigma, inv_sigma));
+    Ok(DeviceFactors { images, dims, k, u, s, vt, singular_values, frobenius_norms, iterations })
+}
+
+/// The leading `k` singular triplets of each image (all of one shape) on `device`: uploads the
+/// images, factors them in one batch and downloads the triplets.
+pub fn truncated_svd(device: &Device, images: &[ArrayView2<f32>], k: usize) -> Result<Vec<Triplets>> {
+    ensure(!images.is_empty(), || "no images to factor".into())?;
+    let (m, n) = images[0].dim();
+    let mut host = Vec::with_capacity(images.len() * m * n);
+    for (i, image) in images.iter().enumerate() {
+        ensure(image.dim() == (m, n), || {
+            format!("image {i} is {} × {}; the batch is {m} × {n}", image.dim().0, image.dim().1)
+        })?;
+        if let Some(((y, x), v)) = image.indexed_iter().find(|(_, v)| !v.is_finite()) {
+            return Err(Error::InvalidInput(format!(
+                "image {i}: pixel ({y}, {x}) is {v}: the image must be finite"
+            )));
+        }
+        host.extend(image.iter().copied());
+    }
+    let raw = device.upload(&host)?;
+    let mut a = device.alloc::<f64>(host.len())?;
+    // SAFETY: both buffers hold `host.len()` elements.
+    unsafe {
+        launch_f32_to_f64(device, device.queue(), raw.as_kernel_ptr(), a.as_kernel_mut_ptr(), host.len())?
+    };
+    let f = factor(device, &a, (m, n), images.len(), k)?;
+    let (u, vt) = (device.download(&f.u)?, device.download(&f.vt)?);
+    Ok((0..images.len())
+        .map(|i| Triplets {
+            u: Array2::from_shape_vec((m, k), u[i * m * k..(i + 1) * m * k].to_vec()).expect("m·k values"),
+            s: f.singular_values[i].clone(),
+            vt: Array2::from_shape_vec((k, n), vt[i * k * n..(i + 1) * k * n].to_vec()).expect("k·n values"),
+            frobenius_norm: f.frobenius_norms[i],
+        })
+        .collect())
+}
+
+/// Widens `count` f32 values to f64 on `queue`.
+///
+/// # Safety
+/// Both pointers must address `count` elements of device memory of `device`.
+pub unsafe fn launch_f32_to_f64(
+    device: &Device,
+    queue: &Queue,
+    src: *const f32,
+    dst: *mut f64,
+    count: usize,
+) -> Result<()> {
+    let cfg = LaunchConfig::for_1d(count, 256);
+    let cfg = LaunchConfig { grid: Dim3::x(cfg.grid.x.min(4096)), ..cfg };
+    // SAFETY: forwarded from the caller.
+    unsafe { device.launch_on(queue, &kf::F32_TO_F64, cfg, (src, dst, count as u32)) }
+}
+
+/// Converts `count` 8-bit pixels to f64 in `[0, 1]` on `queue`.
+///
+/// # Safety
+/// Both pointers must address `count` elements of device memory of `device`.
+pub unsafe fn launch_gray8_to_f64(
+    device: &Device,
+    queue: &Queue,
+    src: *const u8,
+    dst: *mut f64,
+    count: usize,
+) -> Result<()> {
+    let cfg = LaunchConfig::for_1d(count, 256);
+    let cfg = LaunchConfig { grid: Dim3::x(cfg.grid.x.min(4096)), ..cfg };
+    // SAFETY: forwarded from the caller.
+    unsafe { device.launch_on(queue, &kf::GRAY8_TO_F64, cfg, (src, dst, count as u32)) }
+}

@@ -1,0 +1,138 @@
+//! The GPU SVD (`kernels::svd_factor`) against faer's thin SVD (LAPACK-style, f64): singular
+//! values within 1e-5·σ₁, reconstruction errors at the Eckart–Young bound, on odd shapes and the
+//! edge cases (1×1, 1×n, n×1, tall, wide, rank-deficient, zero, constant, repeated values,
+//! k = min(m, n)).
+
+mod common;
+
+use kernel_suite::svd::thin_svd;
+use kernel_suite::svd_factor::{Triplets, truncated_svd};
+use ndarray::{Array2, ArrayView2};
+use rand::Rng;
+
+fn random_image(seed: u64, m: usize, n: usize) -> Array2<f32> {
+    let mut rng = common::rng(seed);
+    Array2::from_shape_fn((m, n), |_| rng.random_range(0.0..1.0))
+}
+
+/// A smooth image plus noise: a decaying spectrum like a photograph's.
+fn smooth_image(seed: u64, m: usize, n: usize) -> Array2<f32> {
+    let mut rng = common::rng(seed);
+    let (a, b, c): (f32, f32, f32) =
+        (rng.random_range(1.0..4.0), rng.random_range(1.0..4.0), rng.random_range(0.0..3.0));
+    Array2::from_shape_fn((m, n), |(i, j)| {
+        let (y, x) = (i as f32 / m as f32, j as f32 / n as f32);
+        0.5 + 0.3 * (a * x + c).sin() * (b * y).cos()
+            + 0.1 * (7.0 * x * y).sin()
+            + rng.random_range(-0.02..0.02)
+    })
+}
+
+/// `U` (m × k), `s` (k), `Vᵀ` (k × n) with the given singular values and random orthonormal factors.
+fn with_singular_values(seed: u64, m: usize, n: usize, s: &[f64]) -> Array2<f32> {
+    let mut rng = common::rng(seed);
+    let k = s.len();
+    let orth = |rows: usize, rng: &mut rand::rngs::SmallRng| {
+        let a = faer::Mat::<f64>::from_fn(rows, k, |_, _| rng.random_range(-1.0..1.0));
+        a.qr().compute_thin_Q()
+    };
+    let (u, v) = (orth(m, &mut rng), orth(n, &mut rng));
+    Array2::from_shape_fn((m, n), |(i, j)| (0..k).map(|p| u[(i, p)] * s[p] * v[(j, p)]).sum::<f64>() as f32)
+}
+
+/// Checks the triplets of `image` against faer: singular values, `‖A‖_F`, and the relative error
+/// of the f32 reconstruction against the exact Eckart–Young bound.
+fn check(label: &str, image: ArrayView2<f32>, t: &Triplets, k: usize) {
+    let (m, n) = image.dim();
+    let reference = thin_svd(image).unwrap();
+    let sigma1 = reference.s[0];
+    assert!(t.u.iter().chain(t.vt.iter()).all(|v| v.is_finite()), "{label}: unwritten or non-finite factors");
+    assert_eq!((t.u.dim(), t.vt.dim(), t.s.len()), ((m, k), (k, n), k), "{label}: shapes");
+    for (i, (&got, &want)) in t.s.iter().zip(&reference.s).enumerate() {
+        assert!(
+            (got - want).abs() <= 1e-5 * sigma1 + 1e-12,
+            "{label}: σ{i} = {got} vs {want} (σ₁ = {sigma1})"
+        );
+    }
+    let norm: f64 = image.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
+    assert!(
+        (t.frobenius_norm - norm).abs() <= 1e-12 * norm.max(1.0),
+        "{label}: ‖A‖ {} vs {norm}",
+        t.frobenius_norm
+    );
+    let mut diff = 0.0f64;
+    for i in 0..m {
+        for j in 0..n {
+            let rec: f64 = (0..k).map(|p| t.u[[i, p]] as f64 * t.s[p] * t.vt[[p, j]] as f64).sum();
+            diff += (image[[i, j]] as f64 - rec).powi(2);
+        }
+    }
+    let error = if norm == 0.0 { diff.sqrt() } else { diff.sqrt() / norm };
+    let bound = reference.eckart_young_bound(k);
+    // Where the bound is (near) zero, the f32 factors' rounding sets the floor.
+    assert!(
+        (error - bound).abs() <= 1e-4 * bound + 2e-6,
+        "{label}: relative error {error} vs Eckart–Young bound {bound}"
+    );
+}
+
+#[test]
+fn triplets_match_faer_on_odd_shapes_and_edge_cases() {
+    let rank3 = {
+        let (a, b) = (random_image(11, 41, 3), random_image(12, 3, 29));
+        a.dot(&b)
+    };
+    let cases: Vec<(&str, Array2<f32>, usize)> = vec![
+        ("1×1", Array2::from_elem((1, 1), 0.7), 1),
+        ("1×n", random_image(2, 1, 37), 1),
+        ("n×1", random_image(3, 37, 1), 1),
+        ("tall 53×37", smooth_image(4, 53, 37), 5),
+        ("wide 29×61", smooth_image(5, 29, 61), 7),
+        ("noise 33×35", random_image(6, 33, 35), 4),
+        ("rank 3, k = 6", rank3, 6),
+        ("zero", Array2::zeros((19, 23)), 3),
+        ("constant", Array2::from_elem((23, 19), 0.4), 3),
+        ("repeated σ", with_singular_values(7, 31, 27, &[3.0, 2.0, 2.0, 2.0, 1.0, 1.0, 0.5, 0.25]), 4),
+        ("k = min(m, n)", random_image(8, 21, 17), 17),
+    ];
+    for device in common::devices("triplets_match_faer_on_odd_shapes_and_edge_cases") {
+        for (label, image, k) in &cases {
+            let got = truncated_svd(&device, &[image.view()], *k)
+                .unwrap_or_else(|e| panic!("{label} on {}: {e}", device.describe()));
+            check(&format!("{label} on {}", device.describe()), image.view(), &got[0], *k);
+        }
+    }
+}
+
+#[test]
+fn a_batch_factors_each_image_independently() {
+    let images = [
+        smooth_image(21, 45, 39),
+        random_image(22, 45, 39),
+        Array2::zeros((45, 39)),
+        smooth_image(23, 45, 39),
+    ];
+    let views: Vec<_> = images.iter().map(|i| i.view()).collect();
+    for device in common::devices("a_batch_factors_each_image_independently") {
+        let got = truncated_svd(&device, &views, 6).unwrap();
+        for (i, (image, t)) in images.iter().zip(&got).enumerate() {
+            check(&format!("batch image {i} on {}", device.describe()), image.view(), t, 6);
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    let device = kernel_suite::Device::simulator();
+    let image = random_image(31, 5, 4);
+    let err = truncated_svd(&device, &[image.view()], 5).unwrap_err().to_string();
+    assert!(err.contains("outside 1..=4"), "{err}");
+    let mut nan = image.clone();
+    nan[[2, 1]] = f32::NAN;
+    let err = truncated_svd(&device, &[nan.view()], 2).unwrap_err().to_string();
+    assert!(err.contains("(2, 1) is NaN"), "{err}");
+    let other = random_image(32, 4, 5);
+    let err = truncated_svd(&device, &[image.view(), other.view()], 2).unwrap_err().to_string();
+    assert!(err.contains("the batch is 5 × 4"), "{err}");
+    assert!(truncated_svd(&device, &[], 1).is_err());
+}
