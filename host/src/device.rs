@@ -301,6 +301,26 @@ impl Device {
         matches!(self.inner, Inner::Gpu(_))
     }
 
+    /// The most dynamic shared memory one block may opt in to, bytes (227 KiB on an H100, 96 KiB
+    /// on a V100). The simulator reports an H100's.
+    pub fn max_shared_bytes_per_block(&self) -> Result<u32> {
+        match &self.inner {
+            Inner::Gpu(g) => {
+                let mut bytes = 0i32;
+                // SAFETY: a valid device handle and attribute; `bytes` is written by the call.
+                raw("cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)", unsafe {
+                    cust::sys::cuDeviceGetAttribute(
+                        &mut bytes,
+                        cust::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                        g.device.as_raw(),
+                    )
+                })?;
+                Ok(bytes as u32)
+            }
+            Inner::Simulator => Ok(227 * 1024),
+        }
+    }
+
     /// Which backend this is.
     pub fn backend(&self) -> Backend {
         match self.inner {

@@ -14,9 +14,17 @@
 //! the images strictly one after the other: the serial baseline. See
 //! `docs/svd-batch-pipeline.md`.
 
-use crate::error::{Result, ensure};
-use crate::svd::{PhaseTimes, RankK, Variant, launch_reconstruct};
-use crate::{Buffer, Device, HostBuffer, Queue};
+use crate::error::{Error, Result, ensure};
+use crate::svd::{
+    BatchShape, PhaseTimes, RankK, Variant, launch_reconstruct, launch_reconstruct_batch,
+    reconstruct_reference, relative_error,
+};
+use crate::svd_factor::{
+    self, finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums,
+};
+use crate::svd_job::{ImageQueue, ImageResult, JobImage, JobOptions, Pixels, RankResult, Sink, StageTimes};
+use crate::{Buffer, Device, HostBuffer, Mark, Queue};
+use ndarray::Array2;
 use std::time::Instant;
 
 /// What a batch run measured.
@@ -176,4 +184,257 @@ pub fn reconstruct_pinned(
     };
     device.sync_queue(q)?;
     Ok(times)
+}
+
+/// Most pixels in one factorisation batch (32 Mi: eight 2048² images; device memory about
+/// 90 bytes per pixel for the f64 image, the Gram matrix, the work matrices and the outputs).
+pub const BATCH_PIXELS: usize = 32 << 20;
+
+/// Most images in one batch.
+pub const BATCH_IMAGES: usize = 256;
+
+/// The GPU engine of the `svd` job: takes decoded images from `queue`, groups consecutive images
+/// of one shape and pixel type into batches (at most [`BATCH_PIXELS`] and [`BATCH_IMAGES`], so
+/// device memory stays bounded whatever the folder's size), and per batch uploads the pixels as
+/// they came (bytes for 8-bit images) through pinned staging, converts them on the device,
+/// factors every image ([`svd_factor::factor`]), reconstructs every rank of `options` and
+/// computes each reconstruction's error on the device, and copies back the reconstructions only.
+/// Each finished image goes to `sink`. Decoding (the producers of `queue`) and encoding (behind
+/// `sink`) run on other threads meanwhile. Stage times are per batch, shared equally by its images.
+pub fn run_gpu(device: &Device, queue: &ImageQueue, options: &JobOptions, sink: Sink) -> Result<()> {
+    ensure(!options.ranks.is_empty(), || "no ranks given".into())?;
+    let mut staging = Staging::default();
+    let mut held: Option<JobImage> = None;
+    loop {
+        let first = match held.take() {
+            Some(image) => image,
+            None => match queue.next() {
+                Some(image) => image?,
+                None => return Ok(()),
+            },
+        };
+        let key = batch_key(&first.pixels);
+        let (m, n) = first.pixels.dim();
+        let mut batch = vec![first];
+        while batch.len() < BATCH_IMAGES && (batch.len() + 1) * m * n <= BATCH_PIXELS {
+            match queue.next() {
+                Some(image) => {
+                    let image = image?;
+                    if batch_key(&image.pixels) == key {
+                        batch.push(image);
+                    } else {
+                        held = Some(image);
+                        break;
+                    }
+                }
+                None => break,
+            }
+        }
+        run_batch(device, &batch, options, &mut staging, sink)?;
+    }
+}
+
+/// Images batch together when they have the same shape and pixel type.
+fn batch_key(pixels: &Pixels) -> (usize, usize, bool) {
+    let (m, n) = pixels.dim();
+    (m, n, matches!(pixels, Pixels::Gray8 { .. }))
+}
+
+/// Pinned host buffers reused from batch to batch (page-locking memory costs milliseconds per
+/// hundred megabytes, so it is done once for the largest batch).
+#[derive(Default)]
+struct Staging {
+    bytes: Option<HostBuffer<u8>>,
+    floats: Option<HostBuffer<f32>>,
+    outputs: Vec<HostBuffer<f32>>,
+}
+
+/// A pinned buffer of at least `len` elements in `slot`, reallocated only when too small.
+fn at_least<'a, T: crate::Element>(
+    device: &Device,
+    slot: &'a mut Option<HostBuffer<T>>,
+    len: usize,
+) -> Result<&'a mut HostBuffer<T>> {
+    if slot.as_ref().is_none_or(|b| b.len() < len) {
+        *slot = None;
+        *slot = Some(device.pinned(len)?);
+    }
+    Ok(slot.as_mut().expect("just filled"))
+}
+
+fn run_batch(
+    device: &Device,
+    batch: &[JobImage],
+    options: &JobOptions,
+    staging: &mut Staging,
+    sink: Sink,
+) -> Result<()> {
+    let (m, n) = batch[0].pixels.dim();
+    let (images, mn) = (batch.len(), m * n);
+    let kmax = *options.ranks.iter().max().expect("ranks checked non-empty");
+    ensure(kmax <= m.min(n), || {
+        format!(
+            "{}: rank k = {kmax} is larger than min(rows, cols) = {} of this {m}×{n} image",
+            batch[0].name,
+            m.min(n)
+        )
+    })?;
+    let q = device.queue();
+    let t_start = device.mark()?;
+    let mut a = device.alloc::<f64>(images * mn)?;
+    match &batch[0].pixels {
+        Pixels::Gray8 { .. } => {
+            let host = at_least(device, &mut staging.bytes, images * mn)?;
+            for (image, chunk) in batch.iter().zip(host.chunks_mut(mn)) {
+                if let Pixels::Gray8 { data, .. } = &image.pixels {
+                    chunk.copy_from_slice(data);
+                }
+            }
+            let mut raw = device.alloc::<u8>(images * mn)?;
+            // SAFETY: the staging buffer is not touched before the queue is synchronised below;
+            // both device buffers hold `images·mn` elements.
+            unsafe {
+                device.upload_async(q, &host[..images * mn], &mut raw)?;
+                launch_gray8_to_f64(device, q, raw.as_kernel_ptr(), a.as_kernel_mut_ptr(), images * mn)?;
+            }
+            device.sync_queue(q)?;
+        }
+        Pixels::Float(_) => {
+            let host = at_least(device, &mut staging.floats, images * mn)?;
+            for (image, chunk) in batch.iter().zip(host.chunks_mut(mn)) {
+                if let Pixels::Float(pixels) = &image.pixels {
+                    if let Some(((y, x), v)) = pixels.indexed_iter().find(|(_, v)| !v.is_finite()) {
+                        return Err(Error::InvalidInput(format!(
+                            "{}: pixel ({y}, {x}) is {v}: the image must be finite",
+                            image.name
+                        )));
+                    }
+                    for (dst, &src) in chunk.iter_mut().zip(pixels.iter()) {
+                        *dst = src;
+                    }
+                }
+            }
+            let mut raw = device.alloc::<f32>(images * mn)?;
+            // SAFETY: as above.
+            unsafe {
+                device.upload_async(q, &host[..images * mn], &mut raw)?;
+                launch_f32_to_f64(device, q, raw.as_kernel_ptr(), a.as_kernel_mut_ptr(), images * mn)?;
+            }
+            device.sync_queue(q)?;
+        }
+    }
+    let t_uploaded = device.mark()?;
+    let factors = svd_factor::factor(device, &a, (m, n), images, kmax)?;
+    let t_factored = device.mark()?;
+
+    // Every rank of every image: reconstruction, then its squared error against the image.
+    let ranks = &options.ranks;
+    let mut outputs = Vec::with_capacity(ranks.len());
+    let mut error_sums = Vec::with_capacity(ranks.len());
+    for &k in ranks {
+        let mut out = device.alloc::<f32>(images * mn)?;
+        let shape = BatchShape {
+            images,
+            ldu: kmax,
+            strides: kernels::svd::Batch {
+                u: (m * kmax) as u32,
+                s: kmax as u32,
+                vt: (kmax * n) as u32,
+                out: mn as u32,
+            },
+        };
+        let ptrs = (
+            factors.u.as_kernel_ptr(),
+            factors.s.as_kernel_ptr(),
+            factors.vt.as_kernel_ptr(),
+            out.as_kernel_mut_ptr(),
+        );
+        // SAFETY: the factor buffers hold `images` blocks of `m·kmax`, `kmax`, `kmax·n` values and
+        // `out` holds `images·mn`.
+        unsafe {
+            launch_reconstruct_batch(device, q, options.variant, 16, ptrs, (m, n, k), shape)?;
+            error_sums.push(queue_squared_sums(
+                device,
+                q,
+                a.as_kernel_ptr(),
+                Some(out.as_kernel_ptr()),
+                mn,
+                images,
+            )?);
+        }
+        outputs.push(out);
+    }
+    let t_reconstructed = device.mark()?;
+    while staging.outputs.len() < ranks.len() {
+        staging.outputs.push(device.pinned(0)?);
+    }
+    for (out, host) in outputs.iter().zip(staging.outputs.iter_mut()) {
+        if host.len() < images * mn {
+            *host = device.pinned(0)?;
+            *host = device.pinned(images * mn)?;
+        }
+        // SAFETY: `host` is not read before the queue is synchronised (by `elapsed_ms` below).
+        unsafe { device.download_async(q, out, &mut host[..images * mn])? };
+    }
+    let t_downloaded = device.mark()?;
+    let per_image =
+        |from: &Mark, to: &Mark| -> Result<f64> { Ok(device.elapsed_ms(from, to)? / images as f64) };
+    let times = StageTimes {
+        decode_ms: 0.0,
+        h2d_ms: per_image(&t_start, &t_uploaded)?,
+        svd_ms: per_image(&t_uploaded, &t_factored)?,
+        reconstruct_ms: per_image(&t_factored, &t_reconstructed)?,
+        d2h_ms: per_image(&t_reconstructed, &t_downloaded)?,
+        encode_ms: 0.0,
+    };
+    let errors: Vec<Vec<f64>> = error_sums
+        .iter()
+        .map(|(partial, blocks)| finish_squared_sums(device, partial, *blocks))
+        .collect::<Result<_>>()?;
+
+    for (i, image) in batch.iter().enumerate() {
+        let sigma = &factors.singular_values[i];
+        let norm = factors.frobenius_norms[i];
+        let reference =
+            if options.check { Some(crate::svd::thin_svd(image.pixels.to_f32().view())?) } else { None };
+        let mut rank_results = Vec::with_capacity(ranks.len());
+        for (r, &k) in ranks.iter().enumerate() {
+            let pixels = &staging.outputs[r][i * mn..(i + 1) * mn];
+            let reconstruction = Array2::from_shape_vec((m, n), pixels.to_vec()).expect("m·n pixels");
+            let check_error = match &reference {
+                Some(f) => Some(relative_error(reconstruction.view(), reconstruct_reference(f, k)?.view())),
+                None => None,
+            };
+            rank_results.push(RankResult {
+                k,
+                relative_error: ratio(errors[r][i].sqrt(), norm),
+                eckart_young_bound: eckart_young(sigma, k, norm),
+                reconstruction,
+                check_error,
+            });
+        }
+        sink(ImageResult {
+            index: image.index,
+            name: image.name.clone(),
+            rows: m,
+            cols: n,
+            singular_values: sigma.clone(),
+            frobenius_norm: norm,
+            ranks: rank_results,
+            times,
+        })?;
+    }
+    Ok(())
+}
+
+/// `a / b`, 0 when both are 0 (the zero image is reconstructed exactly).
+fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 { if a == 0.0 { 0.0 } else { f64::INFINITY } } else { a / b }
+}
+
+/// `sqrt(‖A‖² − Σ_{i<k} σ_i²) / ‖A‖`: the Eckart–Young bound from the leading singular values and
+/// the Frobenius norm (the tail's energy is what the leading values leave of `‖A‖²`).
+pub fn eckart_young(sigma: &[f64], k: usize, norm: f64) -> f64 {
+    let head: f64 = sigma[..k.min(sigma.len())].iter().map(|s| s * s).sum();
+    ratio((norm * norm - head).max(0.0).sqrt(), norm)
 }

@@ -276,11 +276,6 @@ pub unsafe fn squared_difference_sums(
     }
 }
 
-/// f64 scratch per image of [`rayleigh_ritz`], elements, for block size `b`.
-pub const fn rayleigh_ritz_scratch(b: u32) -> u32 {
-    3 * b * b + 6 * b + 2
-}
-
 /// Ritz values at or below this fraction of the largest are numerically zero (singular values
 /// ≤ 1e-6·σ₁): their vectors are kept as they are instead of being multiplied by the Gram matrix.
 pub const NULL_THRESHOLD: f64 = 1e-12;
@@ -288,70 +283,114 @@ pub const NULL_THRESHOLD: f64 = 1e-12;
 /// Cap on Jacobi sweeps; converged matrices need far fewer (quadratic convergence).
 const MAX_SWEEPS: u32 = 40;
 
-/// The small dense step of one subspace iteration, one block per image (`blockIdx.x`), any 1-D
-/// block size; 8 bytes of dynamic shared memory.
+/// Off-diagonal elements at or below this fraction of the largest diagonal one are rounding noise
+/// to the Jacobi solver (they move eigenvalues by no more than that fraction of the largest).
+const JACOBI_NOISE: f64 = 1e-13;
+
+/// Row stride of the Jacobi matrices for size `b`: odd, so that a warp walking down a column
+/// touches different shared-memory banks.
+const fn jacobi_ld(b: u32) -> u32 {
+    b | 1
+}
+
+/// f64 elements of one image's Jacobi work space: the matrix and the rotations' accumulator
+/// (`b × ld` each) and four values per rotation pair.
+const fn jacobi_elements(b: u32) -> u32 {
+    2 * b * jacobi_ld(b) + 2 * b + 2
+}
+
+/// Dynamic shared memory, bytes, with which [`ritz_eigen`] and [`orthonormalize_weights`] keep their
+/// Jacobi work space in shared memory instead of global scratch (a flag, then the space).
+pub const fn jacobi_shared_bytes(b: u32) -> u32 {
+    8 + 8 * jacobi_elements(b)
+}
+
+/// f64 scratch per image of [`ritz_eigen`] and [`orthonormalize_weights`], elements: the Jacobi work
+/// space when it does not fit in shared memory, and two vectors.
+pub const fn eigen_scratch(b: u32) -> u32 {
+    jacobi_elements(b) + 2 * b
+}
+
+/// One image's Jacobi work space: matrix `x` and accumulator `z` (row stride `ld`) and the
+/// per-round rotations; in shared memory when the launch gave [`jacobi_shared_bytes`], else in
+/// global scratch.
+#[derive(Clone, Copy)]
+struct JacobiSpace {
+    x: *mut f64,
+    z: *mut f64,
+    rot: *mut f64,
+    ld: usize,
+}
+
+impl JacobiSpace {
+    #[inline(always)]
+    unsafe fn new(scratch: *mut f64, b: usize) -> JacobiSpace {
+        let ld = jacobi_ld(b as u32) as usize;
+        let base = if shared::dynamic_bytes() >= jacobi_shared_bytes(b as u32) as usize {
+            shared::region::<f64>(8, jacobi_elements(b as u32) as usize).as_ptr()
+        } else {
+            scratch
+        };
+        JacobiSpace { x: base, z: base.add(b * ld), rot: base.add(2 * b * ld), ld }
+    }
+
+    /// Element `(i, j)` of the matrix.
+    #[inline(always)]
+    unsafe fn x(self, i: usize, j: usize) -> *mut f64 {
+        self.x.add(i * self.ld + j)
+    }
+
+    /// Element `(i, j)` of the accumulated rotations.
+    #[inline(always)]
+    unsafe fn z(self, i: usize, j: usize) -> *mut f64 {
+        self.z.add(i * self.ld + j)
+    }
+}
+
+/// Rayleigh–Ritz, first half, one block per image (`blockIdx.x`), any 1-D block size; dynamic
+/// shared memory 8 bytes, or [`jacobi_shared_bytes`]`(b)` to work in shared memory.
 ///
-/// In: `p` (`2b × b`, row-major, images `2b²` apart) = `[Q Y]ᵀ·Y` with `Y = G·Q`, so its top half is
-/// `T = QᵀGQ` and its bottom half `S = YᵀY`. It solves `T = Z·diag(θ)·Zᵀ` (cyclic Jacobi, θ
-/// non-increasing), writes the Ritz values `theta` (`b` per image), `sigma = √θ` and `inv_sigma`
-/// (`1/σ`, or 0 for numerically zero ones), the sorted eigenvectors `ritz` (`b × b`, row-major)
-/// and `converged[image]` = 1 when each of the first `k` Ritz pairs has residual
-/// `‖G·q − θ·q‖ ≤ tol·θ₁` (from `ZᵀSZ`: `‖r_i‖² = (ZᵀSZ)_ii − θ_i²`).
-///
-/// It also writes `m` (`2b × b`): the next basis is `[Q Y]·m` (used while other images of the
-/// batch still iterate), the columns
-/// `G·q_i/‖G·q_i‖` (or `q_i` for numerically zero θ_i) made orthonormal by Löwdin's symmetric
-/// orthogonalisation `X ← X·(XᵀX)^(-1/2)`, which keeps them closest to the Ritz directions.
+/// In: `p` (`2b × b` per image, row-major) = `[Q Y]ᵀ·Y` with `Y = G·Q`; its top half is
+/// `T = QᵀGQ`. Solves `T = Z·diag(θ)·Zᵀ` by cyclic Jacobi and writes, per image, the Ritz values
+/// `theta` (`b`, non-increasing), `sigma = √θ`, `inv_sigma` (`1/σ`, or 0 for numerically zero θ)
+/// and the matching eigenvectors `ritz` (`b × b`, column `r` for `θ_r`).
 #[kernel]
-pub unsafe fn rayleigh_ritz(
+pub unsafe fn ritz_eigen(
     p: *const f64,
     b: u32,
-    k: u32,
-    tol: f64,
     scratch: *mut f64,
     theta: *mut f64,
     sigma: *mut f64,
     inv_sigma: *mut f64,
     ritz: *mut f64,
-    m: *mut f64,
-    converged: *mut u32,
 ) {
     let img = thread::block_idx_x() as usize;
     let bu = b as usize;
     let bb = bu * bu;
-    let p = p.add(img * 2 * bb);
-    let (t_in, s_in) = (p, p.add(bb));
-    let scratch = scratch.add(img * rayleigh_ritz_scratch(b) as usize);
-    let x = scratch;
-    let zm = scratch.add(bb);
-    let tmp = scratch.add(2 * bb);
-    let vals = scratch.add(3 * bb); // b: unsorted eigenvalues
-    let perm = vals.add(bu); // b: perm[r] = index of the r-th largest
-    let e = perm.add(bu); // b
-    let f = e.add(bu); // b
-    let rot = f.add(bu); // b + 2: (c, s) per pair
-    let theta = theta.add(img * bu);
-    let sigma = sigma.add(img * bu);
-    let inv_sigma = inv_sigma.add(img * bu);
+    let t_in = p.add(img * 2 * bb);
+    let scratch = scratch.add(img * eigen_scratch(b) as usize);
+    let space = JacobiSpace::new(scratch, bu);
+    let vals = scratch.add(jacobi_elements(b) as usize);
+    let perm = vals.add(bu);
+    let (theta, sigma, inv_sigma) = (theta.add(img * bu), sigma.add(img * bu), inv_sigma.add(img * bu));
     let ritz = ritz.add(img * bb);
-    let m = m.add(img * 2 * bb);
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
 
     // X = (T + Tᵀ)/2, Z = I.
     let mut i = tid;
     while i < bb {
         let (r, c) = (i / bu, i % bu);
-        *x.add(i) = 0.5 * (*t_in.add(i) + *t_in.add(c * bu + r));
-        *zm.add(i) = if r == c { 1.0 } else { 0.0 };
+        *space.x(r, c) = 0.5 * (*t_in.add(i) + *t_in.add(c * bu + r));
+        *space.z(r, c) = if r == c { 1.0 } else { 0.0 };
         i += nt;
     }
     thread::sync_threads();
-    jacobi(x, zm, rot, bu);
+    jacobi(space, bu);
 
-    // Sort the eigenvalues, largest first: perm[rank] = index.
+    // Largest first: perm[rank] = index.
     let mut i = tid;
     while i < bu {
-        *vals.add(i) = *x.add(i * bu + i);
+        *vals.add(i) = *space.x(i, i);
         i += nt;
     }
     thread::sync_threads();
@@ -369,11 +408,10 @@ pub unsafe fn rayleigh_ritz(
         i += nt;
     }
     thread::sync_threads();
-    // ritz[:, r] = Z[:, perm[r]]; theta, sigma.
     let mut i = tid;
     while i < bb {
         let (row, r) = (i / bu, i % bu);
-        *ritz.add(i) = *zm.add(row * bu + *perm.add(r) as usize);
+        *ritz.add(i) = *space.z(row, *perm.add(r) as usize);
         i += nt;
     }
     let theta0 = (*vals.add(*perm as usize)).max(0.0);
@@ -386,141 +424,175 @@ pub unsafe fn rayleigh_ritz(
         *inv_sigma.add(i) = if th > NULL_THRESHOLD * theta0 && s > 0.0 { 1.0 / s } else { 0.0 };
         i += nt;
     }
-    thread::sync_threads();
+}
 
-    // D = ZᵀSZ (in x); d_i = D_ii = ‖G·q_i‖².
-    block_matmul(tmp, s_in, false, ritz, bu, bu, bu);
-    thread::sync_threads();
-    block_matmul(x, ritz, true, tmp, bu, bu, bu);
-    thread::sync_threads();
+/// Rayleigh–Ritz, second half, one block per image, any 1-D block size; dynamic shared memory as
+/// for [`ritz_eigen`].
+///
+/// In: `d = ritzᵀ·S·ritz` (`b × b`; `S = YᵀY`, so `d_ii = ‖G·v_i‖²` for the Ritz vector `v_i`),
+/// `theta`, `ritz`. Writes `converged[image]` = 1 when each of the first `k` Ritz pairs that is
+/// not numerically zero has residual `‖G·v − θ·v‖ = √(d_ii − θ_i²) ≤ tol·√(θ₁·θ_i)` (so that
+/// `|σ_i − σ̃_i| ≤ tol·σ₁/2`).
+///
+/// For the next basis it orthonormalises `X = Q·ritz·E + Y·ritz·F` — the columns `G·v_i/‖G·v_i‖`,
+/// or `v_i` itself where `θ_i` is numerically zero (`E`, `F` diagonal selectors) — by Cholesky QR:
+/// `XᵀX = W = E + F·d·F` (the cross terms vanish) `= RᵀR`, and writes `rinv = R⁻¹` (`b × b`, upper
+/// triangular) and `r2 = [ritz·E; ritz·F]` (`2b × b`), so that the next basis is
+/// `[Q Y]·r2·R⁻¹`. Columns go in order of decreasing θ, so the leading ones change least. A pivot
+/// that lost all but 12 digits (a numerically dependent column) is floored there.
+#[kernel]
+pub unsafe fn orthonormalize_weights(
+    d: *const f64,
+    theta: *const f64,
+    ritz: *const f64,
+    b: u32,
+    k: u32,
+    tol: f64,
+    scratch: *mut f64,
+    rinv: *mut f64,
+    r2: *mut f64,
+    converged: *mut u32,
+) {
+    let img = thread::block_idx_x() as usize;
+    let bu = b as usize;
+    let bb = bu * bu;
+    let d = d.add(img * bb);
+    let theta = theta.add(img * bu);
+    let ritz = ritz.add(img * bb);
+    let scratch = scratch.add(img * eigen_scratch(b) as usize);
+    let space = JacobiSpace::new(scratch, bu);
+    let e = scratch.add(jacobi_elements(b) as usize);
+    let f = e.add(bu);
+    let (rinv, r2) = (rinv.add(img * bb), r2.add(img * 2 * bb));
+    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
     let flag = shared::region::<u32>(0, 1);
     if tid == 0 {
         flag.write(0, 1);
     }
     thread::sync_threads();
+    let theta0 = (*theta).max(0.0);
     let mut i = tid;
     while i < bu {
         let th = *theta.add(i);
-        let d = *x.add(i * bu + i);
-        let residual = math::sqrt((d - th * th).max(0.0));
-        if (i as u32) < k && theta0 > 0.0 && residual > tol * theta0 {
+        let di = *d.add(i * bu + i);
+        let good = th > NULL_THRESHOLD * theta0 && di > 0.0;
+        let residual = math::sqrt((di - th * th).max(0.0));
+        if (i as u32) < k && good && residual > tol * math::sqrt(theta0 * th) {
             flag.write(0, 0);
         }
-        let good = th > NULL_THRESHOLD * theta0 && d > 0.0;
-        let null = !good;
-        *e.add(i) = if null { 1.0 } else { 0.0 };
-        *f.add(i) = if null { 0.0 } else { 1.0 / math::sqrt(d) };
+        *e.add(i) = if good { 0.0 } else { 1.0 };
+        *f.add(i) = if good { 1.0 / math::sqrt(di) } else { 0.0 };
         i += nt;
     }
     thread::sync_threads();
     if tid == 0 {
         *converged.add(img) = flag.read(0);
     }
-
-    // W = XᵀX of the new columns X = Q·Z·E + Y·Z·F: diag(e) + F·D·F (cross terms vanish).
+    // W (upper triangle) into x; its diagonal also into z's first row, for the pivot floors.
     let mut i = tid;
     while i < bb {
         let (r, c) = (i / bu, i % bu);
-        let w = *f.add(r) * *x.add(i) * *f.add(c) + if r == c { *e.add(r) } else { 0.0 };
-        *x.add(i) = w;
-        *zm.add(i) = if r == c { 1.0 } else { 0.0 };
+        if r <= c {
+            let w = *f.add(r) * *d.add(i) * *f.add(c) + if r == c { *e.add(r) } else { 0.0 };
+            *space.x(r, c) = w;
+            if r == c {
+                *space.z(0, c) = w;
+            }
+        }
         i += nt;
     }
     thread::sync_threads();
-    jacobi(x, zm, rot, bu);
-    // W^(-1/2) = Z·Λ^(-1/2)·Zᵀ into tmp, with Λ floored against breakdown.
-    let mut lmax = 0.0f64;
-    for l in 0..bu {
-        lmax = lmax.max(*x.add(l * bu + l));
+    // Right-looking Cholesky, in place: row j of x becomes row j of R.
+    for j in 0..bu {
+        let pivot = math::sqrt((*space.x(j, j)).max(1e-12 * *space.z(0, j)).max(f64::MIN_POSITIVE));
+        thread::sync_threads();
+        let mut c = j + 1 + tid;
+        while c < bu {
+            *space.x(j, c) /= pivot;
+            c += nt;
+        }
+        if tid == 0 {
+            *space.x(j, j) = pivot;
+        }
+        thread::sync_threads();
+        let rest = bu - j - 1;
+        let mut i = tid;
+        while i < rest * rest {
+            let (r, c) = (j + 1 + i / rest, j + 1 + i % rest);
+            if r <= c {
+                *space.x(r, c) -= *space.x(j, r) * *space.x(j, c);
+            }
+            i += nt;
+        }
+        thread::sync_threads();
+    }
+    // R⁻¹, one column per thread by back substitution; then r2.
+    let mut c = tid;
+    while c < bu {
+        for r in (0..bu).rev() {
+            let value = if r > c {
+                0.0
+            } else {
+                let mut acc = if r == c { 1.0 } else { 0.0 };
+                for l in r + 1..=c {
+                    acc -= *space.x(r, l) * *rinv.add(l * bu + c);
+                }
+                acc / *space.x(r, r)
+            };
+            *rinv.add(r * bu + c) = value;
+        }
+        c += nt;
     }
     let mut i = tid;
     while i < bb {
-        let (r, c) = (i / bu, i % bu);
-        let mut acc = 0.0;
-        for l in 0..bu {
-            let lam = (*x.add(l * bu + l)).max(1e-14 * lmax).max(f64::MIN_POSITIVE);
-            acc = math::fma(*zm.add(r * bu + l) * *zm.add(c * bu + l), 1.0 / math::sqrt(lam), acc);
-        }
-        *tmp.add(i) = acc;
-        i += nt;
-    }
-    thread::sync_threads();
-    // m = [ritz·E; ritz·F]·W^(-1/2).
-    let winv = tmp;
-    let mut i = tid;
-    while i < 2 * bb {
-        let (r, c) = (i / bu, i % bu);
-        let (row, sel) = if r < bu { (r, e) } else { (r - bu, f) };
-        let mut acc = 0.0;
-        for l in 0..bu {
-            acc = math::fma(*ritz.add(row * bu + l) * *sel.add(l), *winv.add(l * bu + c), acc);
-        }
-        *m.add(i) = acc;
+        let c = i % bu;
+        let v = *ritz.add(i);
+        *r2.add(i) = v * *e.add(c);
+        *r2.add(bb + i) = v * *f.add(c);
         i += nt;
     }
 }
 
-/// `out = op(a)·bm` for `n × n` matrices in global memory (row-major), `op` the transpose when
-/// `transpose_a`; `rows × cols` of the result with inner dimension `inner`. The whole block shares
-/// the outputs.
-#[inline(always)]
-unsafe fn block_matmul(
-    out: *mut f64,
-    a: *const f64,
-    transpose_a: bool,
-    bm: *const f64,
-    rows: usize,
-    cols: usize,
-    inner: usize,
-) {
-    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
-    let mut i = tid;
-    while i < rows * cols {
-        let (r, c) = (i / cols, i % cols);
-        let mut acc = 0.0;
-        for l in 0..inner {
-            let av = if transpose_a { *a.add(l * rows + r) } else { *a.add(r * inner + l) };
-            acc = math::fma(av, *bm.add(l * cols + c), acc);
-        }
-        *out.add(i) = acc;
-        i += nt;
-    }
-}
-
-/// Cyclic parallel Jacobi on the symmetric `n × n` matrix `a` (row-major, global memory), with
-/// the rotations accumulated into `z` (`a ← JᵀaJ`, `z ← zJ`): on return `a` is diagonal to working
+/// Cyclic parallel Jacobi on the symmetric `n × n` matrix `space.x`, with the rotations
+/// accumulated into `space.z` (`x ← JᵀxJ`, `z ← zJ`): on return `x` is diagonal to working
 /// precision. Each round rotates `⌈n/2⌉` disjoint pairs at once (round-robin ordering); a pair is
-/// skipped when `|a_pq| ≤ ε·√|a_pp·a_qq|`. Sweeps stop when one rotates nothing. `rot` holds
-/// `n + 2` values. Uses the first u32 of dynamic shared memory. All threads of the block call it.
+/// skipped when `|x_pq| ≤ max(ε·√|x_pp·x_qq|, JACOBI_NOISE·max|x_ii|)`. Sweeps stop when one
+/// rotates nothing. Uses the first u32 of dynamic shared memory as a flag. All threads of the block
+/// call it.
 #[inline(always)]
-unsafe fn jacobi(a: *mut f64, z: *mut f64, rot: *mut f64, n: usize) {
-    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
-    let players = n + n % 2;
+unsafe fn jacobi(space: JacobiSpace, n: usize) {
+    let (tid, nt) = (thread::thread_idx_x(), thread::block_dim_x());
+    let n32 = n as u32;
+    let players = n32 + n32 % 2;
     let half = players / 2;
     let flag = shared::region::<u32>(0, 1);
+    let rot = space.rot;
     if players < 2 {
         thread::sync_threads();
         return;
     }
-    // Pair `t` of round `round`: the circle method, player 0 fixed.
-    let pair = |t: usize, round: usize| -> (usize, usize) {
-        let player = |pos: usize| if pos == 0 { 0 } else { (pos - 1 + round) % (players - 1) + 1 };
-        (player(t), player(players - 1 - t))
-    };
+    let mut anorm = 0.0f64;
+    for l in 0..n {
+        anorm = anorm.max(math::abs(*space.x(l, l)));
+    }
+    let noise = JACOBI_NOISE * anorm;
     for _sweep in 0..MAX_SWEEPS {
         if tid == 0 {
             flag.write(0, 0);
         }
         thread::sync_threads();
         for round in 0..players - 1 {
+            // Pair t of this round (the circle method, player 0 fixed): rot[4t..4t+4] = c, s, p, q.
             let mut t = tid;
             while t < half {
-                let (p, q) = pair(t, round);
+                let player = |pos: u32| if pos == 0 { 0 } else { (pos - 1 + round) % (players - 1) + 1 };
+                let (p, q) = (player(t) as usize, player(players - 1 - t) as usize);
                 let (mut c, mut s) = (1.0, 0.0);
                 if p < n && q < n {
-                    let apq = *a.add(p * n + q);
-                    let (app, aqq) = (*a.add(p * n + p), *a.add(q * n + q));
-                    if apq != 0.0 && math::abs(apq) > f64::EPSILON * math::sqrt(math::abs(app * aqq)) {
+                    let apq = *space.x(p, q);
+                    let (app, aqq) = (*space.x(p, p), *space.x(q, q));
+                    let threshold = (f64::EPSILON * math::sqrt(math::abs(app * aqq))).max(noise);
+                    if math::abs(apq) > threshold {
                         let tau = (aqq - app) / (2.0 * apq);
                         let tt = if tau >= 0.0 { 1.0 } else { -1.0 }
                             / (math::abs(tau) + math::sqrt(math::fma(tau, tau, 1.0)));
@@ -529,38 +601,43 @@ unsafe fn jacobi(a: *mut f64, z: *mut f64, rot: *mut f64, n: usize) {
                         flag.write(0, 1);
                     }
                 }
-                *rot.add(2 * t) = c;
-                *rot.add(2 * t + 1) = s;
+                let r = rot.add(4 * t as usize);
+                *r = c;
+                *r.add(1) = s;
+                *r.add(2) = p as f64;
+                *r.add(3) = q as f64;
                 t += nt;
             }
             thread::sync_threads();
-            // Columns p, q of a and z.
+            // Columns p, q of x and z: consecutive threads take consecutive rows.
             let mut i = tid;
-            while i < n * half {
-                let (row, t) = (i / half, i % half);
-                let (c, s) = (*rot.add(2 * t), *rot.add(2 * t + 1));
+            while i < n32 * half {
+                let (t, row) = (i / n32, (i % n32) as usize);
+                let r = rot.add(4 * t as usize);
+                let (c, s) = (*r, *r.add(1));
                 if s != 0.0 {
-                    let (p, q) = pair(t, round);
-                    let (x, y) = (*a.add(row * n + p), *a.add(row * n + q));
-                    *a.add(row * n + p) = c * x - s * y;
-                    *a.add(row * n + q) = s * x + c * y;
-                    let (x, y) = (*z.add(row * n + p), *z.add(row * n + q));
-                    *z.add(row * n + p) = c * x - s * y;
-                    *z.add(row * n + q) = s * x + c * y;
+                    let (p, q) = (*r.add(2) as usize, *r.add(3) as usize);
+                    let (x, y) = (*space.x(row, p), *space.x(row, q));
+                    *space.x(row, p) = c * x - s * y;
+                    *space.x(row, q) = s * x + c * y;
+                    let (x, y) = (*space.z(row, p), *space.z(row, q));
+                    *space.z(row, p) = c * x - s * y;
+                    *space.z(row, q) = s * x + c * y;
                 }
                 i += nt;
             }
             thread::sync_threads();
-            // Rows p, q of a.
+            // Rows p, q of x: consecutive threads take consecutive columns.
             let mut i = tid;
-            while i < n * half {
-                let (t, col) = (i / n, i % n);
-                let (c, s) = (*rot.add(2 * t), *rot.add(2 * t + 1));
+            while i < n32 * half {
+                let (t, col) = (i / n32, (i % n32) as usize);
+                let r = rot.add(4 * t as usize);
+                let (c, s) = (*r, *r.add(1));
                 if s != 0.0 {
-                    let (p, q) = pair(t, round);
-                    let (x, y) = (*a.add(p * n + col), *a.add(q * n + col));
-                    *a.add(p * n + col) = c * x - s * y;
-                    *a.add(q * n + col) = s * x + c * y;
+                    let (p, q) = (*r.add(2) as usize, *r.add(3) as usize);
+                    let (x, y) = (*space.x(p, col), *space.x(q, col));
+                    *space.x(p, col) = c * x - s * y;
+                    *space.x(q, col) = s * x + c * y;
                 }
                 i += nt;
             }
