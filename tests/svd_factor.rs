@@ -136,3 +136,85 @@ fn bad_input_is_an_error() {
     assert!(err.contains("the batch is 5 × 4"), "{err}");
     assert!(truncated_svd(&device, &[], 1).is_err());
 }
+
+/// The job's GPU engine on a queue of mixed shapes and pixel types: every image comes back once,
+/// with singular values, errors and Eckart–Young bounds matching faer, and reconstructions equal to
+/// the f64 reference within f32 rounding.
+#[test]
+fn the_gpu_engine_runs_a_job_of_mixed_images() {
+    use kernel_suite::svd::{Variant, reconstruct_reference};
+    use kernel_suite::svd_batch::run_gpu;
+    use kernel_suite::svd_job::{ImageQueue, ImageResult, JobImage, JobOptions, Pixels};
+    use std::sync::Mutex;
+
+    let gray = |seed: u64, m: usize, n: usize| {
+        let image = smooth_image(seed, m, n);
+        Pixels::Gray8 {
+            rows: m,
+            cols: n,
+            data: image.iter().map(|&v| (v.clamp(0.0, 1.0) * 255.0).round() as u8).collect(),
+        }
+    };
+    let inputs = vec![
+        gray(41, 33, 47),
+        gray(42, 33, 47),
+        Pixels::Float(random_image(43, 40, 21)),
+        gray(44, 33, 47),
+        Pixels::Float(Array2::zeros((12, 9))),
+    ];
+    let options = JobOptions { ranks: vec![2, 5, 9], check: false, variant: Variant::Regtiled, in_flight: 2 };
+    for device in common::devices("the_gpu_engine_runs_a_job_of_mixed_images") {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        for (index, pixels) in inputs.iter().enumerate() {
+            sender.send(Ok(JobImage { index, name: format!("img{index}"), pixels: pixels.clone() })).unwrap();
+        }
+        drop(sender);
+        let queue = ImageQueue::new(receiver);
+        let results: Mutex<Vec<ImageResult>> = Mutex::new(Vec::new());
+        run_gpu(&device, &queue, &options, &|r| {
+            results.lock().unwrap().push(r);
+            Ok(())
+        })
+        .unwrap();
+        let mut results = results.into_inner().unwrap();
+        results.sort_by_key(|r| r.index);
+        assert_eq!(
+            results.iter().map(|r| r.index).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 4],
+            "each image once"
+        );
+        for (result, pixels) in results.iter().zip(&inputs) {
+            let label = format!("{} on {}", result.name, device.describe());
+            let image = pixels.to_f32();
+            let reference = thin_svd(image.view()).unwrap();
+            let sigma1 = reference.s[0];
+            assert_eq!((result.rows, result.cols), image.dim(), "{label}");
+            assert_eq!(result.singular_values.len(), 9, "{label}");
+            for (&got, &want) in result.singular_values.iter().zip(&reference.s) {
+                assert!((got - want).abs() <= 1e-5 * sigma1 + 1e-12, "{label}: σ {got} vs {want}");
+            }
+            for rank in &result.ranks {
+                let bound = reference.eckart_young_bound(rank.k);
+                assert!(
+                    (rank.eckart_young_bound - bound).abs() <= 1e-6 * bound + 1e-9,
+                    "{label} k={}",
+                    rank.k
+                );
+                assert!(
+                    (rank.relative_error - bound).abs() <= 1e-4 * bound + 2e-6,
+                    "{label} k={}: error {} vs bound {bound}",
+                    rank.k,
+                    rank.relative_error
+                );
+                let want = reconstruct_reference(&reference, rank.k).unwrap();
+                let worst = rank
+                    .reconstruction
+                    .iter()
+                    .zip(want.iter())
+                    .map(|(&a, &b)| (a as f64 - b).abs())
+                    .fold(0.0, f64::max);
+                assert!(worst <= 1e-4 * sigma1.max(1.0), "{label} k={}: max |Δ| {worst}", rank.k);
+            }
+        }
+    }
+}
