@@ -6,6 +6,7 @@
 //!   typed kernel launches;
 //! * [`cli`]: the `--device auto|gpu|sim|cpu` choice shared by every binary;
 //! * [`image_io`]: grayscale images as `ndarray` arrays (PNG/JPEG in, PNG out);
+//! * [`npy`]: NumPy `.npy` files of f32/f64 arrays (written by `svd --npy`, read by `numpy.load`);
 //! * [`bench`](mod@bench): statistics and tables for the benchmark programs in `benches/`;
 //! * [`plot`]: line charts as PNG or SVG files;
 //! * [`profile`]: the `--profile` summary (kernels, copies, host costs, resources, occupancy);
@@ -21,6 +22,7 @@ pub mod error;
 pub mod image_io;
 pub mod lombscargle;
 pub mod module;
+pub mod npy;
 pub mod plot;
 pub mod profile;
 pub mod reduce;
