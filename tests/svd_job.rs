@@ -1,0 +1,270 @@
+//! The CPU engine of the `svd` job (`svd_job::run_cpu`) against faer and ndarray references, the
+//! decoding queue, and `.npy` files.
+
+mod common;
+
+use kernel_suite::svd::{reconstruct_reference, relative_error, thin_svd};
+use kernel_suite::svd_job::{
+    ImageQueue, ImageResult, JobImage, JobOptions, Pixels, decode_into_queue, factor_cpu, run_cpu,
+};
+use kernel_suite::{npy, svd::Variant};
+use ndarray::Array2;
+use rand::Rng;
+use std::sync::Mutex;
+
+fn options(ranks: &[usize], check: bool) -> JobOptions {
+    JobOptions { ranks: ranks.to_vec(), check, variant: Variant::Regtiled, in_flight: 2 }
+}
+
+fn float(index: usize, name: &str, pixels: Array2<f32>) -> JobImage {
+    JobImage { index, name: name.into(), pixels: Pixels::Float(pixels) }
+}
+
+fn random(seed: u64, rows: usize, cols: usize) -> Array2<f32> {
+    let mut rng = common::rng(seed);
+    Array2::from_shape_fn((rows, cols), |_| rng.random_range(0.0..1.0))
+}
+
+/// A 40 × 30 image of rank exactly 3 (before f32 rounding), values in [0, 1].
+fn rank_three() -> Array2<f32> {
+    Array2::from_shape_fn((40, 30), |(i, j)| {
+        let (x, y) = (i as f32 / 40.0, j as f32 / 30.0);
+        (0.2 + 0.3 * x * y + 0.25 * (3.0 * x).sin() * (2.0 * y).cos() + 0.1 * x * x) / 1.2
+    })
+}
+
+/// Runs the CPU engine on `images` and returns the results by index.
+fn run(images: Vec<JobImage>, options: &JobOptions) -> Vec<ImageResult> {
+    let n = images.len();
+    let results = Mutex::new(Vec::new());
+    let sink = |r: ImageResult| {
+        results.lock().unwrap().push(r);
+        Ok(())
+    };
+    run_cpu(&ImageQueue::from_images(images), options, &sink).unwrap();
+    let mut results = results.into_inner().unwrap();
+    results.sort_by_key(|r| r.index);
+    assert_eq!(results.iter().map(|r| r.index).collect::<Vec<_>>(), (0..n).collect::<Vec<_>>());
+    results
+}
+
+/// Checks one result against faer's thin SVD and the f64 reconstruction of `original`.
+fn check_against_reference(result: &ImageResult, original: &Array2<f32>, options: &JobOptions) {
+    let name = &result.name;
+    assert_eq!((result.rows, result.cols), original.dim(), "{name}");
+    let factors = thin_svd(original.view()).unwrap();
+    let a64 = original.mapv(f64::from);
+    let norm = a64.iter().map(|v| v * v).sum::<f64>().sqrt();
+    assert!((result.frobenius_norm - norm).abs() <= 1e-12 * norm.max(1.0), "{name}: ‖A‖_F");
+    let kmax = *options.ranks.last().unwrap();
+    assert_eq!(result.singular_values.len(), kmax, "{name}");
+    let sigma_1 = factors.s[0].max(1e-300);
+    for (i, (&got, &want)) in result.singular_values.iter().zip(&factors.s).enumerate() {
+        assert!((got - want).abs() <= 1e-10 * sigma_1.max(1.0), "{name}: σ_{i} = {got}, faer {want}");
+    }
+    assert!(result.singular_values.windows(2).all(|w| w[0] >= w[1]), "{name}: not non-increasing");
+    assert_eq!(result.ranks.iter().map(|r| r.k).collect::<Vec<_>>(), options.ranks, "{name}");
+    for rank in &result.ranks {
+        let k = rank.k;
+        let reference = reconstruct_reference(&factors, k).unwrap();
+        assert_eq!(rank.reconstruction.dim(), original.dim(), "{name} k={k}");
+        // Every pixel written, and equal to the f64 reconstruction up to f32 rounding.
+        let worst = rank
+            .reconstruction
+            .iter()
+            .zip(&reference)
+            .map(|(&x, &y)| if x.is_finite() { (f64::from(x) - y).abs() } else { f64::INFINITY })
+            .fold(0.0, f64::max);
+        assert!(worst <= 1e-5, "{name} k={k}: reconstruction differs from the reference by {worst:e}");
+        let want_error = relative_error(reference.mapv(|v| v as f32).view(), a64.view());
+        assert!(
+            (rank.relative_error - want_error).abs() <= 1e-6,
+            "{name} k={k}: relative error {} vs reference {want_error}",
+            rank.relative_error
+        );
+        let want_bound = factors.eckart_young_bound(k);
+        assert!(
+            (rank.eckart_young_bound - want_bound).abs() <= 1e-9,
+            "{name} k={k}: E-Y bound {} vs {want_bound}",
+            rank.eckart_young_bound
+        );
+        // Eckart–Young: the truncated SVD attains the bound (up to f32 rounding of the output).
+        assert!(
+            (rank.relative_error - rank.eckart_young_bound).abs() <= 1e-5,
+            "{name} k={k}: error {} vs bound {}",
+            rank.relative_error,
+            rank.eckart_young_bound
+        );
+        match rank.check_error {
+            Some(c) => assert!(options.check && (0.0..=1e-6).contains(&c), "{name} k={k}: check error {c}"),
+            None => assert!(!options.check, "{name} k={k}: no check error"),
+        }
+    }
+    assert!(result.times.svd_ms >= 0.0 && result.times.reconstruct_ms >= 0.0);
+    assert_eq!(
+        (result.times.decode_ms, result.times.h2d_ms, result.times.d2h_ms, result.times.encode_ms),
+        (0.0, 0.0, 0.0, 0.0)
+    );
+}
+
+#[test]
+fn run_cpu_matches_faer_on_odd_shapes_and_structured_images() {
+    let constant = Pixels::Gray8 { rows: 16, cols: 24, data: vec![200; 16 * 24] };
+    let mut rng = common::rng(5);
+    let gray: Vec<u8> = (0..33 * 17).map(|_| rng.random_range(0..=255)).collect();
+    let images = vec![
+        float(0, "random", random(1, 37, 53)),
+        float(1, "rank3", rank_three()),
+        float(2, "zero", Array2::zeros((20, 20))),
+        JobImage { index: 3, name: "constant".into(), pixels: constant },
+        JobImage { index: 4, name: "gray8".into(), pixels: Pixels::Gray8 { rows: 33, cols: 17, data: gray } },
+        float(5, "wide", random(2, 9, 70)),
+    ];
+    let originals: Vec<Array2<f32>> = images.iter().map(|i| i.pixels.to_f32()).collect();
+    for check in [false, true] {
+        let options = options(&[1, 3, 7], check);
+        let results = run(images.clone(), &options);
+        for (result, original) in results.iter().zip(&originals) {
+            check_against_reference(result, original, &options);
+        }
+        // Structure: rank 3 is exact at k = 3; the constant image is rank 1; the zero image is 0.
+        assert!(results[1].ranks[1].eckart_young_bound < 1e-6 && results[1].ranks[1].relative_error < 1e-6);
+        assert!(results[1].ranks[0].eckart_young_bound > 1e-3);
+        let c = 200.0f32 / 255.0;
+        assert!((results[3].singular_values[0] - f64::from(c) * (16.0f64 * 24.0).sqrt()).abs() < 1e-9);
+        assert!(results[3].ranks[0].relative_error < 1e-6 && results[3].singular_values[1] < 1e-9);
+        let zero = &results[2];
+        assert!(zero.frobenius_norm == 0.0 && zero.singular_values.iter().all(|&s| s == 0.0));
+        for r in &zero.ranks {
+            assert_eq!((r.relative_error, r.eckart_young_bound), (0.0, 0.0));
+            assert!(r.reconstruction.iter().all(|&v| v == 0.0));
+        }
+    }
+    // Single rows and columns: only rank 1 exists.
+    let thin = vec![float(0, "column", random(3, 64, 1)), float(1, "row", random(4, 1, 40))];
+    let originals: Vec<Array2<f32>> = thin.iter().map(|i| i.pixels.to_f32()).collect();
+    let options = options(&[1], true);
+    for (result, original) in run(thin, &options).iter().zip(&originals) {
+        check_against_reference(result, original, &options);
+        assert!(result.ranks[0].relative_error < 1e-6, "{}: a vector is rank 1", result.name);
+    }
+}
+
+#[test]
+fn run_cpu_rejects_bad_images_naming_them() {
+    let mut nan = random(6, 8, 8);
+    nan[[2, 3]] = f32::NAN;
+    let cases = [
+        (float(0, "nan-image", nan), "nan-image: pixel (2, 3) is NaN: the image must be finite"),
+        (float(0, "small", random(7, 5, 4)), "small (5×4): rank k = 7 is outside 1..=4"),
+        (float(0, "empty", Array2::zeros((0, 5))), "empty: cannot factor an empty 0 × 5 image"),
+    ];
+    for (image, expected) in cases {
+        let called = Mutex::new(0);
+        let sink = |_: ImageResult| {
+            *called.lock().unwrap() += 1;
+            Ok(())
+        };
+        let err =
+            run_cpu(&ImageQueue::from_images(vec![image]), &options(&[1, 7], false), &sink).unwrap_err();
+        assert!(err.to_string().contains(expected), "{err}");
+        assert_eq!(*called.lock().unwrap(), 0);
+    }
+    let image = float(0, "fine", random(8, 8, 8));
+    for (ranks, expected) in [
+        (vec![], "no ranks"),
+        (vec![0, 2], "rank k = 0 is not allowed"),
+        (vec![3, 2], "ascending without repeats"),
+        (vec![2, 2], "ascending without repeats"),
+    ] {
+        let err = factor_cpu(&image, &options(&ranks, false), faer::Par::Seq).unwrap_err();
+        assert!(err.to_string().contains(expected), "{ranks:?}: {err}");
+    }
+}
+
+#[test]
+fn a_sink_error_stops_the_engine_and_is_returned() {
+    let images: Vec<JobImage> =
+        (0..20).map(|i| float(i, &format!("img{i}"), random(i as u64, 12, 10))).collect();
+    let calls = Mutex::new(0);
+    let sink = |_: ImageResult| {
+        *calls.lock().unwrap() += 1;
+        Err(kernel_suite::Error::InvalidInput("disk full".into()))
+    };
+    let err = run_cpu(&ImageQueue::from_images(images), &options(&[2], false), &sink).unwrap_err();
+    assert_eq!(err.to_string(), "invalid input: disk full");
+    // Each worker stops at its first failure.
+    assert!(*calls.lock().unwrap() <= rayon::current_num_threads());
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kernel-suite-svd-job-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn decode_into_queue_keeps_8_bit_images_as_bytes_and_names_bad_files() {
+    let dir = scratch("decode");
+    let mut rng = common::rng(9);
+    let gray: Vec<u8> = (0..7 * 5).map(|_| rng.random_range(0..=255)).collect();
+    kernel_suite::image_io::save_gray8(&dir.join("gray.png"), &gray, 7, 5).unwrap();
+    let deep: Vec<u16> = (0..6 * 4).map(|_| rng.random_range(0..=u16::MAX)).collect();
+    image::ImageBuffer::<image::Luma<u16>, _>::from_raw(6, 4, deep.clone())
+        .unwrap()
+        .save(dir.join("deep.png"))
+        .unwrap();
+    let rgb: Vec<u8> = (0..3 * 2 * 3).map(|_| rng.random_range(0..=255)).collect();
+    image::RgbImage::from_raw(3, 2, rgb).unwrap().save(dir.join("rgb.png")).unwrap();
+    std::fs::write(dir.join("bad.png"), b"not an image").unwrap();
+    let names = ["gray", "deep", "rgb", "bad", "missing"];
+    let paths: Vec<_> = names.iter().map(|n| dir.join(format!("{n}.png"))).enumerate().collect();
+    let queue = decode_into_queue(paths);
+    let mut seen = vec![false; names.len()];
+    let mut errors = Vec::new();
+    while let Some(item) = queue.next() {
+        match item {
+            Ok(image) => {
+                seen[image.index] = true;
+                assert_eq!(image.name, names[image.index]);
+                assert!(queue.take_decode_ms(image.index) > 0.0, "{}: no decode time", image.name);
+                match (image.name.as_str(), &image.pixels) {
+                    ("gray", Pixels::Gray8 { rows: 5, cols: 7, data }) => assert_eq!(data, &gray),
+                    ("rgb", Pixels::Gray8 { rows: 2, cols: 3, .. }) => {}
+                    ("deep", Pixels::Float(a)) => {
+                        assert_eq!(a.dim(), (4, 6));
+                        for (&got, &want) in a.iter().zip(&deep) {
+                            assert!((got - f32::from(want) / 65535.0).abs() < 1e-6);
+                        }
+                    }
+                    (name, pixels) => panic!("{name}: unexpected {:?}", pixels.dim()),
+                }
+            }
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    assert_eq!(seen, [true, true, true, false, false]);
+    errors.sort();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].contains("bad.png: not a readable PNG/JPEG image"), "{errors:?}");
+    assert!(errors[1].contains("missing.png: "), "{errors:?}");
+}
+
+#[test]
+fn npy_files_round_trip() {
+    let dir = scratch("npy");
+    let a = random(10, 13, 7);
+    let path = dir.join("a.npy");
+    npy::write_array2(&path, a.view()).unwrap();
+    assert_eq!(npy::read_array2::<f32>(&path).unwrap(), a);
+    // A transposed (non-C-order) view is stored in C order too.
+    npy::write_array2(&path, a.t()).unwrap();
+    assert_eq!(npy::read_array2::<f32>(&path).unwrap(), a.t());
+    let s = vec![3.5f64, 1.25, 1e-300, 0.0];
+    let path = dir.join("s.npy");
+    npy::write(&path, &[s.len()], &s).unwrap();
+    assert_eq!(npy::read::<f64>(&path).unwrap(), (vec![4], s));
+    assert!(npy::read_array2::<f64>(&path).unwrap_err().to_string().contains("is not 2-D"));
+    assert!(npy::read::<f32>(&path).unwrap_err().to_string().contains("s.npy: "));
+}
