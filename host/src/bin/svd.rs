@@ -1,221 +1,788 @@
 //! `svd`: rank-k image reconstruction from a thin SVD, the project's main job.
 //!
-//! With no arguments it factors a 512×512 Shepp–Logan phantom and reconstructs it at several ranks,
-//! printing for each rank the relative Frobenius error, the Eckart–Young bound and the times
-//! (GPU H2D / kernel / D2H, CPU SVD, CPU reconstruction), and writing a labelled PNG mosaic.
+//! Takes PNG/JPEG files and folders of them (or, with none, a Shepp–Logan phantom), factors every
+//! image and writes, per image and rank k, the reconstruction `<out>/<name>-k<k>.png` (optionally
+//! `.npy`), a CSV report of the errors and, with `--json`, a full report with per-stage times.
+//! Images are decoded on all cores into a bounded queue, computed by the engine (the GPU pipeline,
+//! one thread per GPU, or the CPU in parallel across images) and encoded on other threads.
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail, ensure};
 use clap::Parser;
-use kernel_suite::cli::{self, DeviceArgs, Target};
+use indicatif::{ProgressBar, ProgressStyle};
+use kernel_suite::cli::{self, DeviceArgs, DeviceChoice, Target};
 use kernel_suite::image_io::{self, Scaling};
-use kernel_suite::svd::{self, PhaseTimes, Variant};
-use kernel_suite::svd_batch::reconstruct_batch;
-use kernel_suite::{Device, plot};
-use ndarray::{Array2, ArrayView2, s};
+use kernel_suite::svd::{self, Variant};
+use kernel_suite::svd_job::{
+    self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, Sink, StageTimes, run_cpu,
+};
+use kernel_suite::{Device, GpuOptions, Startup, npy, plot};
+use ndarray::{Array2, s};
 use serde::Serialize;
+use std::collections::HashMap;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
-/// Rank-k SVD reconstruction of grayscale images on the GPU, checked against the CPU.
+/// Up to this many images, the command prints each image's per-rank table; above, a summary and a
+/// progress bar.
+const FEW: usize = 4;
+
+/// Rank-k SVD reconstruction of grayscale images: one image or a whole folder, on one GPU, several
+/// GPUs or the CPU.
 #[derive(Parser)]
-#[command(version)]
+#[command(
+    version,
+    after_help = "Outputs (in --out-dir): <name>-k<k>.png per image and rank (clamped to [0, 1]), with --npy \
+also <name>-k<k>.npy (float32) and <name>-s.npy (the leading singular values, float64), with --mosaic \
+<name>-mosaic.png, and report.csv (report-<I>-of-<N>.csv with --shard I/N): name, rows, cols, k, \
+relative_error, eckart_young_bound, sigma_1, frobenius_norm, check_error.
+
+Job arrays split a folder with no coordinator: every task runs the same command with its own shard, e.g. \
+in a Slurm array (#SBATCH --array=0-15)
+  svd scans/ --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT --json report-$SLURM_ARRAY_TASK_ID.json
+or in a Kubernetes indexed Job: --shard $JOB_COMPLETION_INDEX/<completions>."
+)]
 struct Args {
-    /// PNG/JPEG files or directories of them (converted to grayscale in [0, 1]). Default: a
-    /// procedural Shepp–Logan phantom of --size pixels.
+    /// PNG/JPEG files and directories of them (a directory's files are taken in name order; images
+    /// are converted to grayscale in [0, 1] and may differ in size). Default: a procedural
+    /// Shepp–Logan phantom of --size pixels.
     inputs: Vec<PathBuf>,
-    /// Ranks k to reconstruct, comma-separated; each must be ≤ min(rows, cols).
+    /// Ranks k to reconstruct, comma-separated (sorted, repeats dropped); each must be at least 1 and
+    /// at most min(rows, cols) of every image.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 5, 10, 20, 50, 100])]
     ranks: Vec<usize>,
-    /// Kernel variant.
+    /// GPU reconstruction kernel.
     #[arg(long, value_enum, default_value_t = Variant::Regtiled)]
     variant: Variant,
-    /// Block size (8, 16 or 32) of the naive and tiled kernels; regtiled always uses 16×16.
-    #[arg(long, default_value_t = 16)]
-    block: u32,
-    /// Side of the default phantom image.
+    /// Side of the default phantom image, pixels.
     #[arg(long, default_value_t = 512)]
     size: usize,
-    /// Directory for the mosaics (`<image>-mosaic.png`).
+    /// Directory for the outputs (created if missing).
     #[arg(long, default_value = "svd-out")]
     out_dir: PathBuf,
-    /// Also write the full report as JSON to this file.
+    /// Also write every reconstruction as `<name>-k<k>.npy` (float32) and the singular values as
+    /// `<name>-s.npy` (float64), for numpy.load.
+    #[arg(long)]
+    npy: bool,
+    /// Also write a labelled mosaic (original and every rank) per image, `<name>-mosaic.png`; always
+    /// written for the default phantom.
+    #[arg(long)]
+    mosaic: bool,
+    /// Write no PNG files (to time the computation); the reports and --npy files are still written.
+    #[arg(long)]
+    no_images: bool,
+    /// Also write the full report as JSON to this file: per image its errors, singular values and
+    /// stage times, and the run's totals.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Batch mode: reconstruct all images (of one size) at the largest rank through the streamed
-    /// pipeline with this many slots, and compare with one slot (serial). GPU only.
+    /// Compare every reconstruction with the f64 CPU reference and report the largest relative
+    /// difference.
     #[arg(long)]
-    slots: Option<usize>,
+    check: bool,
+    /// Take only every N-th image of the input list, starting at the I-th (0 ≤ I < N), e.g.
+    /// --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// GPUs to spread the images over: `all` or indices such as 0,1 (one engine thread per GPU).
+    /// Default: the one of --gpu.
+    #[arg(long, value_name = "all|0,1,…")]
+    gpus: Option<String>,
+    /// Images in flight per GPU (more overlaps copies and compute, at the cost of device memory).
+    #[arg(long, default_value_t = 2)]
+    in_flight: usize,
     #[command(flatten)]
     device: DeviceArgs,
 }
 
+/// `--shard I/N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+struct Shard {
+    index: usize,
+    count: usize,
+}
+
+impl Shard {
+    fn parse(text: &str) -> anyhow::Result<Shard> {
+        let bad = || {
+            anyhow!(
+                "--shard {text:?}: expected I/N with 0 ≤ I < N, e.g. --shard 0/4 for the first of four shards"
+            )
+        };
+        let (index, count) = text.split_once('/').ok_or_else(bad)?;
+        let index: usize = index.trim().parse().map_err(|_| bad())?;
+        let count: usize = count.trim().parse().map_err(|_| bad())?;
+        ensure!(index < count, bad());
+        Ok(Shard { index, count })
+    }
+}
+
+/// `--gpus`: every GPU, or these indices.
+enum GpuList {
+    All,
+    Some(Vec<u32>),
+}
+
+impl GpuList {
+    fn parse(text: &str) -> anyhow::Result<GpuList> {
+        if text.trim() == "all" {
+            return Ok(GpuList::All);
+        }
+        let mut ordinals =
+            text.split(',').map(|s| s.trim().parse::<u32>()).collect::<Result<Vec<_>, _>>().map_err(
+                |_| anyhow!("--gpus {text:?}: expected `all` or GPU indices separated by commas, e.g. 0,1"),
+            )?;
+        ordinals.sort_unstable();
+        ordinals.dedup();
+        Ok(GpuList::Some(ordinals))
+    }
+}
+
+/// Where the images come from.
+enum Source {
+    /// The default image.
+    Phantom(Array2<f32>),
+    /// Files; image `i` of the job is `files[i]`.
+    Files(Vec<PathBuf>),
+}
+
+impl Source {
+    fn len(&self) -> usize {
+        match self {
+            Source::Phantom(_) => 1,
+            Source::Files(files) => files.len(),
+        }
+    }
+
+    /// The original pixels of image `index` (decoded again from its file), for the mosaic.
+    fn original(&self, index: usize) -> kernel_suite::Result<Array2<f32>> {
+        match self {
+            Source::Phantom(image) => Ok(image.clone()),
+            Source::Files(files) => Ok(svd_job::decode_file(&files[index])?.to_f32()),
+        }
+    }
+
+    /// The queue of the job's images: decoded on a background pool for files.
+    fn queue(&self) -> ImageQueue {
+        match self {
+            Source::Phantom(image) => ImageQueue::from_images(vec![JobImage {
+                index: 0,
+                name: "shepp-logan".into(),
+                pixels: Pixels::Float(image.clone()),
+            }]),
+            Source::Files(files) => svd_job::decode_into_queue(files.iter().cloned().enumerate().collect()),
+        }
+    }
+}
+
+/// What runs the job.
+enum Engine {
+    /// The CPU engine, parallel across images.
+    Cpu,
+    /// The GPU engine on one device (a GPU or the simulator), on this thread.
+    One(Device),
+    /// The GPU engine on several GPUs, one thread each.
+    Many(Vec<u32>),
+}
+
+/// One rank of one image, as reported.
 #[derive(Serialize)]
 struct RankReport {
     k: usize,
     relative_error: f64,
     eckart_young_bound: f64,
-    gpu: Option<PhaseTimes>,
-    cpu_reconstruction_ms: f64,
+    check_error: Option<f64>,
 }
 
+/// One image, as reported (everything of its [`ImageResult`] but the reconstructions).
 #[derive(Serialize)]
 struct ImageReport {
+    index: usize,
     name: String,
     rows: usize,
     cols: usize,
-    cpu_svd_ms: f64,
-    device: String,
-    variant: Variant,
+    frobenius_norm: f64,
+    singular_values: Vec<f64>,
     ranks: Vec<RankReport>,
-    mosaic: PathBuf,
+    times: StageTimes,
+}
+
+/// The start-up of one GPU, as reported.
+#[derive(Serialize)]
+struct StartupReport {
+    gpu: u32,
+    #[serde(flatten)]
+    startup: Startup,
+}
+
+/// The `--json` report.
+#[derive(Serialize)]
+struct JobReport<'a> {
+    device: &'a str,
+    variant: Variant,
+    ranks: &'a [usize],
+    shard: Option<Shard>,
+    images: usize,
+    pixels: u64,
+    /// From the engines' start to the last output written, ms.
+    job_ms: f64,
+    /// Opening the device(s): driver, context, module, ms (the slowest GPU's, plus counting the GPUs
+    /// for `--gpus`).
+    startup_ms: f64,
+    /// The whole command, ms.
+    wall_ms: f64,
+    /// Sum of every image's stage times, ms.
+    stages: StageTimes,
+    max_check_error: Option<f64>,
+    startup: Vec<StartupReport>,
+    results: &'a [ImageReport],
+}
+
+/// The first error of any thread; later ones (mostly "stopped" echoes of it) are dropped.
+#[derive(Default)]
+struct Failure {
+    first: Mutex<Option<anyhow::Error>>,
+    failed: AtomicBool,
+}
+
+impl Failure {
+    fn record(&self, error: anyhow::Error) {
+        self.first.lock().expect("no panics while holding the lock").get_or_insert(error);
+        self.failed.store(true, Ordering::SeqCst);
+    }
+
+    fn failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    fn into_result(self) -> anyhow::Result<()> {
+        match self.first.into_inner().expect("no panics while holding the lock") {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 fn main() -> ExitCode {
-    cli::run(|| {
-        let args = Args::parse();
-        anyhow::ensure!(!args.ranks.is_empty(), "no ranks given");
-        let images = load_inputs(&args)?;
-        let target = args.device.select()?;
-        let device = match &target {
-            Target::Kernels(d) => Some(d),
-            Target::CpuReference => None,
-        };
-        let label = device.map_or("CPU reference".to_string(), Device::describe);
-        println!("device: {label}; variant: {}", args.variant.name());
-        std::fs::create_dir_all(&args.out_dir)
-            .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
-
-        let mut reports = Vec::new();
-        let mut batch_jobs = Vec::new();
-        for (name, image) in &images {
-            let report = process(&args, device, name, image.view(), &label, &mut batch_jobs)?;
-            reports.push(report);
-        }
-        if let Some(slots) = args.slots {
-            run_batch(&args, device, &batch_jobs, slots)?;
-        }
-        if let Some(path) = &args.json {
-            std::fs::write(path, serde_json::to_string_pretty(&reports)?)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            println!("report: {}", path.display());
-        }
-        if let Some(peak) = peak_memory_mib() {
-            println!("peak resident memory: {peak:.1} MiB");
-        }
-        args.device.finish(&target)?;
-        Ok(())
-    })
+    let command_start = Instant::now();
+    cli::run(|| run(command_start))
 }
 
-fn load_inputs(args: &Args) -> anyhow::Result<Vec<(String, Array2<f32>)>> {
+fn run(command_start: Instant) -> anyhow::Result<()> {
+    let args = Args::parse();
+    ensure!(!args.ranks.contains(&0), "--ranks: rank 0 is not allowed (ranks start at 1)");
+    let mut ranks = args.ranks.clone();
+    ranks.sort_unstable();
+    ranks.dedup();
+    ensure!(!ranks.is_empty(), "--ranks: no ranks given");
+    ensure!(args.in_flight >= 1, "--in-flight must be at least 1");
+    let options = JobOptions { ranks, check: args.check, variant: args.variant, in_flight: args.in_flight };
+    let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
+    let gpus = args.gpus.as_deref().map(GpuList::parse).transpose()?;
+    let (source, total) = collect_inputs(&args, shard)?;
+    if let Some(dir) = args.json.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty()) {
+        ensure!(dir.is_dir(), "--json: directory {} does not exist", dir.display());
+    }
+    std::fs::create_dir_all(&args.out_dir)
+        .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
+    // Decoding starts before the device opens, so the first images are ready when it is.
+    let queue = source.queue();
+    let (engine, count_ms) = open_engine(&args, gpus)?;
+    let label = match &engine {
+        Engine::Cpu => format!("CPU (faer, {} threads)", rayon::current_num_threads()),
+        Engine::One(device) => device.describe(),
+        Engine::Many(ordinals) => format!("{} GPUs ({ordinals:?})", ordinals.len()),
+    };
+    let images = match shard {
+        Some(Shard { index, count }) => {
+            format!("{} image(s): shard {index}/{count} of {total}", source.len())
+        }
+        None => format!("{} image(s)", source.len()),
+    };
+    println!("device: {label}; variant: {}; {images}; ranks {:?}", args.variant.name(), options.ranks);
+
+    let progress = if source.len() > FEW && std::io::stderr().is_terminal() {
+        ProgressBar::new(source.len() as u64).with_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} images {elapsed} (eta {eta})")
+                .expect("template"),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    let outputs = Outputs {
+        dir: &args.out_dir,
+        png: !args.no_images,
+        npy: args.npy,
+        mosaic: (args.mosaic || matches!(source, Source::Phantom(_))) && !args.no_images,
+        source: &source,
+    };
+    let run = run_job(&engine, &args, &queue, &options, &outputs, &progress)?;
+    progress.finish_and_clear();
+    drop(queue);
+    let mut results = run.reports;
+    results.sort_by_key(|r| r.index);
+
+    let report_name = match shard {
+        Some(s) => format!("report-{}-of-{}.csv", s.index, s.count),
+        None => "report.csv".into(),
+    };
+    let csv_path = args.out_dir.join(report_name);
+    write_csv(&csv_path, &results)?;
+    let job_ms = run.job_start.elapsed().as_secs_f64() * 1e3;
+
+    print_results(&results, &options, &outputs);
+    println!("report: {}", csv_path.display());
+    let mut stages = StageTimes::default();
+    for r in &results {
+        add_times(&mut stages, &r.times);
+    }
+    let max_check_error =
+        results.iter().flat_map(|r| r.ranks.iter().filter_map(|k| k.check_error)).reduce(f64::max);
+    if let Some(max) = max_check_error {
+        println!("check: largest relative difference from the f64 CPU reference {max:.3e}");
+    }
+    let pixels: u64 = results.iter().map(|r| (r.rows * r.cols) as u64).sum();
+    let startup_ms = count_ms + run.startup.iter().map(|s| startup_total(&s.startup)).fold(0.0, f64::max);
+    let wall_ms = command_start.elapsed().as_secs_f64() * 1e3;
+    if let Some(path) = &args.json {
+        let report = JobReport {
+            device: &label,
+            variant: args.variant,
+            ranks: &options.ranks,
+            shard,
+            images: results.len(),
+            pixels,
+            job_ms,
+            startup_ms,
+            wall_ms,
+            stages,
+            max_check_error,
+            startup: run.startup,
+            results: &results,
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("report: {}", path.display());
+    }
+    println!(
+        "job: {} images ({pixels} pixels) in {job_ms:.1} ms after start-up; start-up {startup_ms:.1} ms (driver, \
+         context, module); whole command {wall_ms:.1} ms",
+        results.len()
+    );
+    println!(
+        "stages, summed over images (ms): decode {:.1}, h2d {:.1}, svd {:.1}, reconstruct {:.1}, d2h {:.1}, \
+         encode {:.1}",
+        stages.decode_ms,
+        stages.h2d_ms,
+        stages.svd_ms,
+        stages.reconstruct_ms,
+        stages.d2h_ms,
+        stages.encode_ms
+    );
+    if let Some(peak) = peak_memory_mib() {
+        println!("peak resident memory: {peak:.1} MiB");
+    }
+    if let Engine::One(device) = engine {
+        args.device.finish(&Target::Kernels(device))?;
+    }
+    Ok(())
+}
+
+/// The job's images: the phantom, or the files of the inputs (directories listed in name order),
+/// every one checked to exist, names unique, then sharded; and the number before sharding.
+fn collect_inputs(args: &Args, shard: Option<Shard>) -> anyhow::Result<(Source, usize)> {
     if args.inputs.is_empty() {
-        anyhow::ensure!(args.size >= 1, "--size must be at least 1");
-        return Ok(vec![("shepp-logan".into(), svd::shepp_logan(args.size))]);
+        ensure!(args.size >= 1, "--size must be at least 1");
+        let phantom = Source::Phantom(svd::shepp_logan(args.size));
+        let total = phantom.len();
+        return Ok((phantom, total));
     }
     let mut files = Vec::new();
     for input in &args.inputs {
         if input.is_dir() {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(input)
+            let mut found = Vec::new();
+            for entry in std::fs::read_dir(input)
                 .with_context(|| format!("cannot read directory {}", input.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.extension()
-                        .and_then(|e| e.to_str())
-                        .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "png" | "jpg" | "jpeg"))
-                })
-                .collect();
-            found.sort();
-            if found.is_empty() {
-                bail!("{}: no PNG or JPEG files in this directory", input.display());
+            {
+                let path =
+                    entry.with_context(|| format!("cannot read directory {}", input.display()))?.path();
+                let image = path
+                    .extension()
+                    .and_then(|e| e.to_str())
+                    .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "png" | "jpg" | "jpeg"));
+                if image && path.is_file() {
+                    found.push(path);
+                }
             }
+            ensure!(!found.is_empty(), "{}: no PNG or JPEG files in this directory", input.display());
+            found.sort();
             files.extend(found);
         } else {
+            ensure!(input.exists(), "{}: no such file or directory", input.display());
             files.push(input.clone());
         }
     }
-    files
-        .into_iter()
-        .map(|path| {
-            let image = image_io::load_grayscale(&path)?;
-            let name = path.file_stem().map_or("image".into(), |s| s.to_string_lossy().into_owned());
-            Ok((name, image))
-        })
-        .collect()
+    let mut names: HashMap<String, &Path> = HashMap::new();
+    for file in &files {
+        if let Some(other) = names.insert(svd_job::image_name(file), file) {
+            bail!(
+                "{} and {} have the same name, so their outputs would overwrite each other",
+                other.display(),
+                file.display()
+            );
+        }
+    }
+    let total = files.len();
+    if let Some(Shard { index, count }) = shard {
+        files = files.into_iter().skip(index).step_by(count).collect();
+    }
+    Ok((Source::Files(files), total))
 }
 
-fn process(
-    args: &Args,
-    device: Option<&Device>,
-    name: &str,
-    image: ArrayView2<f32>,
-    label: &str,
-    batch_jobs: &mut Vec<svd::RankK>,
-) -> anyhow::Result<ImageReport> {
-    let (rows, cols) = image.dim();
+/// Opens what runs the job: `--device cpu` the CPU engine; `sim` the simulator; `gpu`/`auto` the
+/// GPU of `--gpu`, or those of `--gpus` (with `auto`, falling back to the CPU when there is none).
+/// Also returns the time spent counting the GPUs for `--gpus` (it starts the driver), ms.
+fn open_engine(args: &Args, gpus: Option<GpuList>) -> anyhow::Result<(Engine, f64)> {
+    let choice = args.device.device;
+    if gpus.is_some() && matches!(choice, DeviceChoice::Cpu | DeviceChoice::Sim) {
+        bail!("--gpus needs --device gpu or auto");
+    }
     let start = Instant::now();
-    let factors = svd::thin_svd(image).with_context(|| name.to_string())?;
-    let cpu_svd_ms = start.elapsed().as_secs_f64() * 1e3;
-    for &k in &args.ranks {
-        factors.check_rank(k).with_context(|| format!("{name} ({rows}×{cols})"))?;
-    }
-    println!("\n{name}: {rows}×{cols}, CPU thin SVD (faer) {cpu_svd_ms:.1} ms");
-    println!(
-        "{:>5} {:>12} {:>12} {:>9} {:>10} {:>9} {:>10} {:>9}",
-        "k", "rel. error", "E-Y bound", "H2D ms", "kernel ms", "D2H ms", "GPU total", "CPU ms"
-    );
-    let original = image.mapv(|v| v as f64);
-    let mut tiles = vec![(image.to_owned(), "original".to_string())];
-    let mut ranks = Vec::new();
-    for &k in &args.ranks {
-        let start = Instant::now();
-        let reference = svd::reconstruct_reference(&factors, k)?;
-        let cpu_reconstruction_ms = start.elapsed().as_secs_f64() * 1e3;
-        let (result, gpu) = match device {
-            Some(d) => {
-                let (r, t) = svd::reconstruct(d, &factors.rank_k(k)?, args.variant, args.block)?;
-                (r, Some(t))
+    let ordinals = match gpus {
+        None => vec![args.device.gpu],
+        Some(list) => {
+            let count = match gpu_count() {
+                Ok(count) => count,
+                Err(e) if choice == DeviceChoice::Auto && e.is_no_gpu() => {
+                    eprintln!("note: {e}; falling back to the CPU reference (--device cpu)");
+                    return Ok((Engine::Cpu, 0.0));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let ordinals = match list {
+                GpuList::All => (0..count).collect(),
+                GpuList::Some(ordinals) => ordinals,
+            };
+            if let Some(bad) = ordinals.iter().find(|&&i| i >= count) {
+                bail!("--gpus: GPU index {bad} requested, {count} GPU(s) present");
             }
-            None => (reference.mapv(|v| v as f32), None),
-        };
-        let report = RankReport {
-            k,
-            relative_error: svd::relative_error(result.view(), original.view()),
-            eckart_young_bound: factors.eckart_young_bound(k),
-            gpu,
-            cpu_reconstruction_ms,
-        };
-        let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
-        println!(
-            "{:>5} {:>12.6} {:>12.6} {:>9} {:>10} {:>9} {:>10} {:>9.3}",
-            k,
-            report.relative_error,
-            report.eckart_young_bound,
-            fmt(gpu.map(|t| t.h2d_ms)),
-            fmt(gpu.map(|t| t.kernel_ms)),
-            fmt(gpu.map(|t| t.d2h_ms)),
-            fmt(gpu.map(|t| t.total_ms())),
-            cpu_reconstruction_ms
-        );
-        tiles.push((result, format!("k = {k}")));
-        ranks.push(report);
+            ordinals
+        }
+    };
+    let count_ms = start.elapsed().as_secs_f64() * 1e3;
+    if let [ordinal] = ordinals[..] {
+        let device_args = DeviceArgs { gpu: ordinal, ..args.device.clone() };
+        return Ok(match device_args.select()? {
+            Target::Kernels(device) => (Engine::One(device), count_ms),
+            Target::CpuReference => (Engine::Cpu, 0.0),
+        });
     }
-    if args.slots.is_some() {
-        batch_jobs.push(factors.rank_k(*args.ranks.iter().max().unwrap())?);
+    if args.device.profile {
+        eprintln!("note: --profile profiles one GPU; this run on {} GPUs is not profiled", ordinals.len());
     }
-    let mosaic = args.out_dir.join(format!("{name}-mosaic.png"));
-    write_mosaic(&mosaic, &tiles)?;
-    println!("mosaic: {}", mosaic.display());
-    Ok(ImageReport {
-        name: name.into(),
-        rows,
-        cols,
-        cpu_svd_ms,
-        device: label.into(),
-        variant: args.variant,
-        ranks,
-        mosaic,
-    })
+    Ok((Engine::Many(ordinals), count_ms))
+}
+
+/// GPUs the driver sees.
+fn gpu_count() -> kernel_suite::Result<u32> {
+    use kernel_suite::Error;
+    cust::init(cust::CudaFlags::empty()).map_err(|e| match e {
+        cust::error::CudaError::NoDevice => Error::NoGpu("the CUDA driver found no GPU".into()),
+        other => Error::NoDriver(format!("cuInit failed: {other}")),
+    })?;
+    let count = cust::device::Device::num_devices()
+        .map_err(|source| Error::Cuda { call: "cuDeviceGetCount", source })?;
+    if count == 0 {
+        return Err(Error::NoGpu("the CUDA driver found no GPU".into()));
+    }
+    Ok(count)
+}
+
+/// The GPU engine on one device (a GPU or the simulator). Until the GPU engine exists, the CPU
+/// engine stands in for it.
+fn run_engine_gpu(
+    _device: &Device,
+    queue: &ImageQueue,
+    options: &JobOptions,
+    sink: Sink,
+) -> kernel_suite::Result<()> {
+    // WIRE: svd_batch::run_gpu
+    run_cpu(queue, options, sink)
+}
+
+/// What was written, and what the outputs need.
+struct Outputs<'a> {
+    dir: &'a Path,
+    png: bool,
+    npy: bool,
+    mosaic: bool,
+    source: &'a Source,
+}
+
+impl Outputs<'_> {
+    /// Writes one image's files.
+    fn write(&self, result: &ImageResult) -> anyhow::Result<()> {
+        let name = &result.name;
+        for rank in &result.ranks {
+            if self.png {
+                let path = self.dir.join(format!("{name}-k{}.png", rank.k));
+                image_io::save_grayscale(&path, rank.reconstruction.view(), Scaling::Clamp)?;
+            }
+            if self.npy {
+                npy::write_array2(
+                    &self.dir.join(format!("{name}-k{}.npy", rank.k)),
+                    rank.reconstruction.view(),
+                )?;
+            }
+        }
+        if self.npy {
+            let s = &result.singular_values;
+            npy::write(&self.dir.join(format!("{name}-s.npy")), &[s.len()], s)?;
+        }
+        if self.mosaic {
+            let mut tiles = vec![(self.source.original(result.index)?, "original".to_string())];
+            tiles.extend(result.ranks.iter().map(|r| (r.reconstruction.clone(), format!("k = {}", r.k))));
+            write_mosaic(&self.mosaic_path(name), &tiles)?;
+        }
+        Ok(())
+    }
+
+    fn mosaic_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}-mosaic.png"))
+    }
+}
+
+/// What [`run_job`] returns.
+struct JobRun {
+    reports: Vec<ImageReport>,
+    startup: Vec<StartupReport>,
+    job_start: Instant,
+}
+
+/// Runs the engine(s) on `queue`, with encoder threads writing each finished image's outputs.
+fn run_job(
+    engine: &Engine,
+    args: &Args,
+    queue: &ImageQueue,
+    options: &JobOptions,
+    outputs: &Outputs,
+    progress: &ProgressBar,
+) -> anyhow::Result<JobRun> {
+    let encoders = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Bounded: when encoding falls behind, the engines wait instead of piling up reconstructions.
+    let (sender, receiver) = sync_channel::<ImageResult>(encoders);
+    let receiver = Mutex::new(receiver);
+    let failure = Failure::default();
+    let reports = Mutex::new(Vec::with_capacity(outputs.source.len()));
+    let startups = Mutex::new(Vec::new());
+    let starts = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..encoders {
+            scope.spawn(|| {
+                loop {
+                    let next = receiver.lock().expect("no panics while holding the lock").recv();
+                    let Ok(mut result) = next else { break };
+                    if failure.failed() {
+                        continue;
+                    }
+                    let start = Instant::now();
+                    match outputs.write(&result) {
+                        Ok(()) => {
+                            result.times.encode_ms = start.elapsed().as_secs_f64() * 1e3;
+                            reports.lock().expect("no panics while holding the lock").push(report(result));
+                            progress.inc(1);
+                        }
+                        Err(e) => failure.record(e),
+                    }
+                }
+            });
+        }
+        let failure = &failure;
+        let send = move |mut result: ImageResult| -> kernel_suite::Result<()> {
+            let stopped = || kernel_suite::Error::InvalidInput("stopped after an earlier error".into());
+            if failure.failed() {
+                return Err(stopped());
+            }
+            result.times.decode_ms = queue.take_decode_ms(result.index);
+            sender.send(result).map_err(|_| stopped())
+        };
+        let sink: Sink = &send;
+        let started = |gpu_startup: Option<StartupReport>| {
+            starts.lock().expect("no panics while holding the lock").push(Instant::now());
+            startups.lock().expect("no panics while holding the lock").extend(gpu_startup);
+        };
+        match engine {
+            Engine::Cpu => {
+                started(None);
+                if let Err(e) = run_cpu(queue, options, sink) {
+                    failure.record(e.into());
+                }
+            }
+            Engine::One(device) => {
+                started(device.startup().map(|startup| StartupReport { gpu: args.device.gpu, startup }));
+                if let Err(e) = run_engine_gpu(device, queue, options, sink) {
+                    failure.record(e.into());
+                }
+            }
+            Engine::Many(ordinals) => {
+                let gpu_options =
+                    GpuOptions { max_registers: args.device.max_registers, force_ptx: args.device.ptx };
+                std::thread::scope(|gpus| {
+                    for &gpu in ordinals {
+                        let started = &started;
+                        gpus.spawn(move || {
+                            let run = || -> anyhow::Result<()> {
+                                // A device belongs to the thread that opened it.
+                                let device = Device::gpu_with(gpu, gpu_options)?;
+                                println!("GPU {gpu}: {}", device.describe());
+                                started(device.startup().map(|startup| StartupReport { gpu, startup }));
+                                run_engine_gpu(&device, queue, options, sink)
+                                    .with_context(|| format!("GPU {gpu}"))
+                            };
+                            if let Err(e) = run() {
+                                failure.record(e);
+                            }
+                        });
+                    }
+                });
+            }
+        }
+        // No more results: the encoders finish the queued ones and stop.
+        drop(send);
+    });
+    failure.into_result()?;
+    let job_start =
+        starts.into_inner().expect("no poisoned lock").into_iter().min().unwrap_or_else(Instant::now);
+    let mut startup = startups.into_inner().expect("no poisoned lock");
+    startup.sort_by_key(|s| s.gpu);
+    Ok(JobRun { reports: reports.into_inner().expect("no poisoned lock"), startup, job_start })
+}
+
+/// The report of one image (its reconstructions dropped).
+fn report(result: ImageResult) -> ImageReport {
+    ImageReport {
+        index: result.index,
+        name: result.name,
+        rows: result.rows,
+        cols: result.cols,
+        frobenius_norm: result.frobenius_norm,
+        singular_values: result.singular_values,
+        ranks: result
+            .ranks
+            .into_iter()
+            .map(|r| RankReport {
+                k: r.k,
+                relative_error: r.relative_error,
+                eckart_young_bound: r.eckart_young_bound,
+                check_error: r.check_error,
+            })
+            .collect(),
+        times: result.times,
+    }
+}
+
+fn add_times(total: &mut StageTimes, t: &StageTimes) {
+    total.decode_ms += t.decode_ms;
+    total.h2d_ms += t.h2d_ms;
+    total.svd_ms += t.svd_ms;
+    total.reconstruct_ms += t.reconstruct_ms;
+    total.d2h_ms += t.d2h_ms;
+    total.encode_ms += t.encode_ms;
+}
+
+fn startup_total(s: &Startup) -> f64 {
+    s.init_ms + s.context_ms + s.module_load_ms
+}
+
+/// `report.csv`: one row per image and rank.
+fn write_csv(path: &Path, results: &[ImageReport]) -> anyhow::Result<()> {
+    let mut csv = String::from(
+        "name,rows,cols,k,relative_error,eckart_young_bound,sigma_1,frobenius_norm,check_error\n",
+    );
+    for r in results {
+        let name = if r.name.contains([',', '"', '\n', '\r']) {
+            format!("\"{}\"", r.name.replace('"', "\"\""))
+        } else {
+            r.name.clone()
+        };
+        let sigma_1 = number(r.singular_values.first().copied().unwrap_or(0.0));
+        let norm = number(r.frobenius_norm);
+        for k in &r.ranks {
+            let (error, bound) = (number(k.relative_error), number(k.eckart_young_bound));
+            let check = k.check_error.map_or(String::new(), number);
+            csv.push_str(&format!(
+                "{name},{},{},{},{error},{bound},{sigma_1},{norm},{check}\n",
+                r.rows, r.cols, k.k
+            ));
+        }
+    }
+    std::fs::write(path, csv).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// A number for the CSV: exact (shortest round trip), in exponent form when small or large.
+fn number(v: f64) -> String {
+    if v == 0.0 || (1e-3..1e7).contains(&v.abs()) { v.to_string() } else { format!("{v:e}") }
+}
+
+/// Per image its table (a few images) or per rank a summary over the images (many).
+fn print_results(results: &[ImageReport], options: &JobOptions, outputs: &Outputs) {
+    if results.len() <= FEW {
+        for r in results {
+            let t = &r.times;
+            println!(
+                "\n{}: {}×{}, ‖A‖_F = {:.4}, σ₁ = {:.4}; ms: decode {:.1}, h2d {:.1}, svd {:.1}, reconstruct {:.1}, \
+                 d2h {:.1}, encode {:.1}",
+                r.name,
+                r.rows,
+                r.cols,
+                r.frobenius_norm,
+                r.singular_values.first().copied().unwrap_or(0.0),
+                t.decode_ms,
+                t.h2d_ms,
+                t.svd_ms,
+                t.reconstruct_ms,
+                t.d2h_ms,
+                t.encode_ms
+            );
+            println!(
+                "{:>5} {:>12} {:>12}{}",
+                "k",
+                "rel. error",
+                "E-Y bound",
+                if options.check { "  check error" } else { "" }
+            );
+            for k in &r.ranks {
+                let check = k.check_error.map_or(String::new(), |v| format!(" {v:>12.3e}"));
+                println!("{:>5} {:>12.6} {:>12.6}{check}", k.k, k.relative_error, k.eckart_young_bound);
+            }
+            if outputs.mosaic {
+                println!("mosaic: {}", outputs.mosaic_path(&r.name).display());
+            }
+        }
+        println!();
+    } else {
+        println!("\n{} images; relative error per rank over the images:", results.len());
+        println!("{:>5} {:>12} {:>12} {:>14}", "k", "mean", "max", "mean E-Y bound");
+        for (i, k) in options.ranks.iter().enumerate() {
+            let errors: Vec<f64> = results.iter().map(|r| r.ranks[i].relative_error).collect();
+            let mean = errors.iter().sum::<f64>() / errors.len() as f64;
+            let max = errors.iter().copied().fold(0.0, f64::max);
+            let bound =
+                results.iter().map(|r| r.ranks[i].eckart_young_bound).sum::<f64>() / results.len() as f64;
+            println!("{k:>5} {mean:>12.6} {max:>12.6} {bound:>14.6}");
+        }
+    }
+    if outputs.png || outputs.npy {
+        let kinds = match (outputs.png, outputs.npy) {
+            (true, true) => "<name>-k<k>.png and .npy",
+            (true, false) => "<name>-k<k>.png",
+            _ => "<name>-k<k>.npy",
+        };
+        println!("outputs: {} ({kinds})", outputs.dir.display());
+    }
 }
 
 /// Tiles in a grid of up to 4 columns, each with its label above it.
@@ -238,30 +805,6 @@ fn write_mosaic(path: &Path, tiles: &[(Array2<f32>, String)]) -> anyhow::Result<
     let mut gray = image_io::to_gray8(mosaic.view(), Scaling::Clamp);
     plot::draw_labels(&mut gray, mw, mh, &labels)?;
     image_io::save_gray8(path, &gray, mw, mh)?;
-    Ok(())
-}
-
-fn run_batch(args: &Args, device: Option<&Device>, jobs: &[svd::RankK], slots: usize) -> anyhow::Result<()> {
-    let Some(device) = device else {
-        println!("\nbatch pipeline: needs a GPU (or --device sim); skipped on the CPU reference");
-        return Ok(());
-    };
-    let (m, n) = (jobs[0].u.dim().0, jobs[0].vt.dim().1);
-    let mut outputs = Vec::with_capacity(jobs.len());
-    for _ in jobs {
-        outputs.push(device.pinned::<f32>(m * n)?);
-    }
-    let serial = reconstruct_batch(device, jobs, &mut outputs, args.variant, args.block, 1)?;
-    let overlapped = reconstruct_batch(device, jobs, &mut outputs, args.variant, args.block, slots)?;
-    println!("\nbatch of {} images {m}×{n} at k = {}:", jobs.len(), jobs[0].s.len());
-    println!("  serial (1 slot):      {:.2} ms, {:.1} GB/s over PCIe", serial.wall_ms, serial.copy_gbs());
-    println!(
-        "  overlapped ({} slots): {:.2} ms, {:.1} GB/s over PCIe, speed-up {:.2}×",
-        overlapped.slots,
-        overlapped.wall_ms,
-        overlapped.copy_gbs(),
-        serial.wall_ms / overlapped.wall_ms
-    );
     Ok(())
 }
 

@@ -1,0 +1,202 @@
+//! The `svd` command: outputs per image and rank, reports, sharding, and one-line errors.
+
+mod common;
+
+use kernel_suite::npy;
+use std::path::{Path, PathBuf};
+
+fn run_svd(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(common::bin("svd", env!("CARGO_BIN_EXE_svd")))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kernel-suite-svd-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The test folder's images: name, width, height.
+const IMAGES: [(&str, usize, usize); 3] = [("a", 40, 30), ("b", 25, 50), ("c", 33, 33)];
+
+/// `dir/images` with three 8-bit PNGs of different sizes (smooth patterns plus noise).
+fn image_folder(dir: &Path) -> PathBuf {
+    let folder = dir.join("images");
+    std::fs::create_dir_all(&folder).unwrap();
+    for (seed, (name, w, h)) in IMAGES.into_iter().enumerate() {
+        let noise = common::random_vec(&mut common::rng(40 + seed as u64), w * h, 0.0, 0.2);
+        let pixels: Vec<u8> = (0..w * h)
+            .map(|p| {
+                let (x, y) = ((p % w) as f32 / w as f32, (p / w) as f32 / h as f32);
+                let v = 0.4 + 0.3 * (6.0 * x).sin() * (4.0 * y).cos() + noise[p];
+                (v.clamp(0.0, 1.0) * 255.0).round() as u8
+            })
+            .collect();
+        kernel_suite::image_io::save_gray8(&folder.join(format!("{name}.png")), &pixels, w, h).unwrap();
+    }
+    folder
+}
+
+/// The CSV's rows after the header, split into fields.
+fn csv_rows(path: &Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "name,rows,cols,k,relative_error,eckart_young_bound,sigma_1,frobenius_norm,check_error"
+    );
+    lines.map(|l| l.split(',').map(String::from).collect()).collect()
+}
+
+#[test]
+fn default_phantom_reports_errors_matching_the_bound_and_writes_outputs() {
+    let dir = scratch("phantom");
+    let (ok, stdout, stderr) =
+        run_svd(&dir, &["--size", "37", "--ranks", "7,3,7", "--device", "sim", "--json", "report.json"]);
+    assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
+    for file in ["shepp-logan-mosaic.png", "shepp-logan-k3.png", "shepp-logan-k7.png", "report.csv"] {
+        assert!(dir.join("svd-out").join(file).is_file(), "{file} missing");
+    }
+    assert!(
+        stdout.contains("E-Y bound") && stdout.contains("mosaic: svd-out/shepp-logan-mosaic.png"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("job: 1 images (1369 pixels) in "), "{stdout}");
+    assert!(stdout.contains("stages, summed over images (ms): decode "), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    for key in ["job_ms", "startup_ms", "wall_ms"] {
+        assert!(report[key].as_f64().is_some(), "{key} missing");
+    }
+    for stage in ["decode_ms", "h2d_ms", "svd_ms", "reconstruct_ms", "d2h_ms", "encode_ms"] {
+        assert!(report["stages"][stage].as_f64().is_some(), "stages.{stage} missing");
+    }
+    let image = &report["results"][0];
+    assert_eq!((image["rows"].as_u64(), image["cols"].as_u64()), (Some(37), Some(37)));
+    assert!(image["times"]["encode_ms"].as_f64().unwrap() > 0.0);
+    let ranks = image["ranks"].as_array().unwrap();
+    assert_eq!(ranks.iter().map(|r| r["k"].as_u64().unwrap()).collect::<Vec<_>>(), [3, 7]);
+    for r in ranks {
+        let (err, bound) = (r["relative_error"].as_f64().unwrap(), r["eckart_young_bound"].as_f64().unwrap());
+        assert!(bound > 0.01 && (err - bound).abs() <= 1e-4 * bound, "k = {}: {err} vs {bound}", r["k"]);
+    }
+}
+
+#[test]
+fn a_folder_gives_every_png_the_csv_and_npy_files_matching_the_pngs() {
+    let dir = scratch("folder");
+    image_folder(&dir);
+    let (ok, stdout, stderr) = run_svd(
+        &dir,
+        &["images", "--ranks", "5,2", "--npy", "--check", "--device", "cpu", "--out-dir", "out"],
+    );
+    assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("job: 3 images (3539 pixels) in "), "{stdout}");
+    assert!(stdout.contains("check: largest relative difference"), "{stdout}");
+    let out = dir.join("out");
+    for (name, w, h) in IMAGES {
+        for k in [2, 5] {
+            let png = image::open(out.join(format!("{name}-k{k}.png"))).unwrap().into_luma8();
+            assert_eq!(png.dimensions(), (w as u32, h as u32), "{name} k={k}");
+            let values = npy::read_array2::<f32>(&out.join(format!("{name}-k{k}.npy"))).unwrap();
+            assert_eq!(values.dim(), (h, w));
+            for (&v, &p) in values.iter().zip(png.as_raw()) {
+                assert!(
+                    (v.clamp(0.0, 1.0) - p as f32 / 255.0).abs() <= 1.0 / 255.0,
+                    "{name} k={k}: {v} vs {p}"
+                );
+            }
+        }
+        let (shape, s) = npy::read::<f64>(&out.join(format!("{name}-s.npy"))).unwrap();
+        assert_eq!(shape, [5]);
+        assert!(s.windows(2).all(|w| w[0] >= w[1]) && s[4] > 0.0, "{name}: {s:?}");
+        assert!(!out.join(format!("{name}-mosaic.png")).exists(), "a mosaic only with --mosaic");
+    }
+    let rows = csv_rows(&out.join("report.csv"));
+    assert_eq!(rows.len(), 6);
+    for (row, ((name, w, h), k)) in rows.iter().zip(IMAGES.iter().flat_map(|&i| [(i, 2), (i, 5)])) {
+        assert_eq!(row[..4], [name.to_string(), h.to_string(), w.to_string(), k.to_string()]);
+        let (err, bound): (f64, f64) = (row[4].parse().unwrap(), row[5].parse().unwrap());
+        assert!(err > 0.0 && (err - bound).abs() <= 1e-4 * bound, "{row:?}");
+        let s = npy::read::<f64>(&out.join(format!("{name}-s.npy"))).unwrap().1;
+        assert_eq!(row[6].parse::<f64>().unwrap(), s[0], "sigma_1");
+        let check: f64 = row[8].parse().unwrap();
+        assert!((0.0..1e-6).contains(&check), "{row:?}");
+    }
+}
+
+#[test]
+fn mosaics_on_request_and_no_pngs_with_no_images() {
+    let dir = scratch("flags");
+    image_folder(&dir);
+    let (ok, stdout, stderr) = run_svd(&dir, &["images", "--ranks", "3", "--mosaic", "--device", "cpu"]);
+    assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
+    for (name, _, _) in IMAGES {
+        assert!(dir.join(format!("svd-out/{name}-mosaic.png")).is_file(), "{name}");
+    }
+    let (ok, stdout, stderr) =
+        run_svd(&dir, &["images", "--ranks", "3", "--no-images", "--device", "cpu", "--out-dir", "bare"]);
+    assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
+    let written: Vec<_> =
+        std::fs::read_dir(dir.join("bare")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(written, ["report.csv"]);
+}
+
+#[test]
+fn a_shard_takes_every_nth_image() {
+    let dir = scratch("shard");
+    image_folder(&dir);
+    let (ok, stdout, stderr) =
+        run_svd(&dir, &["images", "--ranks", "2", "--shard", "1/2", "--device", "cpu"]);
+    assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(dir.join("svd-out/b-k2.png").is_file());
+    assert!(!dir.join("svd-out/a-k2.png").exists() && !dir.join("svd-out/c-k2.png").exists());
+    let rows = csv_rows(&dir.join("svd-out/report-1-of-2.csv"));
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0][..4], ["b", "50", "25", "2"]);
+    let (ok, _, stderr) = run_svd(&dir, &["images", "--ranks", "2", "--shard", "0/2", "--device", "cpu"]);
+    assert!(ok, "{stderr}");
+    let names: Vec<String> =
+        csv_rows(&dir.join("svd-out/report-0-of-2.csv")).into_iter().map(|r| r[0].clone()).collect();
+    assert_eq!(names, ["a", "c"]);
+}
+
+#[test]
+fn bad_input_exits_with_one_error_line() {
+    let dir = scratch("bad");
+    let folder = image_folder(&dir);
+    std::fs::create_dir_all(dir.join("empty")).unwrap();
+    std::fs::create_dir_all(dir.join("broken")).unwrap();
+    std::fs::copy(folder.join("a.png"), dir.join("broken/a.png")).unwrap();
+    std::fs::write(dir.join("broken/text.png"), b"not an image at all").unwrap();
+    std::fs::write(dir.join("zero.png"), b"").unwrap();
+    std::fs::create_dir_all(dir.join("twice")).unwrap();
+    std::fs::copy(folder.join("a.png"), dir.join("twice/a.png")).unwrap();
+    for (args, expected) in [
+        (vec!["--size", "16", "--ranks", "0"], "--ranks: rank 0 is not allowed"),
+        (vec!["--size", "16", "--ranks", "17"], "shepp-logan (16×16): rank k = 17 is outside 1..=16"),
+        (vec!["images", "--ranks", "28"], "b (50×25): rank k = 28 is outside 1..=25"),
+        (vec!["images", "--shard", "2/2"], "--shard \"2/2\": expected I/N with 0 ≤ I < N"),
+        (vec!["images", "--shard", "x"], "--shard \"x\": expected I/N"),
+        (vec!["images", "--shard", "1/0"], "--shard \"1/0\": expected I/N"),
+        (vec!["images", "--gpus", "0,1"], "--gpus needs --device gpu or auto"),
+        (vec!["images", "--in-flight", "0"], "--in-flight must be at least 1"),
+        (vec!["broken", "--ranks", "2"], "broken/text.png: not a readable PNG/JPEG image"),
+        (vec!["zero.png"], "zero.png: not a readable PNG/JPEG image"),
+        (vec!["missing.png"], "missing.png: no such file or directory"),
+        (vec!["empty"], "empty: no PNG or JPEG files in this directory"),
+        (vec!["images", "twice"], "have the same name"),
+    ] {
+        let args: Vec<&str> = args.into_iter().chain(["--device", "cpu"]).collect();
+        let (ok, _, stderr) = run_svd(&dir, &args);
+        assert!(!ok, "{args:?} succeeded");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
+        assert!(lines[0].starts_with("error: ") && lines[0].contains(expected), "{args:?}: {stderr}");
+    }
+}
