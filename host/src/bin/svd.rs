@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kernel_suite::cli::{self, DeviceArgs, DeviceChoice, Target};
 use kernel_suite::image_io::{self, Scaling};
 use kernel_suite::svd::{self, Variant};
+use kernel_suite::svd_batch::run_gpu;
 use kernel_suite::svd_job::{
     self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, Sink, StageTimes, run_cpu,
 };
@@ -501,18 +502,6 @@ fn gpu_count() -> kernel_suite::Result<u32> {
     Ok(count)
 }
 
-/// The GPU engine on one device (a GPU or the simulator). Until the GPU engine exists, the CPU
-/// engine stands in for it.
-fn run_engine_gpu(
-    _device: &Device,
-    queue: &ImageQueue,
-    options: &JobOptions,
-    sink: Sink,
-) -> kernel_suite::Result<()> {
-    // WIRE: svd_batch::run_gpu
-    run_cpu(queue, options, sink)
-}
-
 /// What was written, and what the outputs need.
 struct Outputs<'a> {
     dir: &'a Path,
@@ -623,7 +612,7 @@ fn run_job(
             }
             Engine::One(device) => {
                 started(device.startup().map(|startup| StartupReport { gpu: args.device.gpu, startup }));
-                if let Err(e) = run_engine_gpu(device, queue, options, sink) {
+                if let Err(e) = run_gpu(device, queue, options, sink) {
                     failure.record(e.into());
                 }
             }
@@ -639,8 +628,7 @@ fn run_job(
                                 let device = Device::gpu_with(gpu, gpu_options)?;
                                 println!("GPU {gpu}: {}", device.describe());
                                 started(device.startup().map(|startup| StartupReport { gpu, startup }));
-                                run_engine_gpu(&device, queue, options, sink)
-                                    .with_context(|| format!("GPU {gpu}"))
+                                run_gpu(&device, queue, options, sink).with_context(|| format!("GPU {gpu}"))
                             };
                             if let Err(e) = run() {
                                 failure.record(e);
