@@ -22,7 +22,10 @@ use crate::svd::{
 use crate::svd_factor::{
     self, finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums,
 };
-use crate::svd_job::{ImageQueue, ImageResult, JobImage, JobOptions, Pixels, RankResult, Sink, StageTimes};
+use crate::svd_job::{
+    ImageQueue, ImageResult, JobImage, JobOptions, Pixels, RankResult, Sink, StageTimes, check_image,
+    check_options,
+};
 use crate::{Buffer, Device, HostBuffer, Mark, Queue};
 use ndarray::Array2;
 use std::time::Instant;
@@ -202,7 +205,7 @@ pub const BATCH_IMAGES: usize = 256;
 /// Each finished image goes to `sink`. Decoding (the producers of `queue`) and encoding (behind
 /// `sink`) run on other threads meanwhile. Stage times are per batch, shared equally by its images.
 pub fn run_gpu(device: &Device, queue: &ImageQueue, options: &JobOptions, sink: Sink) -> Result<()> {
-    ensure(!options.ranks.is_empty(), || "no ranks given".into())?;
+    check_options(options)?;
     let mut staging = Staging::default();
     let mut held: Option<JobImage> = None;
     loop {
@@ -213,6 +216,7 @@ pub fn run_gpu(device: &Device, queue: &ImageQueue, options: &JobOptions, sink: 
                 None => return Ok(()),
             },
         };
+        check_image(&first, options)?;
         let key = batch_key(&first.pixels);
         let (m, n) = first.pixels.dim();
         let mut batch = vec![first];
@@ -220,6 +224,7 @@ pub fn run_gpu(device: &Device, queue: &ImageQueue, options: &JobOptions, sink: 
             match queue.next() {
                 Some(image) => {
                     let image = image?;
+                    check_image(&image, options)?;
                     if batch_key(&image.pixels) == key {
                         batch.push(image);
                     } else {
