@@ -6,12 +6,10 @@
 //! a warm-up, its iterations, and the largest singular value error against faer (f64) on the
 //! first image.
 
-use kernel_suite::Device;
+use kernel_suite::{Device, workload};
 use kernel_suite::bench::{Stats, Table};
 use kernel_suite::svd::thin_svd;
 use kernel_suite::svd_factor::{self, launch_f32_to_f64};
-use ndarray::Array2;
-use rand::{Rng, SeedableRng, rngs::SmallRng};
 
 fn main() -> anyhow::Result<()> {
     let device = Device::gpu(0)?;
@@ -37,7 +35,9 @@ fn main() -> anyhow::Result<()> {
         &[(64, 256, 50), (16, 1024, 50), (8, 2048, 50), (1, 4096, 256)]
     };
     for &(count, size, k) in workloads {
-        let images: Vec<_> = (0..count).map(|i| photo_like(i as u64, size)).collect();
+        let images: Vec<_> = (0..count)
+            .map(|i| workload::procedural_image(i as u64, size, size).mapv(|v| v as f32 / 255.0))
+            .collect();
         let host: Vec<f32> = images.iter().flat_map(|i| i.iter().copied()).collect();
         let raw = device.upload(&host)?;
         let mut a = device.alloc::<f64>(host.len())?;
@@ -81,21 +81,4 @@ fn main() -> anyhow::Result<()> {
         print!("{report}");
     }
     Ok(())
-}
-
-/// A photo-like 8-bit image (smooth shading, soft-edged blobs, a little noise) in `[0, 1]`.
-fn photo_like(seed: u64, size: usize) -> Array2<f32> {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let blobs: Vec<[f32; 5]> = (0..40).map(|_| std::array::from_fn(|_| rng.random_range(0.0..1.0))).collect();
-    let mut image = Array2::from_shape_fn((size, size), |(i, j)| {
-        let (y, x) = (i as f32 / size as f32, j as f32 / size as f32);
-        let mut v = 0.3 + 0.2 * x + 0.1 * y;
-        for b in &blobs {
-            let (dx, dy) = ((x - b[0]) / (0.02 + 0.3 * b[2]), (y - b[1]) / (0.02 + 0.3 * b[3]));
-            v += (b[4] - 0.5) * 0.5 / (1.0 + ((dx * dx + dy * dy - 1.0) * 20.0).min(50.0).exp());
-        }
-        v
-    });
-    image.mapv_inplace(|v| ((v + rng.random_range(-0.02..0.02)).clamp(0.0, 1.0) * 255.0).round() / 255.0);
-    image
 }

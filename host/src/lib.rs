@@ -10,8 +10,11 @@
 //! * [`bench`](mod@bench): statistics and tables for the benchmark programs in `benches/`;
 //! * [`plot`]: line charts as PNG or SVG files;
 //! * [`profile`]: the `--profile` summary (kernels, copies, host costs, resources, occupancy);
-//! * one module per kernel family ([`saxpy`], [`reduce`], [`conv`], [`lombscargle`], [`spiral`], [`svd`] with
-//!   [`svd_batch`]), each pairing the safe GPU/simulator wrapper with a CPU reference.
+//! * one module per kernel family ([`saxpy`], [`reduce`], [`conv`], [`lombscargle`], [`spiral`], [`svd`]
+//!   (reconstruction), [`svd_factor`] (the SVD itself)), each pairing the safe GPU/simulator wrapper
+//!   with a CPU reference;
+//! * the `svd` job: [`svd_job`] (its images, results and CPU engine), [`svd_batch`] (the GPU engine),
+//!   [`workload`] (procedural benchmark images).
 #![warn(missing_docs)]
 
 pub mod bench;
@@ -32,6 +35,7 @@ pub mod svd;
 pub mod svd_batch;
 pub mod svd_factor;
 pub mod svd_job;
+pub mod workload;
 
 pub use device::{Backend, Buffer, Device, Element, GpuOptions, HostBuffer, Mark, Queue, Startup};
 pub use error::{Error, Result};
