@@ -6,7 +6,7 @@
 mod common;
 
 use kernel_suite::svd::thin_svd;
-use kernel_suite::svd_factor::{Triplets, truncated_svd};
+use kernel_suite::svd_factor::{SmallSolver, Triplets, truncated_svd, truncated_svd_with};
 use ndarray::{Array2, ArrayView2};
 use rand::Rng;
 
@@ -104,6 +104,26 @@ fn triplets_match_faer_on_odd_shapes_and_edge_cases() {
     }
 }
 
+/// The host's small solvers (used where the subspace is too large for shared memory) give the same
+/// triplets, on shapes small enough for the simulator.
+#[test]
+fn the_host_small_solver_matches_faer() {
+    let cases: Vec<(&str, Array2<f32>, usize)> = vec![
+        ("tall 47×31", smooth_image(31, 47, 31), 6),
+        ("wide 23×40", random_image(32, 23, 40), 5),
+        ("zero", Array2::zeros((9, 12)), 2),
+        ("repeated σ", with_singular_values(33, 25, 21, &[2.0, 2.0, 1.0, 0.5]), 3),
+        ("k = min(m, n)", random_image(34, 13, 9), 9),
+    ];
+    for device in common::devices("the_host_small_solver_matches_faer") {
+        for (label, image, k) in &cases {
+            let got = truncated_svd_with(&device, &[image.view()], *k, SmallSolver::Host)
+                .unwrap_or_else(|e| panic!("{label} on {}: {e}", device.describe()));
+            check(&format!("{label} (host solver) on {}", device.describe()), image.view(), &got[0], *k);
+        }
+    }
+}
+
 #[test]
 fn a_batch_factors_each_image_independently() {
     let images = [
@@ -139,12 +159,16 @@ fn bad_input_is_an_error() {
 
 /// The job's GPU engine on a queue of mixed shapes and pixel types: every image comes back once,
 /// with singular values, errors and Eckart–Young bounds matching faer, and reconstructions equal to
-/// the f64 reference within f32 rounding.
+/// the f64 reference within f32 rounding; with `Keep::Gray8` the bytes the device quantised equal
+/// the host's quantisation of those values, and `Keep::Nothing` brings nothing back.
 #[test]
 fn the_gpu_engine_runs_a_job_of_mixed_images() {
+    use kernel_suite::image_io::{Scaling, to_gray8};
     use kernel_suite::svd::{Variant, reconstruct_reference};
     use kernel_suite::svd_batch::run_gpu;
-    use kernel_suite::svd_job::{ImageQueue, ImageResult, JobImage, JobOptions, Pixels};
+    use kernel_suite::svd_job::{
+        ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, Reconstruction,
+    };
     use std::sync::Mutex;
 
     let gray = |seed: u64, m: usize, n: usize| {
@@ -162,8 +186,14 @@ fn the_gpu_engine_runs_a_job_of_mixed_images() {
         gray(44, 33, 47),
         Pixels::Float(Array2::zeros((12, 9))),
     ];
-    let options = JobOptions { ranks: vec![2, 5, 9], check: false, variant: Variant::Regtiled, in_flight: 2 };
-    for device in common::devices("the_gpu_engine_runs_a_job_of_mixed_images") {
+    let options = |keep| JobOptions {
+        ranks: vec![2, 5, 9],
+        check: false,
+        variant: Variant::Regtiled,
+        in_flight: 2,
+        keep,
+    };
+    let run = |device: &kernel_suite::Device, keep: Keep| -> Vec<ImageResult> {
         let (sender, receiver) = std::sync::mpsc::channel();
         for (index, pixels) in inputs.iter().enumerate() {
             sender.send(Ok(JobImage { index, name: format!("img{index}"), pixels: pixels.clone() })).unwrap();
@@ -171,7 +201,7 @@ fn the_gpu_engine_runs_a_job_of_mixed_images() {
         drop(sender);
         let queue = ImageQueue::new(receiver);
         let results: Mutex<Vec<ImageResult>> = Mutex::new(Vec::new());
-        run_gpu(&device, &queue, &options, &|r| {
+        run_gpu(device, &queue, &options(keep), &|r| {
             results.lock().unwrap().push(r);
             Ok(())
         })
@@ -183,6 +213,36 @@ fn the_gpu_engine_runs_a_job_of_mixed_images() {
             vec![0, 1, 2, 3, 4],
             "each image once"
         );
+        results
+    };
+    for device in common::devices("the_gpu_engine_runs_a_job_of_mixed_images") {
+        let results = run(&device, Keep::Float);
+        // The PNG path: bytes quantised on the device, identical to the host's quantisation of the
+        // f32 values; and nothing at all with `Keep::Nothing`, with the same errors.
+        for (keep, other) in
+            [(Keep::Gray8, run(&device, Keep::Gray8)), (Keep::Nothing, run(&device, Keep::Nothing))]
+        {
+            for (a, b) in results.iter().zip(&other) {
+                for (ra, rb) in a.ranks.iter().zip(&b.ranks) {
+                    assert_eq!(ra.relative_error, rb.relative_error, "{} k={} {keep:?}", a.name, ra.k);
+                    match (&rb.reconstruction, keep) {
+                        (Reconstruction::Gray8(bytes), Keep::Gray8) => {
+                            let values = ra.reconstruction.float().unwrap();
+                            let want = to_gray8(values.view(), Scaling::Clamp);
+                            assert_eq!(bytes.dim(), values.dim(), "{} k={}", a.name, ra.k);
+                            assert!(
+                                bytes.iter().eq(want.iter()),
+                                "{} k={}: device bytes differ",
+                                a.name,
+                                ra.k
+                            );
+                        }
+                        (Reconstruction::Dropped, Keep::Nothing) => {}
+                        (other, _) => panic!("{} k={}: {keep:?} gave {other:?}", a.name, ra.k),
+                    }
+                }
+            }
+        }
         for (result, pixels) in results.iter().zip(&inputs) {
             let label = format!("{} on {}", result.name, device.describe());
             let image = pixels.to_f32();
@@ -209,6 +269,8 @@ fn the_gpu_engine_runs_a_job_of_mixed_images() {
                 let want = reconstruct_reference(&reference, rank.k).unwrap();
                 let worst = rank
                     .reconstruction
+                    .float()
+                    .expect("f32 values kept")
                     .iter()
                     .zip(want.iter())
                     .map(|(&a, &b)| (a as f64 - b).abs())

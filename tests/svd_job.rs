@@ -5,7 +5,7 @@ mod common;
 
 use kernel_suite::svd::{reconstruct_reference, relative_error, thin_svd};
 use kernel_suite::svd_job::{
-    ImageQueue, ImageResult, JobImage, JobOptions, Pixels, decode_into_queue, factor_cpu, run_cpu,
+    ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, decode_into_queue, factor_cpu, run_cpu,
 };
 use kernel_suite::{npy, svd::Variant};
 use ndarray::Array2;
@@ -13,7 +13,7 @@ use rand::Rng;
 use std::sync::Mutex;
 
 fn options(ranks: &[usize], check: bool) -> JobOptions {
-    JobOptions { ranks: ranks.to_vec(), check, variant: Variant::Regtiled, in_flight: 2 }
+    JobOptions { ranks: ranks.to_vec(), check, variant: Variant::Regtiled, in_flight: 2, keep: Keep::Float }
 }
 
 fn float(index: usize, name: &str, pixels: Array2<f32>) -> JobImage {
@@ -67,10 +67,10 @@ fn check_against_reference(result: &ImageResult, original: &Array2<f32>, options
     for rank in &result.ranks {
         let k = rank.k;
         let reference = reconstruct_reference(&factors, k).unwrap();
-        assert_eq!(rank.reconstruction.dim(), original.dim(), "{name} k={k}");
+        let values = rank.reconstruction.float().expect("f32 values kept");
+        assert_eq!(values.dim(), original.dim(), "{name} k={k}");
         // Every pixel written, and equal to the f64 reconstruction up to f32 rounding.
-        let worst = rank
-            .reconstruction
+        let worst = values
             .iter()
             .zip(&reference)
             .map(|(&x, &y)| if x.is_finite() { (f64::from(x) - y).abs() } else { f64::INFINITY })
@@ -137,7 +137,7 @@ fn run_cpu_matches_faer_on_odd_shapes_and_structured_images() {
         assert!(zero.frobenius_norm == 0.0 && zero.singular_values.iter().all(|&s| s == 0.0));
         for r in &zero.ranks {
             assert_eq!((r.relative_error, r.eckart_young_bound), (0.0, 0.0));
-            assert!(r.reconstruction.iter().all(|&v| v == 0.0));
+            assert!(r.reconstruction.float().expect("f32 values kept").iter().all(|&v| v == 0.0));
         }
     }
     // Single rows and columns: only rank 1 exists.

@@ -231,6 +231,21 @@ impl Device {
         }
     }
 
+    /// The most threads a block of kernel `name` may have, as the driver loaded it (its registers
+    /// per thread limit it below the device's 1024); 1024 in the simulator.
+    pub fn max_threads_per_block(&self, name: &str) -> Result<u32> {
+        match &self.inner {
+            Inner::Gpu(g) => {
+                let function = g.module.get_function(name).map_err(cuda("cuModuleGetFunction"))?;
+                let threads = function
+                    .get_attribute(cust::function::FunctionAttribute::MaxThreadsPerBlock)
+                    .map_err(cuda("cuFuncGetAttribute"))?;
+                Ok(threads as u32)
+            }
+            Inner::Simulator => Ok(1024),
+        }
+    }
+
     /// What opening the GPU cost (`None` for the simulator).
     pub fn startup(&self) -> Option<Startup> {
         match &self.inner {
@@ -504,6 +519,11 @@ impl Device {
         self.sync_queue(&self.queue)
     }
 
+    /// A failure seen while waiting for the GPU, blamed on the last kernel launched.
+    fn kernel_error(&self, source: CudaError) -> Error {
+        Error::Kernel { kernel: self.last_kernel.get(), source }
+    }
+
     /// Waits until the work queued on `queue` has finished; reports a kernel that failed.
     pub fn sync_queue(&self, queue: &Queue) -> Result<()> {
         match &queue.stream {
@@ -752,4 +772,170 @@ impl<T: Element> Buffer<T> {
             BufferInner::Host(v) => v.as_mut_ptr(),
         }
     }
+}
+
+/// Bytes of each of the two pinned chunks of a [`Staging`].
+pub const STAGING_CHUNK_BYTES: usize = 4 << 20;
+
+/// Page-locked staging for copies between ordinary (pageable) host memory and the device: two
+/// pinned chunks used in turn, so that the copy engine moves one chunk while the host copies the
+/// other. Made once ([`Device::staging`]; page-locking costs milliseconds per hundred megabytes)
+/// and reused for every copy, it gives pinned bandwidth for data of any size without pinning the
+/// data itself. In the simulator the copies are direct.
+pub struct Staging {
+    chunks: Vec<HostBuffer<u8>>,
+    done: Vec<Event>,
+}
+
+impl Device {
+    /// A [`Staging`] of two [`STAGING_CHUNK_BYTES`] chunks for this device.
+    pub fn staging(&self) -> Result<Staging> {
+        if !self.is_gpu() {
+            return Ok(Staging { chunks: Vec::new(), done: Vec::new() });
+        }
+        let event = || Event::new(EventFlags::DISABLE_TIMING).map_err(cuda("cuEventCreate"));
+        Ok(Staging {
+            chunks: vec![self.pinned(STAGING_CHUNK_BYTES)?, self.pinned(STAGING_CHUNK_BYTES)?],
+            done: vec![event()?, event()?],
+        })
+    }
+}
+
+impl Staging {
+    /// Copies `data` into `buffer[offset..offset + data.len()]` on `queue`. `data` may change as
+    /// soon as this returns (the copies read the staging chunks, which the next use waits for).
+    pub fn upload<T: Element>(
+        &mut self,
+        device: &Device,
+        queue: &Queue,
+        data: &[T],
+        buffer: &mut Buffer<T>,
+        offset: usize,
+    ) -> Result<()> {
+        in_range(offset, data.len(), buffer.len())?;
+        let stream = match (&mut buffer.inner, &queue.stream) {
+            (BufferInner::Host(v), None) => {
+                v[offset..offset + data.len()].copy_from_slice(data);
+                return Ok(());
+            }
+            (BufferInner::Gpu(b), Some(stream)) => (stream, device_address(b, offset)),
+            _ => return Err(mixed_devices()),
+        };
+        let (stream, base) = stream;
+        let bytes = as_bytes(data);
+        let _phase = Phase::new("H2D (staged)");
+        for (c, piece) in bytes.chunks(STAGING_CHUNK_BYTES).enumerate() {
+            let slot = c % 2;
+            // The copy that last read this chunk has finished.
+            self.done[slot].synchronize().map_err(|source| device.kernel_error(source))?;
+            self.chunks[slot][..piece.len()].copy_from_slice(piece);
+            let start = device.profiler.get().map(|p| p.start(stream)).transpose()?;
+            // SAFETY: the chunk is pinned, owned by `self` and not written again before `done[slot]`
+            // has passed; the destination range lies inside `buffer` (checked above).
+            raw("cuMemcpyHtoDAsync", unsafe {
+                cust::sys::cuMemcpyHtoDAsync_v2(
+                    base + (c * STAGING_CHUNK_BYTES) as u64,
+                    self.chunks[slot].as_ptr() as *const std::ffi::c_void,
+                    piece.len(),
+                    stream.as_inner(),
+                )
+            })?;
+            self.done[slot].record(stream).map_err(cuda("cuEventRecord"))?;
+            if let (Some(p), Some(start)) = (device.profiler.get(), start) {
+                p.copy(stream, start, Direction::HostToDevice, piece.len() as u64)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the work queued on `queue` so far, then copies `buffer[offset..offset + out.len()]`
+    /// into `out`.
+    pub fn download<T: Element>(
+        &mut self,
+        device: &Device,
+        queue: &Queue,
+        buffer: &Buffer<T>,
+        offset: usize,
+        out: &mut [T],
+    ) -> Result<()> {
+        in_range(offset, out.len(), buffer.len())?;
+        let stream = match (&buffer.inner, &queue.stream) {
+            (BufferInner::Host(v), None) => {
+                out.copy_from_slice(&v[offset..offset + out.len()]);
+                return Ok(());
+            }
+            (BufferInner::Gpu(b), Some(stream)) => (stream, device_address(b, offset)),
+            _ => return Err(mixed_devices()),
+        };
+        let (stream, base) = stream;
+        let out = as_bytes_mut(out);
+        let _phase = Phase::new("D2H (staged)");
+        // The chunk copied last, still to be moved into `out`: (slot, byte offset, length).
+        let mut pending: Option<(usize, usize, usize)> = None;
+        let chunks = out.len().div_ceil(STAGING_CHUNK_BYTES);
+        for c in 0..=chunks {
+            if c < chunks {
+                let slot = c % 2;
+                let (at, len) =
+                    (c * STAGING_CHUNK_BYTES, STAGING_CHUNK_BYTES.min(out.len() - c * STAGING_CHUNK_BYTES));
+                let start = device.profiler.get().map(|p| p.start(stream)).transpose()?;
+                // SAFETY: the chunk is pinned and owned by `self`; the host reads it only after
+                // `done[slot]` has passed; the source range lies inside `buffer` (checked above).
+                raw("cuMemcpyDtoHAsync", unsafe {
+                    cust::sys::cuMemcpyDtoHAsync_v2(
+                        self.chunks[slot].as_mut_ptr() as *mut std::ffi::c_void,
+                        base + at as u64,
+                        len,
+                        stream.as_inner(),
+                    )
+                })?;
+                self.done[slot].record(stream).map_err(cuda("cuEventRecord"))?;
+                if let (Some(p), Some(start)) = (device.profiler.get(), start) {
+                    p.copy(stream, start, Direction::DeviceToHost, len as u64)?;
+                }
+            }
+            // Meanwhile, the previous chunk into `out`.
+            if let Some((slot, at, len)) = pending.take() {
+                self.done[slot].synchronize().map_err(|source| device.kernel_error(source))?;
+                out[at..at + len].copy_from_slice(&self.chunks[slot][..len]);
+            }
+            if c < chunks {
+                let at = c * STAGING_CHUNK_BYTES;
+                pending = Some((c % 2, at, STAGING_CHUNK_BYTES.min(out.len() - at)));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // Copies may still read or write the chunks: wait for them before the memory goes.
+        for event in &self.done {
+            let _ = event.synchronize();
+        }
+    }
+}
+
+fn in_range(offset: usize, len: usize, capacity: usize) -> Result<()> {
+    if offset.checked_add(len).is_some_and(|end| end <= capacity) {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput(format!("copy of {len} elements at {offset} into a buffer of {capacity}")))
+    }
+}
+
+/// The device address of element `offset` of a GPU allocation.
+fn device_address<T: Element>(buffer: &DeviceBuffer<T>, offset: usize) -> u64 {
+    buffer.as_device_ptr().as_raw() + (offset * std::mem::size_of::<T>()) as u64
+}
+
+fn as_bytes<T: Element>(data: &[T]) -> &[u8] {
+    // SAFETY: an `Element` is plain data without padding; any initialised value is valid bytes.
+    unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) }
+}
+
+fn as_bytes_mut<T: Element>(data: &mut [T]) -> &mut [u8] {
+    // SAFETY: as for `as_bytes`; every bit pattern is a valid `Element`, so any bytes written are.
+    unsafe { std::slice::from_raw_parts_mut(data.as_mut_ptr() as *mut u8, std::mem::size_of_val(data)) }
 }

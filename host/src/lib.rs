@@ -37,6 +37,6 @@ pub mod svd_factor;
 pub mod svd_job;
 pub mod workload;
 
-pub use device::{Backend, Buffer, Device, Element, GpuOptions, HostBuffer, Mark, Queue, Startup};
+pub use device::{Backend, Buffer, Device, Element, GpuOptions, HostBuffer, Mark, Queue, Staging, Startup};
 pub use error::{Error, Result};
 pub use kernels::sim::{Dim3, LaunchConfig};

@@ -317,3 +317,23 @@ pub fn shepp_logan(size: usize) -> Array2<f32> {
         value.clamp(0.0, 1.0) as f32
     })
 }
+
+/// Queues [`kernels::svd::quantize_gray8`] on `queue`: `count` f32 values in `[0, 1]` (clamped) to
+/// the 8-bit pixels a PNG stores, the bytes of [`crate::image_io::to_gray8`] with
+/// [`crate::image_io::Scaling::Clamp`].
+///
+/// # Safety
+/// Both pointers must address `count` elements of device memory of `device`.
+pub unsafe fn launch_quantize_gray8(
+    device: &Device,
+    queue: &crate::Queue,
+    src: *const f32,
+    dst: *mut u8,
+    count: usize,
+) -> Result<()> {
+    let cfg = LaunchConfig::for_1d(count, 256);
+    let cfg = LaunchConfig { grid: Dim3::x(cfg.grid.x.min(4096)), ..cfg };
+    let work = Work { bytes: 5.0 * count as f64, flops: 3.0 * count as f64 };
+    // SAFETY: forwarded from the caller.
+    unsafe { device.launch_counted(queue, &k::QUANTIZE_GRAY8, cfg, (src, dst, count as u32), Some(work)) }
+}

@@ -16,17 +16,17 @@
 
 use crate::error::{Error, Result, ensure};
 use crate::svd::{
-    BatchShape, PhaseTimes, RankK, Variant, launch_reconstruct, launch_reconstruct_batch,
-    reconstruct_reference, relative_error,
+    BatchShape, PhaseTimes, RankK, Variant, launch_quantize_gray8, launch_reconstruct,
+    launch_reconstruct_batch, reconstruct_reference, relative_error,
 };
 use crate::svd_factor::{
     self, finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums,
 };
 use crate::svd_job::{
-    ImageQueue, ImageResult, JobImage, JobOptions, Pixels, RankResult, Sink, StageTimes, check_image,
-    check_options,
+    ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, RankResult, Reconstruction, Sink,
+    StageTimes, check_image, check_options,
 };
-use crate::{Buffer, Device, HostBuffer, Mark, Queue};
+use crate::{Buffer, Device, HostBuffer, Mark, Queue, Staging};
 use ndarray::Array2;
 use std::time::Instant;
 
@@ -201,12 +201,15 @@ pub const BATCH_IMAGES: usize = 256;
 /// device memory stays bounded whatever the folder's size), and per batch uploads the pixels as
 /// they came (bytes for 8-bit images) through pinned staging, converts them on the device,
 /// factors every image ([`svd_factor::factor`]), reconstructs every rank of `options` and
-/// computes each reconstruction's error on the device, and copies back the reconstructions only.
-/// Each finished image goes to `sink`. Decoding (the producers of `queue`) and encoding (behind
-/// `sink`) run on other threads meanwhile. Stage times are per batch, shared equally by its images.
+/// computes each reconstruction's error on the device, and copies back only what
+/// [`JobOptions::keep`] asks for (8-bit pixels quantised on the device for PNGs, f32 values for
+/// `.npy` files, nothing for `--no-images`), image by image, so that the encoders start on the first
+/// image while the others are still copied. Decoding (the producers of `queue`) and encoding
+/// (behind `sink`) run on other threads meanwhile. Device stage times are per batch, shared
+/// equally by its images; `d2h_ms` is each image's own copy (host clock).
 pub fn run_gpu(device: &Device, queue: &ImageQueue, options: &JobOptions, sink: Sink) -> Result<()> {
     check_options(options)?;
-    let mut staging = Staging::default();
+    let mut staging = device.staging()?;
     let mut held: Option<JobImage> = None;
     loop {
         let first = match held.take() {
@@ -245,26 +248,48 @@ fn batch_key(pixels: &Pixels) -> (usize, usize, bool) {
     (m, n, matches!(pixels, Pixels::Gray8 { .. }))
 }
 
-/// Pinned host buffers reused from batch to batch (page-locking memory costs milliseconds per
-/// hundred megabytes, so it is done once for the largest batch).
-#[derive(Default)]
-struct Staging {
-    bytes: Option<HostBuffer<u8>>,
-    floats: Option<HostBuffer<f32>>,
-    outputs: Vec<HostBuffer<f32>>,
-}
-
-/// A pinned buffer of at least `len` elements in `slot`, reallocated only when too small.
-fn at_least<'a, T: crate::Element>(
-    device: &Device,
-    slot: &'a mut Option<HostBuffer<T>>,
-    len: usize,
-) -> Result<&'a mut HostBuffer<T>> {
-    if slot.as_ref().is_none_or(|b| b.len() < len) {
-        *slot = None;
-        *slot = Some(device.pinned(len)?);
+/// Uploads the batch's pixels (as they came: bytes or f32) through `staging` and widens them to
+/// f64 on the device: `images` row-major images, `m·n` apart.
+fn upload_batch(device: &Device, batch: &[JobImage], staging: &mut Staging) -> Result<Buffer<f64>> {
+    let q = device.queue();
+    let (m, n) = batch[0].pixels.dim();
+    let (images, mn) = (batch.len(), m * n);
+    let mut a = device.alloc::<f64>(images * mn)?;
+    match &batch[0].pixels {
+        Pixels::Gray8 { .. } => {
+            let mut raw = device.alloc::<u8>(images * mn)?;
+            for (i, image) in batch.iter().enumerate() {
+                if let Pixels::Gray8 { data, .. } = &image.pixels {
+                    staging.upload(device, q, data, &mut raw, i * mn)?;
+                }
+            }
+            // SAFETY: both buffers hold `images·mn` elements.
+            unsafe {
+                launch_gray8_to_f64(device, q, raw.as_kernel_ptr(), a.as_kernel_mut_ptr(), images * mn)?
+            };
+            device.sync_queue(q)?;
+        }
+        Pixels::Float(_) => {
+            let mut raw = device.alloc::<f32>(images * mn)?;
+            for (i, image) in batch.iter().enumerate() {
+                if let Pixels::Float(pixels) = &image.pixels {
+                    if let Some(((y, x), v)) = pixels.indexed_iter().find(|(_, v)| !v.is_finite()) {
+                        return Err(Error::InvalidInput(format!(
+                            "{}: pixel ({y}, {x}) is {v}: the image must be finite",
+                            image.name
+                        )));
+                    }
+                    let pixels = pixels.as_standard_layout();
+                    let values = pixels.as_slice().expect("standard layout");
+                    staging.upload(device, q, values, &mut raw, i * mn)?;
+                }
+            }
+            // SAFETY: both buffers hold `images·mn` elements.
+            unsafe { launch_f32_to_f64(device, q, raw.as_kernel_ptr(), a.as_kernel_mut_ptr(), images * mn)? };
+            device.sync_queue(q)?;
+        }
     }
-    Ok(slot.as_mut().expect("just filled"))
+    Ok(a)
 }
 
 fn run_batch(
@@ -286,55 +311,17 @@ fn run_batch(
     })?;
     let q = device.queue();
     let t_start = device.mark()?;
-    let mut a = device.alloc::<f64>(images * mn)?;
-    match &batch[0].pixels {
-        Pixels::Gray8 { .. } => {
-            let host = at_least(device, &mut staging.bytes, images * mn)?;
-            for (image, chunk) in batch.iter().zip(host.chunks_mut(mn)) {
-                if let Pixels::Gray8 { data, .. } = &image.pixels {
-                    chunk.copy_from_slice(data);
-                }
-            }
-            let mut raw = device.alloc::<u8>(images * mn)?;
-            // SAFETY: the staging buffer is not touched before the queue is synchronised below;
-            // both device buffers hold `images·mn` elements.
-            unsafe {
-                device.upload_async(q, &host[..images * mn], &mut raw)?;
-                launch_gray8_to_f64(device, q, raw.as_kernel_ptr(), a.as_kernel_mut_ptr(), images * mn)?;
-            }
-            device.sync_queue(q)?;
-        }
-        Pixels::Float(_) => {
-            let host = at_least(device, &mut staging.floats, images * mn)?;
-            for (image, chunk) in batch.iter().zip(host.chunks_mut(mn)) {
-                if let Pixels::Float(pixels) = &image.pixels {
-                    if let Some(((y, x), v)) = pixels.indexed_iter().find(|(_, v)| !v.is_finite()) {
-                        return Err(Error::InvalidInput(format!(
-                            "{}: pixel ({y}, {x}) is {v}: the image must be finite",
-                            image.name
-                        )));
-                    }
-                    for (dst, &src) in chunk.iter_mut().zip(pixels.iter()) {
-                        *dst = src;
-                    }
-                }
-            }
-            let mut raw = device.alloc::<f32>(images * mn)?;
-            // SAFETY: as above.
-            unsafe {
-                device.upload_async(q, &host[..images * mn], &mut raw)?;
-                launch_f32_to_f64(device, q, raw.as_kernel_ptr(), a.as_kernel_mut_ptr(), images * mn)?;
-            }
-            device.sync_queue(q)?;
-        }
-    }
+    let a = upload_batch(device, batch, staging)?;
     let t_uploaded = device.mark()?;
     let factors = svd_factor::factor(device, &a, (m, n), images, kmax)?;
     let t_factored = device.mark()?;
 
-    // Every rank of every image: reconstruction, then its squared error against the image.
+    // Every rank of every image: reconstruction, its squared error against the image, and the
+    // 8-bit pixels when those are what comes back.
     let ranks = &options.ranks;
+    let float_back = options.keep == Keep::Float || options.check;
     let mut outputs = Vec::with_capacity(ranks.len());
+    let mut bytes = Vec::with_capacity(ranks.len());
     let mut error_sums = Vec::with_capacity(ranks.len());
     for &k in ranks {
         let mut out = device.alloc::<f32>(images * mn)?;
@@ -355,7 +342,7 @@ fn run_batch(
             out.as_kernel_mut_ptr(),
         );
         // SAFETY: the factor buffers hold `images` blocks of `m·kmax`, `kmax`, `kmax·n` values and
-        // `out` holds `images·mn`.
+        // `out` (and `gray`) hold `images·mn`.
         unsafe {
             launch_reconstruct_batch(device, q, options.variant, 16, ptrs, (m, n, k), shape)?;
             error_sums.push(queue_squared_sums(
@@ -366,30 +353,23 @@ fn run_batch(
                 mn,
                 images,
             )?);
+            if options.keep == Keep::Gray8 && !float_back {
+                let mut gray = device.alloc::<u8>(images * mn)?;
+                launch_quantize_gray8(device, q, out.as_kernel_ptr(), gray.as_kernel_mut_ptr(), images * mn)?;
+                bytes.push(gray);
+            }
         }
         outputs.push(out);
     }
     let t_reconstructed = device.mark()?;
-    while staging.outputs.len() < ranks.len() {
-        staging.outputs.push(device.pinned(0)?);
-    }
-    for (out, host) in outputs.iter().zip(staging.outputs.iter_mut()) {
-        if host.len() < images * mn {
-            *host = device.pinned(0)?;
-            *host = device.pinned(images * mn)?;
-        }
-        // SAFETY: `host` is not read before the queue is synchronised (by `elapsed_ms` below).
-        unsafe { device.download_async(q, out, &mut host[..images * mn])? };
-    }
-    let t_downloaded = device.mark()?;
     let per_image =
         |from: &Mark, to: &Mark| -> Result<f64> { Ok(device.elapsed_ms(from, to)? / images as f64) };
-    let times = StageTimes {
+    let device_times = StageTimes {
         decode_ms: 0.0,
         h2d_ms: per_image(&t_start, &t_uploaded)?,
         svd_ms: per_image(&t_uploaded, &t_factored)?,
         reconstruct_ms: per_image(&t_factored, &t_reconstructed)?,
-        d2h_ms: per_image(&t_reconstructed, &t_downloaded)?,
+        d2h_ms: 0.0,
         encode_ms: 0.0,
     };
     let errors: Vec<Vec<f64>> = error_sums
@@ -398,17 +378,39 @@ fn run_batch(
         .collect::<Result<_>>()?;
 
     for (i, image) in batch.iter().enumerate() {
+        let copy_start = Instant::now();
+        let mut kept = Vec::with_capacity(ranks.len());
+        for r in 0..ranks.len() {
+            kept.push(if float_back {
+                let mut values = vec![0.0f32; mn];
+                staging.download(device, q, &outputs[r], i * mn, &mut values)?;
+                Reconstruction::Float(Array2::from_shape_vec((m, n), values).expect("m·n values"))
+            } else if options.keep == Keep::Gray8 {
+                let mut values = vec![0u8; mn];
+                staging.download(device, q, &bytes[r], i * mn, &mut values)?;
+                Reconstruction::Gray8(Array2::from_shape_vec((m, n), values).expect("m·n values"))
+            } else {
+                Reconstruction::Dropped
+            });
+        }
+        let times = StageTimes { d2h_ms: copy_start.elapsed().as_secs_f64() * 1e3, ..device_times };
         let sigma = &factors.singular_values[i];
         let norm = factors.frobenius_norms[i];
         let reference =
             if options.check { Some(crate::svd::thin_svd(image.pixels.to_f32().view())?) } else { None };
         let mut rank_results = Vec::with_capacity(ranks.len());
-        for (r, &k) in ranks.iter().enumerate() {
-            let pixels = &staging.outputs[r][i * mn..(i + 1) * mn];
-            let reconstruction = Array2::from_shape_vec((m, n), pixels.to_vec()).expect("m·n pixels");
-            let check_error = match &reference {
-                Some(f) => Some(relative_error(reconstruction.view(), reconstruct_reference(f, k)?.view())),
-                None => None,
+        for ((r, &k), reconstruction) in ranks.iter().enumerate().zip(kept) {
+            let check_error = match (&reference, reconstruction.float()) {
+                (Some(f), Some(values)) => {
+                    Some(relative_error(values.view(), reconstruct_reference(f, k)?.view()))
+                }
+                _ => None,
+            };
+            let reconstruction = match reconstruction {
+                Reconstruction::Float(values) if options.keep != Keep::Float => {
+                    Reconstruction::keep(values, options.keep)
+                }
+                other => other,
             };
             rank_results.push(RankResult {
                 k,

@@ -15,6 +15,7 @@ use faer::Mat;
 use kernels::svd_factor::{self as kf, Layout};
 use ndarray::{Array2, ArrayView2};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
+use rayon::prelude::*;
 
 /// Residual tolerance of the iteration: each of the `k` leading Ritz pairs must satisfy
 /// `‖G·v − θ·v‖ ≤ TOLERANCE·√(θ₁·θ)`. Since an eigenvalue lies within the residual of a Ritz
@@ -26,8 +27,8 @@ pub const TOLERANCE: f64 = 1e-5;
 /// white noise about 40).
 pub const MAX_ITERATIONS: usize = 300;
 
-/// Threads of the one-block-per-image Jacobi kernels on a GPU (the simulator, which runs a thread
-/// per GPU thread, uses 64).
+/// Most threads of the one-block-per-image Jacobi kernels on a GPU (fewer where the kernels'
+/// registers allow fewer; the simulator, which runs a thread per GPU thread, uses 64).
 const JACOBI_THREADS: u32 = 1024;
 
 /// Size of the iterated subspace for `k` triplets of an image with `r = min(m, n)`: twice `k`
@@ -211,6 +212,142 @@ pub fn finish_squared_sums(device: &Device, partial: &Buffer<f64>, blocks: usize
     Ok(values.chunks(blocks).map(|c| c.iter().sum()).collect())
 }
 
+/// Where the small `b × b` problems of each iteration (the Ritz pairs, the Cholesky QR of the
+/// next basis) are solved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SmallSolver {
+    /// On the device, one block per image, in shared memory: the default wherever the work space
+    /// fits ([`kernels::svd_factor::jacobi_shared_bytes`]; `b ≤ 118` on an H100, so `k ≤ 59`).
+    Device,
+    /// On the host (faer's symmetric eigensolver and a Cholesky factorisation, images in
+    /// parallel), the matrices copied each way once per iteration: for larger subspaces, where a
+    /// single block working from global memory would take seconds (`b = 512` for `k = 256`).
+    Host,
+}
+
+impl SmallSolver {
+    /// [`SmallSolver::Device`] when the work space of a `b`-column subspace fits in one block's
+    /// shared memory on `device`, else [`SmallSolver::Host`].
+    pub fn for_subspace(device: &Device, b: usize) -> Result<SmallSolver> {
+        let fits = kf::jacobi_shared_bytes(b as u32) <= device.max_shared_bytes_per_block()?;
+        Ok(if fits { SmallSolver::Device } else { SmallSolver::Host })
+    }
+}
+
+/// The host's [`kf::ritz_eigen`]: per image, the Ritz pairs of `T` (the top `b × b` of each
+/// `2b × b` block of `p`), as `(theta, sigma, inv_sigma, ritz)` laid out as the kernel writes them.
+fn ritz_eigen_host(p: &[f64], b: usize, images: usize) -> Result<[Vec<f64>; 4]> {
+    let per_image: Vec<[Vec<f64>; 4]> = p
+        .par_chunks(2 * b * b)
+        .take(images)
+        .map(|block| {
+            let t = Mat::<f64>::from_fn(b, b, |i, j| 0.5 * (block[i * b + j] + block[j * b + i]));
+            let evd = t
+                .self_adjoint_eigen(faer::Side::Lower)
+                .map_err(|e| Error::InvalidInput(format!("the Ritz eigenproblem did not converge: {e:?}")))?;
+            let values: Vec<f64> = evd.S().column_vector().iter().copied().collect();
+            let mut order: Vec<usize> = (0..b).collect();
+            order.sort_by(|&x, &y| values[y].total_cmp(&values[x]));
+            let theta: Vec<f64> = order.iter().map(|&i| values[i]).collect();
+            let theta0 = theta[0].max(0.0);
+            let sigma: Vec<f64> = theta.iter().map(|&t| t.max(0.0).sqrt()).collect();
+            let inv_sigma = theta
+                .iter()
+                .zip(&sigma)
+                .map(|(&t, &s)| if t > kf::NULL_THRESHOLD * theta0 && s > 0.0 { 1.0 / s } else { 0.0 })
+                .collect();
+            let vectors = evd.U();
+            let mut ritz = Vec::with_capacity(b * b);
+            for row in 0..b {
+                ritz.extend(order.iter().map(|&col| vectors[(row, col)]));
+            }
+            Ok([theta, sigma, inv_sigma, ritz])
+        })
+        .collect::<Result<_>>()?;
+    let mut out: [Vec<f64>; 4] = Default::default();
+    for image in per_image {
+        for (all, part) in out.iter_mut().zip(image) {
+            all.extend(part);
+        }
+    }
+    Ok(out)
+}
+
+/// The host's [`kf::orthonormalize_weights`] (same inputs, same outputs and pivot floors): per
+/// image the convergence flag, `R⁻¹` (`b × b`) and `r2` (`2b × b`).
+fn orthonormalize_weights_host(
+    d: &[f64],
+    theta: &[f64],
+    ritz: &[f64],
+    (b, k, images): (usize, usize, usize),
+) -> (Vec<u32>, Vec<f64>, Vec<f64>) {
+    let bb = b * b;
+    let per_image: Vec<(u32, Vec<f64>, Vec<f64>)> = (0..images)
+        .into_par_iter()
+        .map(|img| {
+            let (d, theta, ritz) = (&d[img * bb..][..bb], &theta[img * b..][..b], &ritz[img * bb..][..bb]);
+            let theta0 = theta[0].max(0.0);
+            let mut converged = 1;
+            let (mut e, mut f) = (vec![0.0; b], vec![0.0; b]);
+            for i in 0..b {
+                let (th, di) = (theta[i], d[i * b + i]);
+                let good = th > kf::NULL_THRESHOLD * theta0 && di > 0.0;
+                let residual = (di - th * th).max(0.0).sqrt();
+                if i < k && good && residual > TOLERANCE * (theta0 * th).sqrt() {
+                    converged = 0;
+                }
+                e[i] = if good { 0.0 } else { 1.0 };
+                f[i] = if good { 1.0 / di.sqrt() } else { 0.0 };
+            }
+            // W = E + F·d·F, its Cholesky factor R (upper, in place), with the kernel's floors.
+            let mut w = vec![0.0; bb];
+            for r in 0..b {
+                for c in r..b {
+                    w[r * b + c] = f[r] * d[r * b + c] * f[c] + if r == c { e[r] } else { 0.0 };
+                }
+            }
+            let diagonal: Vec<f64> = (0..b).map(|j| w[j * b + j]).collect();
+            for j in 0..b {
+                let pivot = w[j * b + j].max(1e-12 * diagonal[j]).max(f64::MIN_POSITIVE).sqrt();
+                w[j * b + j] = pivot;
+                for c in j + 1..b {
+                    w[j * b + c] /= pivot;
+                }
+                for r in j + 1..b {
+                    let wjr = w[j * b + r];
+                    for c in r..b {
+                        w[r * b + c] -= wjr * w[j * b + c];
+                    }
+                }
+            }
+            let mut rinv = vec![0.0; bb];
+            for c in 0..b {
+                for r in (0..=c).rev() {
+                    let mut acc = if r == c { 1.0 } else { 0.0 };
+                    for l in r + 1..=c {
+                        acc -= w[r * b + l] * rinv[l * b + c];
+                    }
+                    rinv[r * b + c] = acc / w[r * b + r];
+                }
+            }
+            let mut r2 = vec![0.0; 2 * bb];
+            for i in 0..bb {
+                r2[i] = ritz[i] * e[i % b];
+                r2[bb + i] = ritz[i] * f[i % b];
+            }
+            (converged, rinv, r2)
+        })
+        .collect();
+    let mut out =
+        (Vec::with_capacity(images), Vec::with_capacity(images * bb), Vec::with_capacity(images * 2 * bb));
+    for (flag, rinv, r2) in per_image {
+        out.0.push(flag);
+        out.1.extend(rinv);
+        out.2.extend(r2);
+    }
+    out
+}
+
 /// Factors the `images` row-major `m × n` f64 images in `a` (device memory, `m·n` apart): the
 /// leading `k` singular triplets of each, with `‖A‖_F`. Work is queued on the device's queue;
 /// the host waits once per iteration for the convergence flags.
@@ -220,6 +357,19 @@ pub fn factor(
     dims: (usize, usize),
     images: usize,
     k: usize,
+) -> Result<DeviceFactors> {
+    let b = subspace_size(k, dims.0.min(dims.1));
+    factor_with(device, a, dims, images, k, SmallSolver::for_subspace(device, b)?)
+}
+
+/// [`factor`] with the small problems solved where `solver` says (tests run both on small shapes).
+pub fn factor_with(
+    device: &Device,
+    a: &Buffer<f64>,
+    dims: (usize, usize),
+    images: usize,
+    k: usize,
+    solver: SmallSolver,
 ) -> Result<DeviceFactors> {
     let (m, n) = dims;
     ensure(m > 0 && n > 0 && images > 0, || format!("cannot factor {images} images of {m} × {n}"))?;
@@ -256,7 +406,15 @@ pub fn factor(
     let jacobi_cfg = {
         let bytes = kf::jacobi_shared_bytes(b as u32);
         let shared = if bytes <= device.max_shared_bytes_per_block()? { bytes } else { 8 };
-        let threads = if device.backend() == crate::Backend::Gpu { JACOBI_THREADS } else { 64 };
+        let threads = if device.backend() == crate::Backend::Gpu {
+            let fit = [kf::RITZ_EIGEN.name(), kf::ORTHONORMALIZE_WEIGHTS.name()]
+                .into_iter()
+                .map(|name| device.max_threads_per_block(name))
+                .collect::<Result<Vec<_>>>()?;
+            fit.into_iter().fold(JACOBI_THREADS, u32::min) / 32 * 32
+        } else {
+            64
+        };
         LaunchConfig { grid: Dim3::x(images as u32), block: Dim3::x(threads), shared_bytes: shared }
     };
 
@@ -331,21 +489,38 @@ pub fn factor(
                 images,
                 false,
             )?;
-            // Ritz pairs of T = QᵀY, then d = ritzᵀ·S·ritz.
-            device.launch_on(
-                q,
-                &kf::RITZ_EIGEN,
-                jacobi_cfg,
-                (
-                    p.as_kernel_ptr(),
-                    b as u32,
-                    scratch.as_kernel_mut_ptr(),
-                    theta.as_kernel_mut_ptr(),
-                    sigma.as_kernel_mut_ptr(),
-                    inv_sigma.as_kernel_mut_ptr(),
-                    ritz.as_kernel_mut_ptr(),
-                ),
-            )?;
+        }
+        // Ritz pairs of T = QᵀY, then d = ritzᵀ·S·ritz.
+        let host_ritz = match solver {
+            // SAFETY: as above.
+            SmallSolver::Device => unsafe {
+                device.launch_on(
+                    q,
+                    &kf::RITZ_EIGEN,
+                    jacobi_cfg,
+                    (
+                        p.as_kernel_ptr(),
+                        b as u32,
+                        scratch.as_kernel_mut_ptr(),
+                        theta.as_kernel_mut_ptr(),
+                        sigma.as_kernel_mut_ptr(),
+                        inv_sigma.as_kernel_mut_ptr(),
+                        ritz.as_kernel_mut_ptr(),
+                    ),
+                )?;
+                None
+            },
+            SmallSolver::Host => {
+                let [t, s, inv, vectors] = ritz_eigen_host(&device.download(&p)?, b, images)?;
+                device.upload_into(&mut theta, &t)?;
+                device.upload_into(&mut sigma, &s)?;
+                device.upload_into(&mut inv_sigma, &inv)?;
+                device.upload_into(&mut ritz, &vectors)?;
+                Some((t, vectors))
+            }
+        };
+        // SAFETY: as above.
+        unsafe {
             gemm(
                 device,
                 q,
@@ -366,25 +541,37 @@ pub fn factor(
                 images,
                 false,
             )?;
-            device.launch_on(
-                q,
-                &kf::ORTHONORMALIZE_WEIGHTS,
-                jacobi_cfg,
-                (
-                    d.as_kernel_ptr(),
-                    theta.as_kernel_ptr(),
-                    ritz.as_kernel_ptr(),
-                    b as u32,
-                    k as u32,
-                    TOLERANCE,
-                    scratch.as_kernel_mut_ptr(),
-                    rinv.as_kernel_mut_ptr(),
-                    r2.as_kernel_mut_ptr(),
-                    converged.as_kernel_mut_ptr(),
-                ),
-            )?;
         }
-        let flags = device.download(&converged)?;
+        let flags = match host_ritz {
+            // SAFETY: as above.
+            None => unsafe {
+                device.launch_on(
+                    q,
+                    &kf::ORTHONORMALIZE_WEIGHTS,
+                    jacobi_cfg,
+                    (
+                        d.as_kernel_ptr(),
+                        theta.as_kernel_ptr(),
+                        ritz.as_kernel_ptr(),
+                        b as u32,
+                        k as u32,
+                        TOLERANCE,
+                        scratch.as_kernel_mut_ptr(),
+                        rinv.as_kernel_mut_ptr(),
+                        r2.as_kernel_mut_ptr(),
+                        converged.as_kernel_mut_ptr(),
+                    ),
+                )?;
+                device.download(&converged)?
+            },
+            Some((t, vectors)) => {
+                let (flags, inverse, weights) =
+                    orthonormalize_weights_host(&device.download(&d)?, &t, &vectors, (b, k, images));
+                device.upload_into(&mut rinv, &inverse)?;
+                device.upload_into(&mut r2, &weights)?;
+                flags
+            }
+        };
         if flags.iter().all(|&f| f == 1) {
             break;
         }
@@ -483,6 +670,19 @@ pub fn factor(
 pub fn truncated_svd(device: &Device, images: &[ArrayView2<f32>], k: usize) -> Result<Vec<Triplets>> {
     ensure(!images.is_empty(), || "no images to factor".into())?;
     let (m, n) = images[0].dim();
+    let solver = SmallSolver::for_subspace(device, subspace_size(k.max(1), m.min(n).max(1)))?;
+    truncated_svd_with(device, images, k, solver)
+}
+
+/// [`truncated_svd`] with the small problems solved where `solver` says.
+pub fn truncated_svd_with(
+    device: &Device,
+    images: &[ArrayView2<f32>],
+    k: usize,
+    solver: SmallSolver,
+) -> Result<Vec<Triplets>> {
+    ensure(!images.is_empty(), || "no images to factor".into())?;
+    let (m, n) = images[0].dim();
     let mut host = Vec::with_capacity(images.len() * m * n);
     for (i, image) in images.iter().enumerate() {
         ensure(image.dim() == (m, n), || {
@@ -501,7 +701,7 @@ pub fn truncated_svd(device: &Device, images: &[ArrayView2<f32>], k: usize) -> R
     unsafe {
         launch_f32_to_f64(device, device.queue(), raw.as_kernel_ptr(), a.as_kernel_mut_ptr(), host.len())?
     };
-    let f = factor(device, &a, (m, n), images.len(), k)?;
+    let f = factor_with(device, &a, (m, n), images.len(), k, solver)?;
     let (u, vt) = (device.download(&f.u)?, device.download(&f.vt)?);
     Ok((0..images.len())
         .map(|i| Triplets {

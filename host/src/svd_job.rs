@@ -82,6 +82,62 @@ pub struct JobOptions {
     /// GPU only: images in flight per GPU (bounds device memory; 2 or more overlap copies,
     /// compute and the host's work).
     pub in_flight: usize,
+    /// What of each reconstruction the host needs: only that crosses PCIe.
+    pub keep: Keep,
+}
+
+/// What of each reconstruction comes back to the host ([`RankResult::reconstruction`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Nothing: only the errors are reported (`--no-images`).
+    Nothing,
+    /// The 8-bit pixels a PNG stores (quantised on the device: a quarter of the bytes).
+    Gray8,
+    /// The f32 values (`--npy`).
+    Float,
+}
+
+/// A reconstruction as it came back to the host, per [`Keep`].
+#[derive(Debug, Clone)]
+pub enum Reconstruction {
+    /// Not brought back.
+    Dropped,
+    /// `round(clamp(v, 0, 1)·255)` of every value, `rows × cols`: the bytes of its PNG.
+    Gray8(Array2<u8>),
+    /// The f32 values, `rows × cols`.
+    Float(Array2<f32>),
+}
+
+impl Reconstruction {
+    /// `values` kept as `keep` asks.
+    pub fn keep(values: Array2<f32>, keep: Keep) -> Self {
+        match keep {
+            Keep::Nothing => Reconstruction::Dropped,
+            Keep::Gray8 => {
+                let dim = values.dim();
+                let bytes = crate::image_io::to_gray8(values.view(), crate::image_io::Scaling::Clamp);
+                Reconstruction::Gray8(Array2::from_shape_vec(dim, bytes).expect("one byte per value"))
+            }
+            Keep::Float => Reconstruction::Float(values),
+        }
+    }
+
+    /// The f32 values, if kept.
+    pub fn float(&self) -> Option<&Array2<f32>> {
+        match self {
+            Reconstruction::Float(values) => Some(values),
+            _ => None,
+        }
+    }
+
+    /// The image in `[0, 1]` (bytes ÷ 255 for [`Reconstruction::Gray8`]), if kept.
+    pub fn to_f32(&self) -> Option<Array2<f32>> {
+        match self {
+            Reconstruction::Dropped => None,
+            Reconstruction::Gray8(bytes) => Some(bytes.mapv(|v| f32::from(v) / 255.0)),
+            Reconstruction::Float(values) => Some(values.clone()),
+        }
+    }
 }
 
 /// One rank of one image.
@@ -93,8 +149,9 @@ pub struct RankResult {
     pub relative_error: f64,
     /// `sqrt(Σ_{i≥k} σ_i²) / ‖A‖_F`, from the computed singular values and `‖A‖_F`.
     pub eckart_young_bound: f64,
-    /// The rank-k reconstruction `U_k·diag(s_k)·V_kᵀ`, f32, `rows × cols`.
-    pub reconstruction: Array2<f32>,
+    /// The rank-k reconstruction `U_k·diag(s_k)·V_kᵀ` (`rows × cols`), as [`JobOptions::keep`]
+    /// asked.
+    pub reconstruction: Reconstruction,
     /// With `check`: `‖A_k − A_k^ref‖_F / ‖A_k^ref‖_F` against the f64 CPU reference.
     pub check_error: Option<f64>,
 }
@@ -445,7 +502,10 @@ pub fn factor_cpu(image: &JobImage, options: &JobOptions, par: Par) -> Result<Im
             k,
             relative_error: relative(diff_sq, norm_sq),
             eckart_young_bound: spectrum.eckart_young_bound(k),
-            reconstruction: Array2::from_shape_vec((rows, cols), out).expect("rows·cols values"),
+            reconstruction: Reconstruction::keep(
+                Array2::from_shape_vec((rows, cols), out).expect("rows·cols values"),
+                options.keep,
+            ),
             check_error: options.check.then(|| relative(rounding_sq, reference_sq)),
         });
     }

@@ -267,3 +267,21 @@ pub unsafe fn svd_reconstruct_regtiled(
     store_row(6, acc[6]);
     store_row(7, acc[7]);
 }
+
+/// `dst[i] = round(clamp(src[i], 0, 1)·255)` (halves away from zero) for `count` values: the
+/// bytes a PNG of the reconstruction stores, identical to the host's
+/// `image_io::to_gray8(…, Scaling::Clamp)`, so that only a quarter of the bytes cross PCIe when
+/// the job writes PNGs. The product is rounded in f32 as on the host; the rounding is done in
+/// f64, where `x + 0.5` is exact. Any 1-D launch (grid-stride loop).
+#[kernel]
+pub unsafe fn quantize_gray8(src: *const f32, dst: *mut u8, count: u32) {
+    let mut i = thread::index_1d();
+    while i < count {
+        // SAFETY: the kernel's contract: `src` and `dst` hold `count` elements.
+        unsafe {
+            let v = (*src.add(i as usize)).clamp(0.0, 1.0) * 255.0;
+            *dst.add(i as usize) = math::floor(v as f64 + 0.5) as u8;
+        }
+        i += thread::grid_stride_1d();
+    }
+}

@@ -294,7 +294,7 @@ const fn jacobi_ld(b: u32) -> u32 {
 }
 
 /// f64 elements of one image's Jacobi work space: the matrix and the rotations' accumulator
-/// (`b × ld` each) and four values per rotation pair.
+/// (`b × ld` each) and the rotations of a round (c, s and the pair, per pair).
 const fn jacobi_elements(b: u32) -> u32 {
     2 * b * jacobi_ld(b) + 2 * b + 2
 }
@@ -502,31 +502,47 @@ pub unsafe fn orthonormalize_weights(
         i += nt;
     }
     thread::sync_threads();
-    // Right-looking Cholesky, in place: row j of x becomes row j of R.
+    // Right-looking Cholesky, in place, one barrier per step: step j subtracts row j's outer
+    // product divided by the pivot (floored) from the trailing upper triangle; row j itself is
+    // final from then on and is scaled into row j of R at the end.
     for j in 0..bu {
-        let pivot = math::sqrt((*space.x(j, j)).max(1e-12 * *space.z(0, j)).max(f64::MIN_POSITIVE));
-        thread::sync_threads();
-        let mut c = j + 1 + tid;
-        while c < bu {
-            *space.x(j, c) /= pivot;
-            c += nt;
-        }
-        if tid == 0 {
-            *space.x(j, j) = pivot;
-        }
-        thread::sync_threads();
-        let rest = bu - j - 1;
-        let mut i = tid;
-        while i < rest * rest {
-            let (r, c) = (j + 1 + i / rest, j + 1 + i % rest);
-            if r <= c {
-                *space.x(r, c) -= *space.x(j, r) * *space.x(j, c);
+        let inv = 1.0 / (*space.x(j, j)).max(1e-12 * *space.z(0, j)).max(f64::MIN_POSITIVE);
+        // Warp per row, lanes along the row.
+        let mut r = j + 1 + tid / 32;
+        while r < bu {
+            let xjr = *space.x(j, r) * inv;
+            let mut c = r + tid % 32;
+            while c < bu {
+                *space.x(r, c) -= xjr * *space.x(j, c);
+                c += 32;
             }
-            i += nt;
+            r += nt.div_ceil(32);
         }
         thread::sync_threads();
     }
-    // R⁻¹, one column per thread by back substitution; then r2.
+    // The pivots √max(x_jj, floor) replace the floors in z's first row; then the rows are scaled.
+    let mut j = tid;
+    while j < bu {
+        *space.z(0, j) = math::sqrt((*space.x(j, j)).max(1e-12 * *space.z(0, j)).max(f64::MIN_POSITIVE));
+        j += nt;
+    }
+    thread::sync_threads();
+    let mut i = tid;
+    while i < bb {
+        let (r, c) = (i / bu, i % bu);
+        if r < c {
+            *space.x(r, c) /= *space.z(0, r);
+        }
+        i += nt;
+    }
+    thread::sync_threads();
+    let mut j = tid;
+    while j < bu {
+        *space.x(j, j) = *space.z(0, j);
+        j += nt;
+    }
+    thread::sync_threads();
+    // R⁻¹ into z (free again), one column per thread by back substitution; then out to rinv.
     let mut c = tid;
     while c < bu {
         for r in (0..bu).rev() {
@@ -535,13 +551,19 @@ pub unsafe fn orthonormalize_weights(
             } else {
                 let mut acc = if r == c { 1.0 } else { 0.0 };
                 for l in r + 1..=c {
-                    acc -= *space.x(r, l) * *rinv.add(l * bu + c);
+                    acc -= *space.x(r, l) * *space.z(l, c);
                 }
                 acc / *space.x(r, r)
             };
-            *rinv.add(r * bu + c) = value;
+            *space.z(r, c) = value;
         }
         c += nt;
+    }
+    thread::sync_threads();
+    let mut i = tid;
+    while i < bb {
+        *rinv.add(i) = *space.z(i / bu, i % bu);
+        i += nt;
     }
     let mut i = tid;
     while i < bb {
@@ -555,18 +577,26 @@ pub unsafe fn orthonormalize_weights(
 
 /// Cyclic parallel Jacobi on the symmetric `n × n` matrix `space.x`, with the rotations
 /// accumulated into `space.z` (`x ← JᵀxJ`, `z ← zJ`): on return `x` is diagonal to working
-/// precision. Each round rotates `⌈n/2⌉` disjoint pairs at once (round-robin ordering); a pair is
-/// skipped when `|x_pq| ≤ max(ε·√|x_pp·x_qq|, JACOBI_NOISE·max|x_ii|)`. Sweeps stop when one
-/// rotates nothing. Uses the first u32 of dynamic shared memory as a flag. All threads of the block
-/// call it.
+/// precision. Each round rotates `⌈n/2⌉` disjoint pairs at once (the circle method); a pair is
+/// skipped when `|x_pq| ≤ max(ε·√|x_pp·x_qq|, JACOBI_NOISE·max|x_ii|)`. A sweep starts with one
+/// pass over the off-diagonal elements that decides whether any pair needs a rotation at all
+/// (after the first iteration of the subspace iteration the matrix is nearly diagonal, and most
+/// calls end after a few sweeps). A round takes two barriers: the rotations are chosen, then both
+/// sides of `x` are rotated at once, one 2 × 2 block (rows of one pair, columns of another) per
+/// thread and step, only the blocks on and above the diagonal computed and mirrored, while other
+/// threads rotate the columns of `z`. Work is split by warp (one pair per warp and step) and lane
+/// (columns or rows), so each thread's loop needs no division and a warp's pair is uniform.
+/// Uses the first u32 of dynamic shared memory as a flag. All threads of the block call it; the
+/// block is a whole number of warps.
 #[inline(always)]
 unsafe fn jacobi(space: JacobiSpace, n: usize) {
-    let (tid, nt) = (thread::thread_idx_x(), thread::block_dim_x());
-    let n32 = n as u32;
-    let players = n32 + n32 % 2;
+    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
+    let (lane, warp, warps) = (tid % 32, tid / 32, nt.div_ceil(32));
+    let players = n + n % 2;
     let half = players / 2;
     let flag = shared::region::<u32>(0, 1);
-    let rot = space.rot;
+    // Per pair t: c and s at rot[2t], rot[2t + 1]; p and q (u32) after the 2·half values.
+    let (cs, pq) = (space.rot, space.rot.add(2 * half) as *mut u32);
     if players < 2 {
         thread::sync_threads();
         return;
@@ -576,77 +606,118 @@ unsafe fn jacobi(space: JacobiSpace, n: usize) {
         anorm = anorm.max(math::abs(*space.x(l, l)));
     }
     let noise = JACOBI_NOISE * anorm;
+    // The skip threshold of the pair (p, q).
+    let threshold = |p: usize, q: usize| -> f64 {
+        (f64::EPSILON * math::sqrt(math::abs(*space.x(p, p) * *space.x(q, q)))).max(noise)
+    };
+    // Element (i, j) of x, 0 outside the matrix (the odd size's dummy player).
+    let get = |i: usize, j: usize| -> f64 { if i < n && j < n { *space.x(i, j) } else { 0.0 } };
+    let put = |i: usize, j: usize, v: f64| {
+        if i < n && j < n {
+            *space.x(i, j) = v;
+        }
+    };
+    let pair = |t: usize| -> (f64, f64, usize, usize) {
+        (*cs.add(2 * t), *cs.add(2 * t + 1), *pq.add(2 * t) as usize, *pq.add(2 * t + 1) as usize)
+    };
     for _sweep in 0..MAX_SWEEPS {
         if tid == 0 {
             flag.write(0, 0);
         }
         thread::sync_threads();
+        let mut p = warp;
+        while p < n {
+            let mut q = p + 1 + lane;
+            while q < n {
+                if math::abs(*space.x(p, q)) > threshold(p, q) {
+                    flag.write(0, 1);
+                }
+                q += 32;
+            }
+            p += warps;
+        }
+        thread::sync_threads();
+        let more = flag.read(0);
+        thread::sync_threads();
+        if more == 0 {
+            break;
+        }
         for round in 0..players - 1 {
-            // Pair t of this round (the circle method, player 0 fixed): rot[4t..4t+4] = c, s, p, q.
+            // Pair t of this round (player 0 fixed, the others rotating).
             let mut t = tid;
             while t < half {
-                let player = |pos: u32| if pos == 0 { 0 } else { (pos - 1 + round) % (players - 1) + 1 };
-                let (p, q) = (player(t) as usize, player(players - 1 - t) as usize);
+                let player = |pos: usize| if pos == 0 { 0 } else { (pos - 1 + round) % (players - 1) + 1 };
+                let (p, q) = (player(t), player(players - 1 - t));
+                let (p, q) = (p.min(q), p.max(q));
                 let (mut c, mut s) = (1.0, 0.0);
-                if p < n && q < n {
+                if q < n {
                     let apq = *space.x(p, q);
-                    let (app, aqq) = (*space.x(p, p), *space.x(q, q));
-                    let threshold = (f64::EPSILON * math::sqrt(math::abs(app * aqq))).max(noise);
-                    if math::abs(apq) > threshold {
-                        let tau = (aqq - app) / (2.0 * apq);
+                    if math::abs(apq) > threshold(p, q) {
+                        let tau = (*space.x(q, q) - *space.x(p, p)) / (2.0 * apq);
                         let tt = if tau >= 0.0 { 1.0 } else { -1.0 }
                             / (math::abs(tau) + math::sqrt(math::fma(tau, tau, 1.0)));
                         c = 1.0 / math::sqrt(math::fma(tt, tt, 1.0));
                         s = tt * c;
-                        flag.write(0, 1);
                     }
                 }
-                let r = rot.add(4 * t as usize);
-                *r = c;
-                *r.add(1) = s;
-                *r.add(2) = p as f64;
-                *r.add(3) = q as f64;
+                *cs.add(2 * t) = c;
+                *cs.add(2 * t + 1) = s;
+                *pq.add(2 * t) = p as u32;
+                *pq.add(2 * t + 1) = q as u32;
                 t += nt;
             }
             thread::sync_threads();
-            // Columns p, q of x and z: consecutive threads take consecutive rows.
-            let mut i = tid;
-            while i < n32 * half {
-                let (t, row) = (i / n32, (i % n32) as usize);
-                let r = rot.add(4 * t as usize);
-                let (c, s) = (*r, *r.add(1));
-                if s != 0.0 {
-                    let (p, q) = (*r.add(2) as usize, *r.add(3) as usize);
-                    let (x, y) = (*space.x(row, p), *space.x(row, q));
-                    *space.x(row, p) = c * x - s * y;
-                    *space.x(row, q) = s * x + c * y;
-                    let (x, y) = (*space.z(row, p), *space.z(row, q));
-                    *space.z(row, p) = c * x - s * y;
-                    *space.z(row, q) = s * x + c * y;
+            // x ← JᵀxJ: warp w takes the row pairs a = w, w + warps, …; its lanes the column
+            // pairs b ≥ a.
+            let mut ta = warp;
+            while ta < half {
+                let (ca, sa, pa, qa) = pair(ta);
+                let mut tb = ta + lane;
+                while tb < half {
+                    let (cb, sb, pb, qb) = pair(tb);
+                    if sa != 0.0 || sb != 0.0 {
+                        let (b00, b01, b10, b11) = (get(pa, pb), get(pa, qb), get(qa, pb), get(qa, qb));
+                        let (y00, y01) = (cb * b00 - sb * b01, sb * b00 + cb * b01);
+                        let (y10, y11) = (cb * b10 - sb * b11, sb * b10 + cb * b11);
+                        let (z00, z10) = (ca * y00 - sa * y10, sa * y00 + ca * y10);
+                        let (z01, z11) = (ca * y01 - sa * y11, sa * y01 + ca * y11);
+                        if ta == tb {
+                            // The rotated pair's own element is zero by construction.
+                            put(pa, pa, z00);
+                            put(qa, qa, z11);
+                            put(pa, qa, 0.0);
+                            put(qa, pa, 0.0);
+                        } else {
+                            put(pa, pb, z00);
+                            put(pa, qb, z01);
+                            put(qa, pb, z10);
+                            put(qa, qb, z11);
+                            put(pb, pa, z00);
+                            put(qb, pa, z01);
+                            put(pb, qa, z10);
+                            put(qb, qa, z11);
+                        }
+                    }
+                    tb += 32;
                 }
-                i += nt;
+                ta += warps;
+            }
+            // z ← zJ: warp w takes the pairs t = w, w + warps, …; its lanes the rows.
+            let mut t = warp;
+            while t < half {
+                let (c, s, p, q) = pair(t);
+                if s != 0.0 {
+                    let mut row = lane;
+                    while row < n {
+                        let (x, y) = (*space.z(row, p), *space.z(row, q));
+                        *space.z(row, p) = c * x - s * y;
+                        *space.z(row, q) = s * x + c * y;
+                        row += 32;
+                    }
+                }
+                t += warps;
             }
             thread::sync_threads();
-            // Rows p, q of x: consecutive threads take consecutive columns.
-            let mut i = tid;
-            while i < n32 * half {
-                let (t, col) = (i / n32, (i % n32) as usize);
-                let r = rot.add(4 * t as usize);
-                let (c, s) = (*r, *r.add(1));
-                if s != 0.0 {
-                    let (p, q) = (*r.add(2) as usize, *r.add(3) as usize);
-                    let (x, y) = (*space.x(p, col), *space.x(q, col));
-                    *space.x(p, col) = c * x - s * y;
-                    *space.x(q, col) = s * x + c * y;
-                }
-                i += nt;
-            }
-            thread::sync_threads();
-        }
-        let rotated = flag.read(0);
-        thread::sync_threads();
-        if rotated == 0 {
-            break;
         }
     }
 }

@@ -14,7 +14,8 @@ use kernel_suite::image_io::{self, Scaling};
 use kernel_suite::svd::{self, Variant};
 use kernel_suite::svd_batch::run_gpu;
 use kernel_suite::svd_job::{
-    self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, Sink, StageTimes, run_cpu,
+    self, ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, Reconstruction, Sink, StageTimes,
+    run_cpu,
 };
 use kernel_suite::{Device, GpuOptions, Startup, npy, plot};
 use ndarray::{Array2, s};
@@ -280,7 +281,17 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
     ranks.dedup();
     ensure!(!ranks.is_empty(), "--ranks: no ranks given");
     ensure!(args.in_flight >= 1, "--in-flight must be at least 1");
-    let options = JobOptions { ranks, check: args.check, variant: args.variant, in_flight: args.in_flight };
+    let mosaic = args.mosaic || args.inputs.is_empty();
+    // Only what is written comes back from the GPU: f32 for .npy files, else the PNGs' bytes.
+    let keep = if args.npy {
+        Keep::Float
+    } else if args.no_images {
+        Keep::Nothing
+    } else {
+        Keep::Gray8
+    };
+    let options =
+        JobOptions { ranks, check: args.check, variant: args.variant, in_flight: args.in_flight, keep };
     let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
     let gpus = args.gpus.as_deref().map(GpuList::parse).transpose()?;
     let (source, total) = collect_inputs(&args, shard)?;
@@ -317,7 +328,7 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
         dir: &args.out_dir,
         png: !args.no_images,
         npy: args.npy,
-        mosaic: (args.mosaic || matches!(source, Source::Phantom(_))) && !args.no_images,
+        mosaic: mosaic && !args.no_images,
         source: &source,
     };
     let run = run_job(&engine, &args, &queue, &options, &outputs, &progress)?;
@@ -515,16 +526,23 @@ impl Outputs<'_> {
     /// Writes one image's files.
     fn write(&self, result: &ImageResult) -> anyhow::Result<()> {
         let name = &result.name;
+        let (rows, cols) = (result.rows, result.cols);
         for rank in &result.ranks {
-            if self.png {
-                let path = self.dir.join(format!("{name}-k{}.png", rank.k));
-                image_io::save_grayscale(&path, rank.reconstruction.view(), Scaling::Clamp)?;
-            }
-            if self.npy {
-                npy::write_array2(
-                    &self.dir.join(format!("{name}-k{}.npy", rank.k)),
-                    rank.reconstruction.view(),
-                )?;
+            let png = self.dir.join(format!("{name}-k{}.png", rank.k));
+            match &rank.reconstruction {
+                Reconstruction::Float(values) => {
+                    if self.png {
+                        image_io::save_grayscale(&png, values.view(), Scaling::Clamp)?;
+                    }
+                    if self.npy {
+                        npy::write_array2(&self.dir.join(format!("{name}-k{}.npy", rank.k)), values.view())?;
+                    }
+                }
+                Reconstruction::Gray8(bytes) if self.png => {
+                    let bytes = bytes.as_slice().expect("standard layout");
+                    image_io::save_gray8(&png, bytes, cols, rows)?;
+                }
+                _ => {}
             }
         }
         if self.npy {
@@ -533,7 +551,10 @@ impl Outputs<'_> {
         }
         if self.mosaic {
             let mut tiles = vec![(self.source.original(result.index)?, "original".to_string())];
-            tiles.extend(result.ranks.iter().map(|r| (r.reconstruction.clone(), format!("k = {}", r.k))));
+            for r in &result.ranks {
+                let tile = r.reconstruction.to_f32().context("a mosaic needs the reconstructions")?;
+                tiles.push((tile, format!("k = {}", r.k)));
+            }
             write_mosaic(&self.mosaic_path(name), &tiles)?;
         }
         Ok(())
