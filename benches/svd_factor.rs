@@ -6,10 +6,10 @@
 //! a warm-up, its iterations, and the largest singular value error against faer (f64) on the
 //! first image.
 
-use kernel_suite::{Device, workload};
 use kernel_suite::bench::{Stats, Table};
 use kernel_suite::svd::thin_svd;
 use kernel_suite::svd_factor::{self, launch_f32_to_f64};
+use kernel_suite::{Device, workload};
 
 fn main() -> anyhow::Result<()> {
     let device = Device::gpu(0)?;
