@@ -185,7 +185,7 @@ fn bad_input_exits_with_one_error_line() {
         (vec!["images", "--shard", "x"], "--shard \"x\": expected I/N"),
         (vec!["images", "--shard", "1/0"], "--shard \"1/0\": expected I/N"),
         (vec!["images", "--gpus", "0,1"], "--gpus needs --device gpu or auto"),
-        (vec!["images", "--in-flight", "0"], "--in-flight must be at least 1"),
+        (vec!["images", "--batch-images", "0"], "--batch-images must be at least 1"),
         (vec!["broken", "--ranks", "2"], "broken/text.png: not a readable PNG/JPEG image"),
         (vec!["zero.png"], "zero.png: not a readable PNG/JPEG image"),
         (vec!["missing.png"], "missing.png: no such file or directory"),

@@ -190,7 +190,7 @@ fn the_gpu_engine_runs_a_job_of_mixed_images() {
         ranks: vec![2, 5, 9],
         check: false,
         variant: Variant::Regtiled,
-        in_flight: 2,
+        batch_images: 256,
         keep,
     };
     let run = |device: &kernel_suite::Device, keep: Keep| -> Vec<ImageResult> {

@@ -13,7 +13,13 @@ use rand::Rng;
 use std::sync::Mutex;
 
 fn options(ranks: &[usize], check: bool) -> JobOptions {
-    JobOptions { ranks: ranks.to_vec(), check, variant: Variant::Regtiled, in_flight: 2, keep: Keep::Float }
+    JobOptions {
+        ranks: ranks.to_vec(),
+        check,
+        variant: Variant::Regtiled,
+        batch_images: 256,
+        keep: Keep::Float,
+    }
 }
 
 fn float(index: usize, name: &str, pixels: Array2<f32>) -> JobImage {

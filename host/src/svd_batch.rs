@@ -197,8 +197,8 @@ pub const BATCH_PIXELS: usize = 32 << 20;
 pub const BATCH_IMAGES: usize = 256;
 
 /// The GPU engine of the `svd` job: takes decoded images from `queue`, groups consecutive images
-/// of one shape and pixel type into batches (at most [`BATCH_PIXELS`] and [`BATCH_IMAGES`], so
-/// device memory stays bounded whatever the folder's size), and per batch uploads the pixels as
+/// of one shape and pixel type into batches (at most [`BATCH_PIXELS`], [`BATCH_IMAGES`] and
+/// [`JobOptions::batch_images`], so device memory stays bounded whatever the folder's size), and per batch uploads the pixels as
 /// they came (bytes for 8-bit images) through pinned staging, converts them on the device,
 /// factors every image ([`svd_factor::factor`]), reconstructs every rank of `options` and
 /// computes each reconstruction's error on the device, and copies back only what
@@ -223,7 +223,8 @@ pub fn run_gpu(device: &Device, queue: &ImageQueue, options: &JobOptions, sink: 
         let key = batch_key(&first.pixels);
         let (m, n) = first.pixels.dim();
         let mut batch = vec![first];
-        while batch.len() < BATCH_IMAGES && (batch.len() + 1) * m * n <= BATCH_PIXELS {
+        let most = BATCH_IMAGES.min(options.batch_images);
+        while batch.len() < most && (batch.len() + 1) * m * n <= BATCH_PIXELS {
             match queue.next() {
                 Some(image) => {
                     let image = image?;

@@ -79,9 +79,10 @@ pub struct JobOptions {
     pub check: bool,
     /// GPU only: the reconstruction kernel.
     pub variant: crate::svd::Variant,
-    /// GPU only: images in flight per GPU (bounds device memory; 2 or more overlap copies,
-    /// compute and the host's work).
-    pub in_flight: usize,
+    /// GPU only: most images factored together in one batch (batches are also bounded by
+    /// [`crate::svd_batch::BATCH_PIXELS`]). With several GPUs each takes the next batch when it
+    /// is free; a smaller cap spreads a small folder over them.
+    pub batch_images: usize,
     /// What of each reconstruction the host needs: only that crosses PCIe.
     pub keep: Keep,
 }
@@ -336,7 +337,7 @@ pub fn check_options(options: &JobOptions) -> Result<()> {
     ensure(options.ranks.windows(2).all(|w| w[0] < w[1]), || {
         format!("ranks {:?} must be ascending without repeats", options.ranks)
     })?;
-    ensure(options.in_flight >= 1, || "at least one image must be in flight".into())
+    ensure(options.batch_images >= 1, || "a batch needs at least one image".into())
 }
 
 /// Checks that `image` can be factored for `options` (not empty, `max(ranks) ≤ min(rows, cols)`);

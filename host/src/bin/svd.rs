@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kernel_suite::cli::{self, DeviceArgs, DeviceChoice, Target};
 use kernel_suite::image_io::{self, Scaling};
 use kernel_suite::svd::{self, Variant};
-use kernel_suite::svd_batch::run_gpu;
+use kernel_suite::svd_batch::{self, run_gpu};
 use kernel_suite::svd_job::{
     self, ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, Reconstruction, Sink, StageTimes,
     run_cpu,
@@ -93,9 +93,11 @@ struct Args {
     /// Default: the one of --gpu.
     #[arg(long, value_name = "all|0,1,…")]
     gpus: Option<String>,
-    /// Images in flight per GPU (more overlaps copies and compute, at the cost of device memory).
-    #[arg(long, default_value_t = 2)]
-    in_flight: usize,
+    /// Most images factored together on a GPU (default: as many as fit in a batch of 32 Mi pixels;
+    /// with --gpus each GPU takes the next batch when it is free). Fewer bound device memory
+    /// further, and spread a small folder over several GPUs.
+    #[arg(long, value_name = "N")]
+    batch_images: Option<usize>,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -280,7 +282,7 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
     ranks.sort_unstable();
     ranks.dedup();
     ensure!(!ranks.is_empty(), "--ranks: no ranks given");
-    ensure!(args.in_flight >= 1, "--in-flight must be at least 1");
+    ensure!(args.batch_images != Some(0), "--batch-images must be at least 1");
     let mosaic = args.mosaic || args.inputs.is_empty();
     // Only what is written comes back from the GPU: f32 for .npy files, else the PNGs' bytes.
     let keep = if args.npy {
@@ -290,8 +292,6 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
     } else {
         Keep::Gray8
     };
-    let options =
-        JobOptions { ranks, check: args.check, variant: args.variant, in_flight: args.in_flight, keep };
     let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
     let gpus = args.gpus.as_deref().map(GpuList::parse).transpose()?;
     let (source, total) = collect_inputs(&args, shard)?;
@@ -303,6 +303,8 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
     // Decoding starts before the device opens, so the first images are ready when it is.
     let queue = source.queue();
     let (engine, count_ms) = open_engine(&args, gpus)?;
+    let batch_images = args.batch_images.unwrap_or(svd_batch::BATCH_IMAGES);
+    let options = JobOptions { ranks, check: args.check, variant: args.variant, batch_images, keep };
     let label = match &engine {
         Engine::Cpu => format!("CPU (faer, {} threads)", rayon::current_num_threads()),
         Engine::One(device) => device.describe(),
@@ -640,13 +642,18 @@ fn run_job(
             Engine::Many(ordinals) => {
                 let gpu_options =
                     GpuOptions { max_registers: args.device.max_registers, force_ptx: args.device.ptx };
+                // The job starts once every GPU is open: contexts are created one after another by
+                // the driver, and a GPU that opens late would otherwise find the work taken.
+                let all_open = std::sync::Barrier::new(ordinals.len());
                 std::thread::scope(|gpus| {
                     for &gpu in ordinals {
-                        let started = &started;
+                        let (started, all_open) = (&started, &all_open);
                         gpus.spawn(move || {
                             let run = || -> anyhow::Result<()> {
                                 // A device belongs to the thread that opened it.
-                                let device = Device::gpu_with(gpu, gpu_options)?;
+                                let device = Device::gpu_with(gpu, gpu_options);
+                                all_open.wait();
+                                let device = device?;
                                 println!("GPU {gpu}: {}", device.describe());
                                 started(device.startup().map(|startup| StartupReport { gpu, startup }));
                                 run_gpu(&device, queue, options, sink).with_context(|| format!("GPU {gpu}"))
