@@ -331,8 +331,7 @@ pub unsafe fn launch_quantize_gray8(
     dst: *mut u8,
     count: usize,
 ) -> Result<()> {
-    let cfg = LaunchConfig::for_1d(count, 256);
-    let cfg = LaunchConfig { grid: Dim3::x(cfg.grid.x.min(4096)), ..cfg };
+    let cfg = LaunchConfig::for_grid_stride(count, 256, 4096);
     let work = Work { bytes: 5.0 * count as f64, flops: 3.0 * count as f64 };
     // SAFETY: forwarded from the caller.
     unsafe { device.launch_counted(queue, &k::QUANTIZE_GRAY8, cfg, (src, dst, count as u32), Some(work)) }

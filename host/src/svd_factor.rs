@@ -724,8 +724,7 @@ pub unsafe fn launch_f32_to_f64(
     dst: *mut f64,
     count: usize,
 ) -> Result<()> {
-    let cfg = LaunchConfig::for_1d(count, 256);
-    let cfg = LaunchConfig { grid: Dim3::x(cfg.grid.x.min(4096)), ..cfg };
+    let cfg = LaunchConfig::for_grid_stride(count, 256, 4096);
     // SAFETY: forwarded from the caller.
     unsafe { device.launch_on(queue, &kf::F32_TO_F64, cfg, (src, dst, count as u32)) }
 }
@@ -741,8 +740,7 @@ pub unsafe fn launch_gray8_to_f64(
     dst: *mut f64,
     count: usize,
 ) -> Result<()> {
-    let cfg = LaunchConfig::for_1d(count, 256);
-    let cfg = LaunchConfig { grid: Dim3::x(cfg.grid.x.min(4096)), ..cfg };
+    let cfg = LaunchConfig::for_grid_stride(count, 256, 4096);
     // SAFETY: forwarded from the caller.
     unsafe { device.launch_on(queue, &kf::GRAY8_TO_F64, cfg, (src, dst, count as u32)) }
 }

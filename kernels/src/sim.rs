@@ -72,6 +72,14 @@ impl LaunchConfig {
         Self { grid: Dim3::x(blocks as u32), block: Dim3::x(block), shared_bytes: 0 }
     }
 
+    /// A 1-D launch for a grid-stride loop over `n` elements: blocks of `block` threads, at most
+    /// `max_blocks` of them (each thread then takes every `gridDim.x·blockDim.x`-th element).
+    pub fn for_grid_stride(n: usize, block: u32, max_blocks: u32) -> Self {
+        let mut cfg = Self::for_1d(n, block);
+        cfg.grid.x = cfg.grid.x.min(max_blocks.max(1));
+        cfg
+    }
+
     /// A 2-D launch covering a `width × height` image (x = column) with `bx × by` blocks.
     pub fn for_2d(width: usize, height: usize, bx: u32, by: u32) -> Self {
         let gx = width.div_ceil(bx.max(1) as usize).max(1);
