@@ -162,7 +162,10 @@ unsafe fn gemm_body<T: Store>(
     }
 }
 
-/// [`gemm_body`] with an f64 result. Launch: block `GEMM_THREADS`, grid
+/// `C = A·B·diag(scale)` for every image of a batch, accumulated and stored in f64: `A` is
+/// `m × k`, `B` is `k × n`, `C` is `m × n`, each through its [`Layout`]; `scale` (`n` values per
+/// image, `scale_batch` apart) may be null; with `symmetric ≠ 0` (a Gram matrix) only the blocks
+/// on and above the diagonal are computed, and mirrored. Launch: block `GEMM_THREADS`, grid
 /// `⌈n/64⌉ × ⌈m/64⌉ × images`, `GEMM_SHARED_BYTES` of dynamic shared memory.
 #[kernel]
 pub unsafe fn gemm_f64(
