@@ -59,6 +59,11 @@ fn main() {
         }
     };
     write_embed(&out_dir, &artifacts, &declared, cubin.as_ref());
+    let targets = match cubin {
+        Some(_) => format!("PTX {PTX_TARGET} + cubin {CUBIN_ARCH}"),
+        None => format!("PTX {PTX_TARGET}, no cubin"),
+    };
+    println!("cargo:rustc-env=KERNEL_SUITE_TARGETS={targets}");
 }
 
 /// Stops the build with a readable message instead of a build-script panic.

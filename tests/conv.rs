@@ -376,6 +376,8 @@ fn command_convolves_the_test_pattern_and_checks() {
         ]);
         assert!(ok, "--device {device}: {stdout}{stderr}");
         assert!(stdout.contains("image 70×45 (test pattern), mask 13×13"), "{stdout}");
+        let summary = stdout.lines().last().unwrap();
+        assert!(summary.starts_with("time: ") && summary.contains(" I/O "), "{stdout}");
         if device == "sim" {
             assert!(
                 stdout.contains("H2D ") && stdout.contains(" kernel ") && stdout.contains("D2H "),
@@ -389,6 +391,8 @@ fn command_convolves_the_test_pattern_and_checks() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A user's image and mask file through every variant and precision: the PNG, and the `.npy`
+/// read back (dtype as computed, every value) against the f64 reference of the same input.
 #[test]
 fn command_convolves_a_user_image_with_a_mask_file() {
     let dir = temp_dir("user");
@@ -397,8 +401,15 @@ fn command_convolves_a_user_image_with_a_mask_file() {
     image::save_buffer(&input, &pixels, 33, 21, image::ExtendedColorType::L8).unwrap();
     let mask_file = dir.join("mask.txt");
     std::fs::write(&mask_file, "# edge\n-1 -1 -1\n-1 8 -1\n-1 -1 -1\n").unwrap();
+    let reference = convolve_reference(
+        kernel_suite::image_io::load_grayscale(&input).unwrap().view(),
+        conv::load_mask(&mask_file).unwrap().view(),
+    )
+    .unwrap();
     let output = dir.join("out.png");
-    for kernel in ["tiled", "naive", "naive-f64"] {
+    let npy_path = dir.join("out.npy");
+    for (variant, precision) in [("tiled", "f32"), ("naive", "f32"), ("naive", "f64")] {
+        let _ = std::fs::remove_file(&npy_path);
         let (ok, stdout, stderr) = run_conv(&[
             "--device",
             "sim",
@@ -406,21 +417,37 @@ fn command_convolves_a_user_image_with_a_mask_file() {
             input.to_str().unwrap(),
             "--mask-file",
             mask_file.to_str().unwrap(),
-            "--kernel",
-            kernel,
+            "--variant",
+            variant,
+            "--precision",
+            precision,
             "--scaling",
             "rescale",
             "--check",
             "--output",
             output.to_str().unwrap(),
+            "--npy",
+            npy_path.to_str().unwrap(),
         ]);
-        assert!(ok, "{kernel}: {stdout}{stderr}");
+        let label = format!("{variant} {precision}");
+        assert!(ok, "{label}: {stdout}{stderr}");
         assert!(stdout.contains("image 33×21") && stdout.contains("mask 3×3"), "{stdout}");
+        assert!(stdout.contains("time: ") && stdout.contains(" ms end to end = "), "{stdout}");
         let written = image::open(&output).unwrap().into_luma8();
         assert_eq!(written.dimensions(), (33, 21));
         // Rescaling maps the result's minimum to 0 and its maximum to 255.
         assert_eq!(written.iter().min(), Some(&0));
         assert_eq!(written.iter().max(), Some(&255));
+        let values = if precision == "f32" {
+            assert!(kernel_suite::npy::read_array2::<f64>(&npy_path).is_err(), "{label}: float32 expected");
+            kernel_suite::npy::read_array2::<f32>(&npy_path).unwrap().mapv(f64::from)
+        } else {
+            kernel_suite::npy::read_array2::<f64>(&npy_path).unwrap()
+        };
+        assert_eq!(values.dim(), (21, 33), "{label}: rows × columns");
+        let d = Deviation::of(values.view(), reference.view()).unwrap();
+        let bound = if precision == "f32" { F32_TOLERANCE } else { F64_TOLERANCE };
+        assert!(d.relative() <= bound, "{label}: .npy differs from the reference by {}", d.relative());
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -446,6 +473,8 @@ fn command_fails_with_one_line_on_bad_input() {
         (&["--mask", "box", "--size", "4"], "mask size 4 must be odd and at most 31"),
         (&["--sigma", "6"], "mask size 37 must be odd and at most 31"),
         (&["--width", "0"], "the test pattern needs --width and --height > 0"),
+        (&["--variant", "tiled", "--precision", "f64"], "the tiled kernel is f32 only"),
+        (&["--npy", "/nonexistent/dir/out.npy"], "error: /nonexistent/dir/out.npy: "),
     ];
     for (args, expected) in cases {
         let mut all = vec!["--device", "sim"];

@@ -126,12 +126,73 @@ fn peak_at_the_true_frequency() {
             let power = lombscargle(&device, &x, &y, &freqs, &opts).unwrap();
             let (w, p) = peak(&freqs, &power).unwrap();
             assert!((w - 2.5).abs() <= step, "{variant} {precision}: peak at ω = {w}, expected 2.5");
-            // Normalised by Σy² of the uncentred y (SciPy): 2/Σy² · n·A²/4 = A²/(2·(A²/2 + 16)).
-            let expected = 9.0 / (2.0 * (4.5 + 16.0));
+            // Normalised by Σ(y − ȳ)² (SciPy ≥ 1.15): the sinusoid explains all of it.
+            let expected = 1.0;
             assert!(
                 (p - expected).abs() < 0.02,
                 "{variant} {precision}: peak power {p}, expected ≈ {expected}"
             );
+        }
+    }
+}
+
+/// `scipy.signal.lombscargle(x, y, freqs, precenter, normalize)` of SciPy 1.15 – 1.18 with its
+/// defaults (`weights=None`, `floating_mean=False`), written as SciPy writes it: the weighted
+/// least-squares fit `y ≈ a·cos ωx + b·sin ωx` with weights 1/n, `SS = 1 − CC`, power
+/// `2(a·YC + b·YS)`, then `·n/4`, or `/(2·YY)` to normalise, `YY` of the centred `y` when
+/// `precenter`. An independent derivation: the kernels use the τ-shifted form.
+fn scipy_lombscargle(x: &[f64], y: &[f64], freqs: &[f64], precenter: bool, normalize: bool) -> Vec<f64> {
+    let n = x.len() as f64;
+    let mean = if precenter { y.iter().sum::<f64>() / n } else { 0.0 };
+    let y: Vec<f64> = y.iter().map(|v| v - mean).collect();
+    let w = 1.0 / n;
+    let yy: f64 = y.iter().map(|v| w * v * v).sum();
+    freqs
+        .iter()
+        .map(|&omega| {
+            let (mut cc, mut cs, mut yc, mut ys) = (0.0, 0.0, 0.0, 0.0);
+            for (&t, &v) in x.iter().zip(&y) {
+                let (c, s) = ((omega * t).cos(), (omega * t).sin());
+                cc += w * c * c;
+                cs += w * c * s;
+                yc += w * v * c;
+                ys += w * v * s;
+            }
+            let ss = 1.0 - cc;
+            let d = cc * ss - cs * cs;
+            let a = (yc * ss - ys * cs) / d;
+            let b = (ys * cc - yc * cs) / d;
+            let p = 2.0 * (a * yc + b * ys);
+            if normalize { p / (2.0 * yy) } else { p * n / 4.0 }
+        })
+        .collect()
+}
+
+/// Every variant against SciPy ≥ 1.15's formula (above) on an irregular noisy series with an
+/// offset, for each `precenter` × `normalize`: with both, the normalisation uses the centred `y`
+/// (SciPy ≤ 1.14 used the `y` given, a difference of Σ(y − ȳ)²/Σy², here about 25%).
+#[test]
+fn matches_current_scipy_semantics() {
+    for device in common::devices("matches_current_scipy_semantics") {
+        let mut rng = common::rng(41);
+        let mut x: Vec<f64> = (0..613).map(|_| rng.random_range(0.0..80.0)).collect();
+        x.sort_by(f64::total_cmp);
+        let y: Vec<f64> =
+            x.iter().map(|t| 1.3 * (1.7 * t + 0.4).cos() + 0.6 + rng.random_range(-1.2..1.2)).collect();
+        let freqs = frequency_grid(0.05, 4.0, 1501).unwrap();
+        for (precenter, normalize) in [(false, false), (true, false), (false, true), (true, true)] {
+            let scipy = scipy_lombscargle(&x, &y, &freqs, precenter, normalize);
+            let reference = lombscargle_reference(&x, &y, &freqs, precenter, normalize).unwrap();
+            let what =
+                format!("CPU reference (precenter {precenter}, normalize {normalize}) vs SciPy's formula");
+            check(&device, &what, &reference, &scipy, 1e-11);
+            for (variant, precision, bound) in CASES {
+                let opts = Options { precenter, normalize, ..options(variant, precision) };
+                let power = lombscargle(&device, &x, &y, &freqs, &opts).unwrap();
+                let what =
+                    format!("{variant} {precision} (precenter {precenter}, normalize {normalize}) vs SciPy");
+                check(&device, &what, &power, &scipy, bound);
+            }
         }
     }
 }
@@ -200,6 +261,11 @@ fn bad_input_is_rejected() {
         error(&[1.0, 2.0], &[0.0, 0.0], &freqs, &normalize),
         "invalid input: cannot normalise: Σy² = 0 (y is all zeros)"
     );
+    let centred = Options { precenter: true, ..normalize };
+    assert_eq!(
+        error(&[1.0, 2.0, 3.0], &[2.5, 2.5, 2.5], &freqs, &centred),
+        "invalid input: cannot normalise: Σ(y − ȳ)² = 0 (y is constant)"
+    );
     assert_eq!(
         error(&[1.0, 2.0], &[1.0, 2.0], &freqs, &options(Variant::Fast, Precision::F64)),
         "invalid input: the fast variant is f32 only (it uses the f32 hardware sin.approx/cos.approx)"
@@ -218,4 +284,90 @@ fn bad_input_is_rejected() {
     assert!(frequency_grid(1.0, 2.0, 0).is_err());
     let plan = Plan::new(&device, &[1.0], &[1.0], &freqs, &precise).unwrap();
     assert!(plan.with_launch(48, None, 16).is_err());
+}
+
+// ---- the `lombscargle` command ----
+
+fn run_lombscargle(args: &[&str]) -> (bool, String, String) {
+    let exe = common::bin("lombscargle", env!("CARGO_BIN_EXE_lombscargle"));
+    let out = std::process::Command::new(exe).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// A user's `t,y` CSV with `--precenter --normalize --check --npy`: the `.npy` read back (float64,
+/// or float32 for an f32 kernel) equals SciPy ≥ 1.15's formula, the CSV holds the same values, and
+/// the run ends with its time summary. Bad input ends with one `error:` line.
+#[test]
+fn command_writes_csv_and_npy_with_current_scipy_semantics() {
+    let dir = std::env::temp_dir().join(format!("kernel-suite-lombscargle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = common::rng(59);
+    let mut x: Vec<f64> = (0..211).map(|_| rng.random_range(0.0..40.0)).collect();
+    x.sort_by(f64::total_cmp);
+    let y: Vec<f64> = x.iter().map(|t| 0.8 * (2.2 * t).sin() + 1.5 + rng.random_range(-0.5..0.5)).collect();
+    let input = dir.join("series.csv");
+    let rows: String = x.iter().zip(&y).map(|(t, v)| format!("{t:?},{v:?}\n")).collect();
+    std::fs::write(&input, format!("t,y\n{rows}")).unwrap();
+    let (csv, npy_path, plot) = (dir.join("p.csv"), dir.join("p.npy"), dir.join("p.svg"));
+    let freqs = frequency_grid(0.1, 4.0, 777).unwrap();
+    let scipy = scipy_lombscargle(&x, &y, &freqs, true, true);
+    for (precision, bound) in [("f64", 1e-10), ("f32", 1e-4)] {
+        let (ok, stdout, stderr) = run_lombscargle(&[
+            "--device",
+            "sim",
+            "-i",
+            input.to_str().unwrap(),
+            "--fmin",
+            "0.1",
+            "--fmax",
+            "4",
+            "--count",
+            "777",
+            "--precenter",
+            "--normalize",
+            "--check",
+            "--precision",
+            precision,
+            "-o",
+            csv.to_str().unwrap(),
+            "--plot",
+            plot.to_str().unwrap(),
+            "--npy",
+            npy_path.to_str().unwrap(),
+        ]);
+        assert!(ok, "{precision}: {stdout}{stderr}");
+        assert!(stdout.lines().last().unwrap().starts_with("time: "), "{stdout}");
+        let power: Vec<f64> = if precision == "f32" {
+            let (shape, values) = kernel_suite::npy::read::<f32>(&npy_path).unwrap();
+            assert_eq!(shape, [777]);
+            values.into_iter().map(f64::from).collect()
+        } else {
+            let (shape, values) = kernel_suite::npy::read::<f64>(&npy_path).unwrap();
+            assert_eq!(shape, [777]);
+            values
+        };
+        let error = relative_error(&power, &scipy);
+        assert!(error <= bound, "{precision}: .npy vs SciPy's formula {error:e}");
+        let from_csv: Vec<f64> = std::fs::read_to_string(&csv)
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(|line| line.split(',').nth(1).unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(from_csv.len(), 777);
+        assert!(relative_error(&from_csv, &power) <= 1e-7, "{precision}: the CSV and the .npy disagree");
+    }
+    for (args, expected) in [
+        (vec!["-i", "/nonexistent/series.csv"], "error: /nonexistent/series.csv: "),
+        (vec!["--npy", "/nonexistent/dir/p.npy", "--count", "10"], "error: /nonexistent/dir/p.npy: "),
+        (vec!["--fmin", "0", "--count", "10"], "error: invalid input: "),
+    ] {
+        let mut all = vec!["--device", "sim", "-o", csv.to_str().unwrap(), "--plot", plot.to_str().unwrap()];
+        all.extend(args.iter().copied());
+        let (ok, stdout, stderr) = run_lombscargle(&all);
+        assert!(!ok, "{args:?} succeeded: {stdout}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with(expected), "{args:?}: {stderr}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

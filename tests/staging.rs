@@ -6,6 +6,7 @@
 mod common;
 
 use kernel_suite::device::STAGING_CHUNK_BYTES;
+use rand::Rng;
 
 #[test]
 fn staged_copies_round_trip_ranges_of_any_size() {
@@ -46,5 +47,43 @@ fn staged_copies_round_trip_ranges_of_any_size() {
         assert!(err.to_string().contains("copy of 10 elements at"), "{err}");
         let err = staging.download(&device, queue, &buffer, usize::MAX, &mut back[..2]).unwrap_err();
         assert!(err.to_string().contains("copy of 2 elements at"), "{err}");
+    }
+}
+
+/// The device's own copies (`upload`, `download_into`): large ones go through its staging on a GPU,
+/// page-locked memory is copied directly, every size round-trips exactly, and `copy_totals`
+/// counts every byte once.
+#[test]
+fn device_copies_of_any_size_round_trip_and_are_counted() {
+    for device in common::devices("device_copies_of_any_size_round_trip_and_are_counted") {
+        let chunk = STAGING_CHUNK_BYTES / 8;
+        let mut counted = 0u64;
+        for (seed, len) in [(11, 3usize), (12, chunk - 1), (13, chunk), (14, 2 * chunk + 12345)] {
+            let mut rng = common::rng(seed);
+            let data: Vec<f64> = (0..len).map(|_| rng.random_range(-1e3..1e3)).collect();
+            let buffer = device.upload(&data).unwrap();
+            let mut back = vec![f64::NAN; len];
+            device.download_into(&buffer, &mut back).unwrap();
+            assert!(back == data, "len {len} on {}", device.describe());
+            counted += 8 * len as u64;
+            let totals = device.copy_totals();
+            assert_eq!((totals.h2d_bytes, totals.d2h_bytes), (counted, counted), "len {len}");
+        }
+        let mut pinned = device.pinned::<f64>(chunk + 7).unwrap();
+        let mut rng = common::rng(15);
+        pinned.iter_mut().for_each(|v| *v = rng.random_range(-1.0..1.0));
+        let expected = pinned.to_vec();
+        let buffer = device.upload(&pinned).unwrap();
+        pinned.iter_mut().for_each(|v| *v = f64::NAN);
+        device.download_into(&buffer, &mut pinned).unwrap();
+        assert!(pinned[..] == expected[..], "pinned on {}", device.describe());
+        let totals = device.copy_totals();
+        assert!(totals.h2d_ms > 0.0 && totals.d2h_ms > 0.0, "{totals:?}");
+        // The staging is made once, at the first copy of a chunk or more, on a GPU only.
+        assert_eq!(
+            totals.staging_setup_ms > 0.0,
+            device.backend() == kernel_suite::Backend::Gpu,
+            "{totals:?}"
+        );
     }
 }

@@ -43,7 +43,7 @@ impl Variant {
 
 /// Checks an image and a mask before any work: both non-empty, mask sides odd and at most
 /// [`MAX_MASK_SIDE`], every value finite, the image small enough for the kernels' u32 indices.
-pub fn validate<T: Copy + Into<f64>>(image: ArrayView2<T>, mask: ArrayView2<T>) -> Result<()> {
+pub fn validate<T: Copy + Into<f64> + Sync>(image: ArrayView2<T>, mask: ArrayView2<T>) -> Result<()> {
     let (rows, cols) = image.dim();
     let (mask_rows, mask_cols) = mask.dim();
     ensure(rows > 0 && cols > 0, || format!("the image is empty ({rows} × {cols})"))?;
@@ -62,12 +62,15 @@ pub fn validate<T: Copy + Into<f64>>(image: ArrayView2<T>, mask: ArrayView2<T>) 
     check_finite("mask", mask)
 }
 
-fn check_finite<T: Copy + Into<f64>>(what: &str, values: ArrayView2<T>) -> Result<()> {
-    match values.indexed_iter().find(|(_, v)| !(**v).into().is_finite()) {
+/// The first non-finite value in row-major order is reported; rows are searched on all cores.
+fn check_finite<T: Copy + Into<f64> + Sync>(what: &str, values: ArrayView2<T>) -> Result<()> {
+    let first_bad = values.outer_iter().into_par_iter().enumerate().find_map_first(|(i, row)| {
+        row.iter().position(|v| !(*v).into().is_finite()).map(|j| (i, j, row[j].into()))
+    });
+    match first_bad {
         None => Ok(()),
-        Some(((i, j), &v)) => Err(Error::InvalidInput(format!(
-            "the {what} holds a non-finite value ({}) at row {i}, column {j}",
-            v.into()
+        Some((i, j, v)) => Err(Error::InvalidInput(format!(
+            "the {what} holds a non-finite value ({v}) at row {i}, column {j}"
         ))),
     }
 }
@@ -262,7 +265,7 @@ pub fn convolve_f64(device: &Device, image: ArrayView2<f64>, mask: ArrayView2<f6
 }
 
 /// CPU reference: the same sum in f64, rows in parallel (rayon). Validates like the kernels.
-pub fn convolve_reference<T: Copy + Into<f64>>(
+pub fn convolve_reference<T: Copy + Into<f64> + Sync>(
     image: ArrayView2<T>,
     mask: ArrayView2<T>,
 ) -> Result<Array2<f64>> {

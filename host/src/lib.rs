@@ -37,6 +37,31 @@ pub mod svd_factor;
 pub mod svd_job;
 pub mod workload;
 
-pub use device::{Backend, Buffer, Device, Element, GpuOptions, HostBuffer, Mark, Queue, Staging, Startup};
+pub use device::{
+    Backend, Buffer, CopyTotals, Device, Element, GpuOptions, HostBuffer, Mark, Queue, Staging, Startup,
+};
 pub use error::{Error, Result};
+
+/// The floating-point type of a kernel's arithmetic (its inputs are rounded to it once); every
+/// command's `--precision`. CPU references compute in f64.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// 32-bit (`f32`).
+    F32,
+    /// 64-bit (`f64`).
+    #[default]
+    F64,
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Precision::F32 => "f32",
+            Precision::F64 => "f64",
+        })
+    }
+}
 pub use kernels::sim::{Dim3, LaunchConfig};

@@ -3,8 +3,15 @@
 //!
 //! Inputs are sample times `x`, values `y` (same length `n ≥ 1`) and angular frequencies `ω > 0`
 //! (radians per unit of `x`). The output is `P(ω)` for each frequency, optionally after subtracting
-//! the mean of `y` (`precenter`) and scaled by `2/Σy²` (`normalize`; as in SciPy, `Σy²` is that of
-//! the `y` given, before any centring).
+//! the mean of `y` (`precenter`) and scaled by `2/Σy²` (`normalize`; `Σy²` of the `y` the
+//! periodogram is computed from, i.e. after centring).
+//!
+//! The semantics are those of `scipy.signal.lombscargle` in SciPy 1.15 – 1.18 with its defaults
+//! `floating_mean=False` and no `weights` (and `normalize` True or False; SciPy's
+//! `normalize="amplitude"` is not offered). Up to SciPy 1.14, `normalize` divided by `Σy²` of
+//! the `y` before centring, so with `precenter` those versions' values are smaller by
+//! `Σ(y − ȳ)²/Σy²`. SciPy 1.17 deprecates `precenter` (removed in 1.19); passing `y − mean(y)`
+//! is its exact substitute there, and here.
 //!
 //! **ω ≤ 0 is rejected** with [`Error::InvalidInput`]: the method's time offset is
 //! `τ = atan2(2cs, cc − ss)/(2ω)`, undefined at ω = 0 (where every sine term vanishes and `P` is a
@@ -36,14 +43,7 @@ pub enum Variant {
     Recurrence,
 }
 
-/// Floating-point type of the kernel's arithmetic (inputs are rounded to it once).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Precision {
-    /// 32-bit.
-    F32,
-    /// 64-bit.
-    F64,
-}
+pub use crate::Precision;
 
 impl std::fmt::Display for Variant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -51,15 +51,6 @@ impl std::fmt::Display for Variant {
             Variant::Precise => "precise",
             Variant::Fast => "fast",
             Variant::Recurrence => "recurrence",
-        })
-    }
-}
-
-impl std::fmt::Display for Precision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Precision::F32 => "f32",
-            Precision::F64 => "f64",
         })
     }
 }
@@ -73,7 +64,7 @@ pub struct Options {
     pub precision: Precision,
     /// Subtract the mean of `y` first.
     pub precenter: bool,
-    /// Multiply by `2/Σy²` (of `y` as given, before any centring: SciPy's convention).
+    /// Multiply by `2/Σy²` (of `y` after any centring: SciPy ≥ 1.15's convention).
     pub normalize: bool,
 }
 
@@ -154,18 +145,25 @@ pub fn validate(x: &[f64], y: &[f64], freqs: &[f64]) -> Result<()> {
     Ok(())
 }
 
-/// `y` centred if asked, and the output scale: `2/Σy²` of the `y` as given when normalising (as
-/// SciPy does, also with `precenter`), else 1.
+/// `y` centred if asked, and the output scale: `2/Σy²` of that (centred) `y` when normalising, as
+/// SciPy ≥ 1.15 does, else 1.
 fn prepare_values(y: &[f64], precenter: bool, normalize: bool) -> Result<(Vec<f64>, f64)> {
+    let mean = if precenter { y.iter().sum::<f64>() / y.len() as f64 } else { 0.0 };
+    let y: Vec<f64> = y.iter().map(|v| v - mean).collect();
     let scale = if normalize {
         let energy: f64 = y.iter().map(|v| v * v).sum();
-        ensure(energy > 0.0, || "cannot normalise: Σy² = 0 (y is all zeros)".into())?;
+        ensure(energy > 0.0, || {
+            if precenter {
+                "cannot normalise: Σ(y − ȳ)² = 0 (y is constant)".into()
+            } else {
+                "cannot normalise: Σy² = 0 (y is all zeros)".into()
+            }
+        })?;
         2.0 / energy
     } else {
         1.0
     };
-    let mean = if precenter { y.iter().sum::<f64>() / y.len() as f64 } else { 0.0 };
-    Ok((y.iter().map(|v| v - mean).collect(), scale))
+    Ok((y, scale))
 }
 
 /// The uniform grid `(ω_0, Δω)` that `freqs` follows, within a few f64 roundings of its largest

@@ -230,6 +230,14 @@ impl Report {
         self.rows.iter().find(|(n, _)| n == name).map(|(_, r)| (r.total_ms, r.calls))
     }
 
+    /// GPU milliseconds of every kernel recorded (CUDA events), and the number of launches.
+    pub fn kernel_totals(&self) -> (f64, u32) {
+        self.rows
+            .iter()
+            .filter(|(name, _)| self.kernels.iter().any(|(k, _)| k == name))
+            .fold((0.0, 0), |(ms, calls), (_, r)| (ms + r.total_ms, calls + r.calls))
+    }
+
     /// Registers per thread the driver reports for a profiled kernel.
     pub fn registers(&self, kernel: &str) -> Option<i32> {
         self.kernels.iter().find(|(n, _)| n == kernel).map(|(_, k)| k.registers)

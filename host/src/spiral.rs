@@ -115,25 +115,7 @@ impl fmt::Display for Multiplier {
     }
 }
 
-/// The arithmetic of the kernels. The CPU reference always computes in f64.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    /// Single precision (`spiral_f32`).
-    F32,
-    /// Double precision (`spiral_f64`), the reference's arithmetic.
-    #[default]
-    F64,
-}
-
-impl fmt::Display for Precision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Precision::F32 => "f32",
-            Precision::F64 => "f64",
-        })
-    }
-}
+pub use crate::Precision;
 
 /// An RGB colouring of the gray levels: level 0 is the first colour, 255 the last, levels between
 /// interpolate linearly between neighbouring colours. In JSON and on the command line, colours are

@@ -22,7 +22,7 @@ use std::time::Instant;
 
 /// Benchmark every kernel on the GPU.
 #[derive(Parser)]
-#[command(version)]
+#[command(version = cli::VERSION)]
 struct Args {
     /// Only the cases whose name (`family/kernel/precision/size/block`) contains this text.
     #[arg(long)]

@@ -1,22 +1,21 @@
 //! `conv`: convolves a grayscale image with a mask on the GPU (or the simulator, or the CPU
 //! reference), with SciPy's `ndimage.convolve(mode='constant', cval=0)` semantics; writes the
-//! result as a PNG and reports the time of the copies and of the kernel.
+//! result as a PNG and/or a NumPy array and reports the time of the copies and of the kernel.
 
 use anyhow::Context;
 use clap::Parser;
-use kernel_suite::cli::{self, DeviceArgs, Target};
+use kernel_suite::cli::{self, DeviceArgs, Target, Timing};
 use kernel_suite::conv::{self, Convolution, Deviation, Variant};
 use kernel_suite::image_io::{self, Scaling};
-use kernel_suite::{Device, bench::Stats};
+use kernel_suite::{Device, Precision, bench::Stats, npy};
 use ndarray::{Array2, ArrayView2};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 /// Convolves a grayscale image with a mask: out[i, j] = Σ mask[k, l] · image[i − k + dr, j − l + dc],
 /// zero outside the image (scipy.ndimage.convolve with mode='constant', cval=0).
 #[derive(Parser)]
-#[command(version)]
+#[command(version = cli::VERSION)]
 struct Args {
     /// Input image (PNG or JPEG, converted to grayscale in [0, 1]). Default: an embedded procedural
     /// test pattern of --width × --height pixels (rings, checkerboard, ramp).
@@ -45,13 +44,21 @@ struct Args {
     /// commas, `#` comment lines; both sides odd, at most 31. Used as given (not normalised).
     #[arg(long, conflicts_with_all = ["mask", "sigma", "size", "seed"])]
     mask_file: Option<PathBuf>,
-    /// Kernel: tiled (shared-memory tiles, f32), naive (one thread per pixel, f32) or naive-f64.
-    #[arg(long, value_enum, default_value_t = KernelChoice::Tiled)]
-    kernel: KernelChoice,
+    /// Kernel: tiled (shared-memory tiles; f32) or naive (one thread per pixel; f32 or f64).
+    /// Default: tiled, naive with --precision f64.
+    #[arg(long, value_enum)]
+    variant: Option<Variant>,
+    /// Arithmetic of the kernel (the CPU reference is always f64).
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    precision: Precision,
     /// Write the result to this PNG (8-bit grayscale). Values outside [0, 1] are handled by
     /// --scaling.
     #[arg(long, short)]
     output: Option<PathBuf>,
+    /// Write the result to this NumPy file, rows × columns, float32 (float64 with --precision f64
+    /// or --device cpu, as computed), for numpy.load.
+    #[arg(long, value_name = "FILE.npy")]
+    npy: Option<PathBuf>,
     /// How the result becomes 8-bit gray: clamp = clamp to [0, 1], then ×255 (keeps the brightness
     /// of normalised masks); rescale = map the result's own [min, max] to [0, 255] (for masks
     /// with negative or large values, e.g. edge detectors).
@@ -74,13 +81,6 @@ enum MaskKind {
     Box,
     Sharpen,
     Random,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum KernelChoice {
-    Tiled,
-    Naive,
-    NaiveF64,
 }
 
 /// Largest relative error `--check` accepts (the 1e-5).
@@ -118,27 +118,50 @@ fn build_mask(args: &Args) -> anyhow::Result<Array2<f32>> {
     })
 }
 
-/// Runs the chosen kernel with timing; returns the result as f32.
-fn run_kernels(
-    device: &Device,
-    image: ArrayView2<f32>,
-    mask: ArrayView2<f32>,
-    kernel: KernelChoice,
-    runs: u32,
-) -> anyhow::Result<Array2<f32>> {
-    match kernel {
-        KernelChoice::Tiled | KernelChoice::Naive => {
-            let variant = if kernel == KernelChoice::Tiled { Variant::Tiled } else { Variant::Naive };
-            timed(device, image, mask, runs, |c| c.launch(variant))
-        }
-        KernelChoice::NaiveF64 => {
-            let (image, mask) = (image.mapv(f64::from), mask.mapv(f64::from));
-            let result = timed(device, image.view(), mask.view(), runs, |c| c.launch_f64())?;
-            Ok(result.mapv(|v| v as f32))
+/// The result as the kernel computed it.
+enum Output {
+    F32(Array2<f32>),
+    F64(Array2<f64>),
+}
+
+impl Output {
+    fn as_f64(&self) -> Array2<f64> {
+        match self {
+            Output::F32(a) => a.mapv(f64::from),
+            Output::F64(a) => a.clone(),
         }
     }
 }
 
+/// The kernel for `--variant`/`--precision`: tiled is f32 only.
+fn choose_variant(variant: Option<Variant>, precision: Precision) -> anyhow::Result<Variant> {
+    match (variant, precision) {
+        (Some(Variant::Tiled), Precision::F64) => {
+            anyhow::bail!("the tiled kernel is f32 only; use --variant naive with --precision f64")
+        }
+        (Some(v), _) => Ok(v),
+        (None, Precision::F32) => Ok(Variant::Tiled),
+        (None, Precision::F64) => Ok(Variant::Naive),
+    }
+}
+
+/// Runs the chosen kernel with timing.
+fn run_kernels(
+    device: &Device,
+    image: ArrayView2<f32>,
+    mask: ArrayView2<f32>,
+    variant: Variant,
+    precision: Precision,
+    runs: u32,
+) -> anyhow::Result<Output> {
+    Ok(match precision {
+        Precision::F32 => Output::F32(timed(device, image, mask, runs, |c| c.launch(variant))?),
+        Precision::F64 => {
+            let (image, mask) = (image.mapv(f64::from), mask.mapv(f64::from));
+            Output::F64(timed(device, image.view(), mask.view(), runs, |c| c.launch_f64())?)
+        }
+    })
+}
 /// Upload, `runs` launches and download, each between device marks; prints the times.
 fn timed<T: kernel_suite::Element + Into<f64>>(
     device: &Device,
@@ -175,15 +198,17 @@ fn timed<T: kernel_suite::Element + Into<f64>>(
 
 fn main() -> ExitCode {
     cli::run(|| {
+        let timing = Timing::start();
         let args = Args::parse();
+        let variant = choose_variant(args.variant, args.precision)?;
         let image = match &args.input {
-            Some(path) => image_io::load_grayscale(path)?,
+            Some(path) => timing.io(|| image_io::load_grayscale(path))?,
             None => {
                 anyhow::ensure!(
                     args.width > 0 && args.height > 0,
                     "the test pattern needs --width and --height > 0"
                 );
-                test_pattern(args.height, args.width)
+                timing.io(|| test_pattern(args.height, args.width))
             }
         };
         let mask = build_mask(&args)?;
@@ -191,19 +216,14 @@ fn main() -> ExitCode {
         let (rows, cols) = image.dim();
         let (mh, mw) = mask.dim();
         println!(
-            "conv: image {cols}×{rows} ({}), mask {mw}×{mh}, kernel {:?}",
+            "conv: image {cols}×{rows} ({}), mask {mw}×{mh}, {variant:?} kernel, {}",
             args.input.as_ref().map_or("test pattern".into(), |p| p.display().to_string()),
-            args.kernel
+            args.precision
         );
 
         let reference = |what: &str| -> anyhow::Result<Array2<f64>> {
-            let start = Instant::now();
-            let r = conv::convolve_reference(image.view(), mask.view())?;
-            println!(
-                "CPU reference (f64, {} threads): {:.1} ms{what}",
-                rayon::current_num_threads(),
-                ms(start)
-            );
+            let r = timing.cpu(|| conv::convolve_reference(image.view(), mask.view()))?;
+            println!("CPU reference (f64, {} threads){what}", rayon::current_num_threads());
             Ok(r)
         };
         let target = args.device.select()?;
@@ -214,12 +234,13 @@ fn main() -> ExitCode {
                         "note: --check compares the kernels with the reference; this run is the reference"
                     );
                 }
-                reference("")?.mapv(|v| v as f32)
+                Output::F64(reference("")?)
             }
             Target::Kernels(device) => {
-                let result = run_kernels(device, image.view(), mask.view(), args.kernel, args.runs)?;
+                let result =
+                    run_kernels(device, image.view(), mask.view(), variant, args.precision, args.runs)?;
                 if args.check {
-                    let d = Deviation::of(result.view(), reference(" (for --check)")?.view())?;
+                    let d = Deviation::of(result.as_f64().view(), reference(" for --check")?.view())?;
                     println!(
                         "max |result − reference| = {:.3e}, max |reference| = {:.3e}, relative {:.3e}",
                         d.max_abs_error,
@@ -234,15 +255,26 @@ fn main() -> ExitCode {
                 result
             }
         };
-        if let Some(path) = &args.output {
-            image_io::save_grayscale(path, result.view(), args.scaling)?;
-            println!("wrote {} ({:?} scaling)", path.display(), args.scaling);
-        }
-        args.device.finish(&target)?;
+        timing.io(|| -> anyhow::Result<()> {
+            if let Some(path) = &args.output {
+                match &result {
+                    Output::F32(a) => image_io::save_grayscale(path, a.view(), args.scaling)?,
+                    Output::F64(a) => {
+                        image_io::save_grayscale(path, a.mapv(|v| v as f32).view(), args.scaling)?
+                    }
+                }
+                println!("wrote {} ({:?} scaling)", path.display(), args.scaling);
+            }
+            if let Some(path) = &args.npy {
+                match &result {
+                    Output::F32(a) => npy::write_array2(path, a.view())?,
+                    Output::F64(a) => npy::write_array2(path, a.view())?,
+                }
+                println!("wrote {}", path.display());
+            }
+            Ok(())
+        })?;
+        args.device.finish(&target, &timing)?;
         Ok(())
     })
-}
-
-fn ms(start: Instant) -> f64 {
-    start.elapsed().as_secs_f64() * 1e3
 }

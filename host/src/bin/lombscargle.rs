@@ -1,30 +1,33 @@
 //! `lombscargle`: the Lomb-Scargle periodogram of unevenly sampled data, on the GPU (or the
-//! simulator, or the CPU reference). Writes a CSV of `(ω, P)` and a plot, and prints the peak.
+//! simulator, or the CPU reference). Writes a CSV of `(ω, P)`, a plot and with `--npy` the power
+//! as a NumPy array, and prints the peak.
 //!
 //! Without `--input` it uses the benchmark signal: 2^10 candidate times in `[0.01, 10π]` of which
 //! about 10% are kept (seeded), `y = 2·cos(x + π/2)`, so the peak is at ω = 1.
 
 use anyhow::Context;
 use clap::Parser;
-use kernel_suite::cli::{self, DeviceArgs, Target};
+use kernel_suite::cli::{self, DeviceArgs, Target, Timing};
 use kernel_suite::error::Error;
 use kernel_suite::lombscargle::{
     Options, Precision, Variant, benchmark_signal, frequency_grid, lombscargle, lombscargle_reference, peak,
+    relative_error,
 };
+use kernel_suite::npy;
 use kernel_suite::plot::{self, LineChart};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
 
-/// Lomb-Scargle periodogram: angular frequencies ω (rad per unit of t), P(ω) as in
-/// scipy.signal.lombscargle.
+/// Lomb-Scargle periodogram: angular frequencies ω (rad per unit of t), P(ω) as
+/// scipy.signal.lombscargle(t, y, ω, precenter, normalize) computes it in SciPy 1.15 – 1.18 (its
+/// defaults floating_mean=False, no weights).
 #[derive(Parser)]
-#[command(version)]
+#[command(version = cli::VERSION)]
 struct Args {
     /// CSV of `t,y` rows (a header line, blank lines and `#` comments are skipped). Default: the
     /// benchmark signal (peak at ω = 1).
-    #[arg(long)]
+    #[arg(long, short)]
     input: Option<PathBuf>,
     /// Lowest angular frequency, > 0.
     #[arg(long, default_value_t = 0.01)]
@@ -35,10 +38,12 @@ struct Args {
     /// Number of frequencies, evenly spaced from fmin to fmax.
     #[arg(long, default_value_t = 1 << 20)]
     count: usize,
-    /// Subtract the mean of y first.
+    /// Subtract the mean of y first (SciPy's precenter, deprecated there in 1.17: the same as passing
+    /// y − mean(y)).
     #[arg(long)]
     precenter: bool,
-    /// Scale P by 2/Σy² (Σy² of y as given, before any centring, as SciPy does).
+    /// Scale P by 2/Σy², Σy² of the y used (after --precenter), as SciPy ≥ 1.15 does (SciPy ≤ 1.14
+    /// took Σy² before centring).
     #[arg(long)]
     normalize: bool,
     /// Kernel: precise (libdevice sincos), fast (hardware sin/cos, f32 only), recurrence (rotation
@@ -52,8 +57,16 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Output CSV of `omega,power` rows.
-    #[arg(long, default_value = "lombscargle.csv")]
+    #[arg(long, short, default_value = "lombscargle.csv")]
     output: PathBuf,
+    /// Also write the power as a NumPy array (float64, or float32 as computed with --precision
+    /// f32), for numpy.load; the frequencies are the CSV's first column.
+    #[arg(long, value_name = "FILE.npy")]
+    npy: Option<PathBuf>,
+    /// Also compute the f64 CPU reference and fail if max|P − P_ref|/max|P_ref| exceeds the
+    /// variant's bound (1e-10 in f64, 1e-4 precise f32, 1e-3 fast or recurrence f32).
+    #[arg(long)]
+    check: bool,
     /// Output plot of the periodogram (.png or .svg).
     #[arg(long, default_value = "lombscargle.png")]
     plot: PathBuf,
@@ -103,13 +116,23 @@ fn write_csv(path: &Path, freqs: &[f64], power: &[f64]) -> Result<(), Error> {
     out.flush().map_err(file_error)
 }
 
+/// The largest relative error `--check` accepts for a variant and precision (the test suite's).
+fn check_bound(variant: Variant, precision: Precision) -> f64 {
+    match (variant, precision) {
+        (_, Precision::F64) => 1e-10,
+        (Variant::Precise, Precision::F32) => 1e-4,
+        _ => 1e-3,
+    }
+}
+
 fn main() -> ExitCode {
     cli::run(|| {
+        let timing = Timing::start();
         let args = Args::parse();
         plot::Format::of(&args.plot)?;
         let (x, y, source) = match &args.input {
             Some(path) => {
-                let (x, y) = read_samples(path)?;
+                let (x, y) = timing.io(|| read_samples(path))?;
                 (x, y, path.display().to_string())
             }
             None => {
@@ -131,27 +154,30 @@ fn main() -> ExitCode {
             precenter: args.precenter,
             normalize: args.normalize,
         };
-        let start = Instant::now();
+        let reference =
+            || timing.cpu(|| lombscargle_reference(&x, &y, &freqs, args.precenter, args.normalize));
         let target = args.device.select()?;
         let power = match &target {
             Target::CpuReference => {
-                let power = lombscargle_reference(&x, &y, &freqs, args.precenter, args.normalize)?;
-                println!(
-                    "CPU reference (f64, {} threads): {:.1} ms",
-                    rayon::current_num_threads(),
-                    start.elapsed().as_secs_f64() * 1e3
-                );
-                power
+                if args.check {
+                    println!(
+                        "note: --check compares the kernels with the reference; this run is the reference"
+                    );
+                }
+                reference()?
             }
             Target::Kernels(device) => {
                 let power = lombscargle(device, &x, &y, &freqs, &options).context("periodogram kernel")?;
-                println!(
-                    "{}: {} variant, {}: {:.1} ms including copies and the first launch",
-                    device.describe(),
-                    args.variant,
-                    args.precision,
-                    start.elapsed().as_secs_f64() * 1e3
-                );
+                println!("{}: {} variant, {}", device.describe(), args.variant, args.precision);
+                if args.check {
+                    let (error, bound) =
+                        (relative_error(&power, &reference()?), check_bound(args.variant, args.precision));
+                    println!("max|P − P_ref|/max|P_ref| = {error:.3e} (bound {bound:.0e})");
+                    anyhow::ensure!(
+                        error <= bound,
+                        "the kernel's periodogram differs from the CPU reference by {error:.3e} > {bound:.0e}"
+                    );
+                }
                 power
             }
         };
@@ -160,17 +186,30 @@ fn main() -> ExitCode {
             "peak: ω = {w:.6} (P = {p:.6}){}",
             if args.input.is_none() { "; expected ω = 1" } else { "" }
         );
-        write_csv(&args.output, &freqs, &power)?;
-        let points = freqs.iter().copied().zip(power.iter().copied()).collect();
-        LineChart::new(
-            format!("Lomb-Scargle periodogram, {} samples", x.len()),
-            "angular frequency ω",
-            if args.normalize { "normalised power" } else { "power P(ω)" },
-        )
-        .with_series("", points)
-        .save(&args.plot)?;
-        println!("wrote {} and {}", args.output.display(), args.plot.display());
-        args.device.finish(&target)?;
+        timing.io(|| -> anyhow::Result<()> {
+            write_csv(&args.output, &freqs, &power)?;
+            if let Some(path) = &args.npy {
+                match (&target, args.precision) {
+                    (Target::Kernels(_), Precision::F32) => {
+                        let values: Vec<f32> = power.iter().map(|&v| v as f32).collect();
+                        npy::write(path, &[values.len()], &values)?;
+                    }
+                    _ => npy::write(path, &[power.len()], &power)?,
+                }
+            }
+            let points = freqs.iter().copied().zip(power.iter().copied()).collect();
+            LineChart::new(
+                format!("Lomb-Scargle periodogram, {} samples", x.len()),
+                "angular frequency ω",
+                if args.normalize { "normalised power" } else { "power P(ω)" },
+            )
+            .with_series("", points)
+            .save(&args.plot)?;
+            Ok(())
+        })?;
+        let npy_note = args.npy.as_ref().map_or(String::new(), |p| format!(", {}", p.display()));
+        println!("wrote {}{npy_note} and {}", args.output.display(), args.plot.display());
+        args.device.finish(&target, &timing)?;
         Ok(())
     })
 }

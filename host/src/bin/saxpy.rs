@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use kernel_suite::cli::{self, DeviceArgs, Target};
+use kernel_suite::cli::{self, DeviceArgs, Target, Timing};
 use kernel_suite::saxpy::{saxpy, saxpy_reference};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use std::process::ExitCode;
@@ -11,7 +11,7 @@ use std::time::Instant;
 
 /// y ← a·x + y on the GPU (or simulator), checked against the CPU reference.
 #[derive(Parser)]
-#[command(version)]
+#[command(version = cli::VERSION)]
 struct Args {
     /// Number of elements.
     #[arg(long, default_value_t = 1_000_003)]
@@ -28,6 +28,7 @@ struct Args {
 
 fn main() -> ExitCode {
     cli::run(|| {
+        let timing = Timing::start();
         let args = Args::parse();
         let mut rng = SmallRng::seed_from_u64(args.seed);
         let x: Vec<f32> = (0..args.n).map(|_| rng.random_range(-1.0..1.0)).collect();
@@ -35,7 +36,7 @@ fn main() -> ExitCode {
 
         let mut expected = y.clone();
         let start = Instant::now();
-        saxpy_reference(args.a, &x, &mut expected).context("CPU reference")?;
+        timing.cpu(|| saxpy_reference(args.a, &x, &mut expected)).context("CPU reference")?;
         let cpu_ms = start.elapsed().as_secs_f64() * 1e3;
         println!("saxpy: n = {}, a = {}, seed = {}", args.n, args.a, args.seed);
         println!("CPU reference: {cpu_ms:.3} ms");
@@ -57,7 +58,7 @@ fn main() -> ExitCode {
                 anyhow::ensure!(max_err == 0.0, "the kernel's result differs from the reference");
             }
         }
-        args.device.finish(&target)?;
+        args.device.finish(&target, &timing)?;
         Ok(())
     })
 }

@@ -7,7 +7,7 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use kernel_suite::cli::{self, DeviceArgs, Target};
+use kernel_suite::cli::{self, DeviceArgs, Target, Timing};
 use kernel_suite::image_io;
 use kernel_suite::spiral::{
     self, DEFAULT_HEIGHT, DEFAULT_WIDTH, Multiplier, Palette, Precision, SpiralConfig,
@@ -24,7 +24,7 @@ use std::time::{Instant, SystemTime};
 /// (curve·r/max_radius)·m(r) mod 360; value (θ mod w)·256/w with w = 360/symmetry, inverted when
 /// sin(θ·symmetry/100) < 0.5; pixels with r > max_radius are black.
 #[derive(Parser)]
-#[command(version)]
+#[command(version = cli::VERSION)]
 struct Args {
     /// Random parameters: centre in the middle third of each axis, symmetry 1–9, curve in ±62.83
     /// (two decimals), multiplier 0 or 1, max radius 1500–2000 (at 3840×2160; scaled with the
@@ -170,7 +170,7 @@ impl Timings {
 }
 
 fn main() -> ExitCode {
-    let process_start = Instant::now();
+    let timing = Timing::start();
     cli::run(|| {
         let args = Args::parse();
         let config = configuration(&args)?;
@@ -216,7 +216,7 @@ fn main() -> ExitCode {
                     config.precision = Precision::F64;
                 }
                 println!("device: CPU reference (f64, {} threads)", rayon::current_num_threads());
-                timings.time("CPU reference", || spiral::spiral_reference(&config))?
+                timings.time("CPU reference", || timing.cpu(|| spiral::spiral_reference(&config)))?
             }
         };
         let (pixels, format) = match &config.palette {
@@ -225,13 +225,16 @@ fn main() -> ExitCode {
             }
             None => (gray, image_io::PixelFormat::Gray8),
         };
-        let png = timings
-            .time("PNG encode", || image_io::encode_png(&pixels, config.width, config.height, format))?;
-        timings.time("file write (PNG + JSON)", || -> anyhow::Result<()> {
-            std::fs::write(&png_path, &png)
-                .with_context(|| format!("cannot write {}", png_path.display()))?;
-            config.save(&json_path)?;
-            Ok(())
+        let png = timings.time("PNG encode", || {
+            timing.io(|| image_io::encode_png(&pixels, config.width, config.height, format))
+        })?;
+        timings.time("file write (PNG + JSON)", || {
+            timing.io(|| -> anyhow::Result<()> {
+                std::fs::write(&png_path, &png)
+                    .with_context(|| format!("cannot write {}", png_path.display()))?;
+                config.save(&json_path)?;
+                Ok(())
+            })
         })?;
         println!("image:         {} ({} bytes)", png_path.display(), png.len());
         println!("configuration: {}", json_path.display());
@@ -239,9 +242,8 @@ fn main() -> ExitCode {
         for (phase, ms) in &timings.0 {
             println!("  {phase:<44} {ms:>9.3}");
         }
-        let total = process_start.elapsed().as_secs_f64() * 1e3;
-        println!("  {:<44} {total:>9.3}", "total since the program started");
-        args.device.finish(&target)?;
+        println!("  {:<44} {:>9.3}", "total since the program started", timing.elapsed_ms());
+        args.device.finish(&target, &timing)?;
         Ok(())
     })
 }

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 /// Writes seeded photo-like grayscale PNGs for benchmarking `svd`.
 #[derive(Parser)]
-#[command(version)]
+#[command(version = cli::VERSION)]
 struct Args {
     /// Output directory.
     dir: PathBuf,

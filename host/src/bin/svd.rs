@@ -37,7 +37,7 @@ const FEW: usize = 4;
 /// GPUs or the CPU.
 #[derive(Parser)]
 #[command(
-    version,
+    version = cli::VERSION,
     after_help = "Outputs (in --out-dir): <name>-k<k>.png per image and rank (clamped to [0, 1]), with --npy \
 also <name>-k<k>.npy (float32) and <name>-s.npy (the leading singular values, float64), with --mosaic \
 <name>-mosaic.png, and report.csv (report-<I>-of-<N>.csv with --shard I/N): name, rows, cols, k, \
@@ -400,7 +400,7 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
         println!("peak resident memory: {peak:.1} MiB");
     }
     if let Engine::One(device) = engine {
-        args.device.finish(&Target::Kernels(device))?;
+        args.device.print_profile(&Target::Kernels(device))?;
     }
     Ok(())
 }
@@ -489,7 +489,7 @@ fn open_engine(args: &Args, gpus: Option<GpuList>) -> anyhow::Result<(Engine, f6
     let count_ms = start.elapsed().as_secs_f64() * 1e3;
     if let [ordinal] = ordinals[..] {
         let device_args = DeviceArgs { gpu: ordinal, ..args.device.clone() };
-        return Ok(match device_args.select()? {
+        return Ok(match device_args.select_for_job()? {
             Target::Kernels(device) => (Engine::One(device), count_ms),
             Target::CpuReference => (Engine::Cpu, 0.0),
         });
