@@ -15,8 +15,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, exit};
 
-/// PTX `.target` of the embedded PTX: compute capability 7.0 (Volta) and newer GPUs JIT it.
-const PTX_TARGET: &str = "sm_70";
+/// PTX `.target` of the embedded PTX: compute capability 8.0 (Ampere) and newer GPUs JIT it; the
+/// tensor-core kernels (`mma.sync` with tf32, `cp.async`) need sm_80.
+const PTX_TARGET: &str = "sm_80";
 /// Architecture of the embedded cubin (H100); other GPUs load the PTX.
 const CUBIN_ARCH: &str = "sm_90";
 /// Toolchain that provides the `llvm-bitcode-linker` component (the pinned nightly lacks it).
@@ -254,6 +255,13 @@ fn write_embed(out_dir: &Path, artifacts: &Path, declared: &[String], cubin: Opt
     writeln!(code, "/// PTX of every kernel (`.target {PTX_TARGET}`), JIT-compiled by the driver.").unwrap();
     writeln!(code, "pub const PTX: &str = include_str!({:?});", ptx.display().to_string()).unwrap();
     writeln!(code, "/// PTX `.target` of [`PTX`].\npub const PTX_TARGET: &str = {PTX_TARGET:?};").unwrap();
+    let min_arch: u32 = PTX_TARGET.trim_start_matches("sm_").parse().unwrap();
+    writeln!(
+        code,
+        "/// Oldest compute capability (major·10 + minor) that can run [`PTX`].\n\
+         pub const MIN_COMPUTE_CAPABILITY: u32 = {min_arch};"
+    )
+    .unwrap();
     let arch: u32 = CUBIN_ARCH.trim_start_matches("sm_").parse().unwrap();
     writeln!(
         code,
