@@ -45,10 +45,11 @@ fn main() {
         compile_kernels(&root, &nested_target, &linker, &cuda.libdevice).unwrap_or_else(|msg| fail(&msg));
 
     fs::create_dir_all(&artifacts).unwrap();
-    let ptx = fs::read_to_string(&ptx_path).unwrap();
-    fs::write(artifacts.join("kernels.ptx"), &ptx).unwrap();
-
     let declared = declared_kernels(&root.join("kernels/src"));
+    let ptx = with_launch_bounds(&fs::read_to_string(&ptx_path).unwrap(), &declared)
+        .unwrap_or_else(|msg| fail(&msg));
+    fs::write(artifacts.join("kernels.ptx"), &ptx).unwrap();
+    let declared: Vec<String> = declared.into_iter().map(|k| k.name).collect();
     let cubin = match &cuda.ptxas {
         Some(ptxas) => Some(assemble(ptxas, &artifacts).unwrap_or_else(|msg| fail(&msg))),
         None => {
@@ -228,25 +229,59 @@ fn parse_ptxas_report(report: &str) -> Vec<Resources> {
     all
 }
 
-/// Names of the functions marked `#[kernel]` in the device crate's sources.
-fn declared_kernels(src: &Path) -> Vec<String> {
-    let mut names = Vec::new();
+/// A function marked `#[kernel]` in the device crate's sources.
+struct Declared {
+    name: String,
+    /// `(max threads per block, min blocks per SM)` from `#[kernel(launch_bounds(…))]`.
+    launch_bounds: Option<(u32, u32)>,
+}
+
+/// The functions marked `#[kernel]` or `#[kernel(launch_bounds(T, B))]` in the device crate's sources.
+fn declared_kernels(src: &Path) -> Vec<Declared> {
+    let mut kernels = Vec::new();
     let mut files: Vec<PathBuf> = fs::read_dir(src).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     for file in files.iter().filter(|p| p.extension().is_some_and(|e| e == "rs")) {
         let text = fs::read_to_string(file).unwrap();
-        let mut marked = false;
+        let mut marked = None;
         for line in text.lines().map(str::trim) {
             if line == "#[kernel]" {
-                marked = true;
-            } else if marked && line.contains("fn ") {
+                marked = Some(None);
+            } else if let Some(args) =
+                line.strip_prefix("#[kernel(launch_bounds(").and_then(|l| l.strip_suffix("))]"))
+            {
+                let numbers: Vec<u32> = args.split(',').filter_map(|a| a.trim().parse().ok()).collect();
+                match numbers[..] {
+                    [threads, blocks] => marked = Some(Some((threads, blocks))),
+                    _ => fail(&format!("{}: cannot read `{line}`", file.display())),
+                }
+            } else if let Some(launch_bounds) = marked.filter(|_| line.contains("fn ")) {
                 let after = line.split("fn ").nth(1).unwrap();
-                names.push(after.split(['(', '<', ' ']).next().unwrap().to_string());
-                marked = false;
+                let name = after.split(['(', '<', ' ']).next().unwrap().to_string();
+                kernels.push(Declared { name, launch_bounds });
+                marked = None;
             }
         }
     }
-    names
+    kernels
+}
+
+/// Adds `.maxntid` and `.minnctapersm` (CUDA's `__launch_bounds__`) after the parameter list of each
+/// entry declared with launch bounds.
+fn with_launch_bounds(ptx: &str, declared: &[Declared]) -> Result<String, String> {
+    let mut out = ptx.to_string();
+    for k in declared {
+        let Some((threads, blocks)) = k.launch_bounds else { continue };
+        let entry = format!(".visible .entry {}(", k.name);
+        let start = out.find(&entry).ok_or_else(|| format!("no PTX entry for `{}`", k.name))?;
+        let close = out[start..]
+            .find("\n)")
+            .map(|i| start + i + 2)
+            .ok_or_else(|| format!("no end of the parameter list of `{}` in the PTX", k.name))?;
+        let line_end = out[close..].find('\n').map_or(out.len(), |i| close + i);
+        out.insert_str(line_end, &format!("\n.maxntid {threads}, 1, 1\n.minnctapersm {blocks}"));
+    }
+    Ok(out)
 }
 
 fn write_embed(out_dir: &Path, artifacts: &Path, declared: &[String], cubin: Option<&Cubin>) {

@@ -372,10 +372,14 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
                     mma::cp_async_16(sa + (r * MMA_A_STRIDE as u32 + c) * 4, src, left.min(4) * 4);
                 }
             } else {
-                for q in 0..16 {
-                    let (r, c) = ((tid + 256 * q) / 32, (tid + 256 * q) % 32);
+                // A loop whose trip count depends on the thread, so that it is not unrolled: 16
+                // copies' addresses at once would not fit in the registers left beside the
+                // accumulators.
+                let (mut r, c) = (tid / 32, tid % 32);
+                while r < MMA_TILE_M {
                     let (src, left) = u_at(r, c);
                     mma::cp_async_4(sa + (r * MMA_A_STRIDE as u32 + c) * 4, src, left.min(1) * 4);
+                    r += MMA_THREADS / 32;
                 }
             }
             if vt_vec {
@@ -385,10 +389,12 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
                     mma::cp_async_16(sb + (r * MMA_B_STRIDE as u32 + c) * 4, src, left.min(4) * 4);
                 }
             } else {
-                for q in 0..16 {
-                    let (r, c) = ((tid + 256 * q) / 128, (tid + 256 * q) % 128);
+                // Rolled, as above.
+                let (mut r, c) = (tid / MMA_TILE_N, tid % MMA_TILE_N);
+                while r < MMA_TILE_K {
                     let (src, left) = vt_at(r, c);
                     mma::cp_async_4(sb + (r * MMA_B_STRIDE as u32 + c) * 4, src, left.min(1) * 4);
+                    r += MMA_THREADS / MMA_TILE_N;
                 }
             }
             if tid < BK {
@@ -404,7 +410,8 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
             let sa = stage * MMA_STAGE_FLOATS;
             let sb = sa + MMA_A_FLOATS;
             let ss = sb + MMA_B_FLOATS;
-            unroll!(kk in [0, 1, 2, 3] {
+            // A loop, not unrolled: ptxas then keeps one step's fragments live, not four.
+            for kk in 0..(BK / 8) as usize {
                 let p = kk * 8 + t;
                 // B = diag(s)·Vᵀ: the scaling by s goes to the smaller operand of the warp.
                 let (s0, s1) = (smem.read(ss + p), smem.read(ss + p + 4));
@@ -443,7 +450,7 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
                         acc[mi][ni] = mma::mma_tf32_m16n8k8(a_big, b_big[ni], acc[mi][ni]);
                     });
                 });
-            });
+            }
         };
 
         // The pipeline: MMA_STAGES − 1 tiles in flight while one is computed on. One barrier per
@@ -518,8 +525,9 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
 /// fragments are read. The epilogue stages the tile in shared memory and writes whole rows.
 ///
 /// Launch: block 256 × 1 ([`MMA_THREADS`]), grid `⌈n/128⌉ × ⌈m/128⌉ × images`,
-/// [`MMA_SHARED_BYTES`] of dynamic shared memory. Needs sm_80.
-#[kernel]
+/// [`MMA_SHARED_BYTES`] of dynamic shared memory. Needs sm_80. Launch bounds: 256 threads, 2 blocks
+/// per SM (at most 128 registers per thread).
+#[kernel(launch_bounds(256, 2))]
 pub unsafe fn svd_reconstruct_tf32(
     u: *const f32,
     s: *const f32,
@@ -538,7 +546,7 @@ pub unsafe fn svd_reconstruct_tf32(
 /// `x = big + small`, and `big·big + big·small + small·big` (three MMAs, f32 accumulation) recovers
 /// f32-level accuracy (relative error about 1e-6). Same tiles, pipeline, launch and shared memory
 /// as [`svd_reconstruct_tf32`].
-#[kernel]
+#[kernel(launch_bounds(256, 2))]
 pub unsafe fn svd_reconstruct_tf32x3(
     u: *const f32,
     s: *const f32,
