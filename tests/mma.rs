@@ -142,8 +142,9 @@ fn bf16_bits(x: f64) -> u16 {
 #[test]
 fn f16_and_bf16_mma_match_reference() {
     type Probe = kernels::KernelFn<(*const u16, *const u16, *const f32, *mut f32)>;
-    let kinds: [(&str, &Probe, fn(f64) -> u16); 2] =
-        [("f16", &MMA_F16_PROBE, f16_bits), ("bf16", &MMA_BF16_PROBE, bf16_bits)];
+    /// Name, probe kernel, encoder of exact values.
+    type Kind = (&'static str, &'static Probe, fn(f64) -> u16);
+    let kinds: [Kind; 2] = [("f16", &MMA_F16_PROBE, f16_bits), ("bf16", &MMA_BF16_PROBE, bf16_bits)];
     for device in common::devices("f16_and_bf16_mma_match_reference") {
         for (name, probe, bits) in kinds {
             for (seed, integers) in [(4, true), (5, false)] {

@@ -341,8 +341,14 @@ pub fn shared_address<T>(ptr: *const T) -> u32 {
 #[cfg(not(target_arch = "nvptx64"))]
 unsafe fn cp_async_sim(dst: u32, src: *const u8, size: usize, src_bytes: u32) {
     let src_bytes = (src_bytes as usize).min(size);
-    assert!(dst as usize % size == 0, "cp.async of {size} bytes to a misaligned shared address {dst}");
-    assert!(src as usize % size == 0, "cp.async of {size} bytes from a misaligned global address {src:p}");
+    assert!(
+        (dst as usize).is_multiple_of(size),
+        "cp.async of {size} bytes to a misaligned shared address {dst}"
+    );
+    assert!(
+        (src as usize).is_multiple_of(size),
+        "cp.async of {size} bytes from a misaligned global address {src:p}"
+    );
     let dst = crate::sim::shared_bytes_at(dst, size);
     // SAFETY: `dst` holds `size` bytes (checked by the simulator); `src` holds `src_bytes` bytes by
     // the caller's contract.

@@ -347,8 +347,8 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
         // This warp's 64 × 32 part of the tile.
         let (wm, wn) = ((warp / 4) as usize * 64, (warp % 4) as usize * 32);
         // 16-byte copies where rows start on 16-byte boundaries, else 4-byte ones.
-        let u_vec = ldu % 4 == 0 && (u as usize) % 16 == 0;
-        let vt_vec = n % 4 == 0 && (vt as usize) % 16 == 0;
+        let u_vec = ldu.is_multiple_of(4) && (u as usize).is_multiple_of(16);
+        let vt_vec = n.is_multiple_of(4) && (vt as usize).is_multiple_of(16);
         let ktiles = k.div_ceil(BK);
 
         // Starts the copies of k-tile `kt` into `stage`, zero-filling whatever lies past m, n or k.
@@ -492,7 +492,7 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
             });
         });
         thread::sync_threads();
-        let out_vec = n % 4 == 0 && (out as usize) % 16 == 0;
+        let out_vec = n.is_multiple_of(4) && (out as usize).is_multiple_of(16);
         let c = lane * 4;
         let j = col0 + c;
         for q in 0..16 {
