@@ -1,7 +1,7 @@
 //! SVD reconstruction benchmarks (GPU only): `cargo bench --bench svd`.
 //!
 //! 1. Kernel sweep: variant (tensor-core tf32 and tf32x3 included) × block size × input size
-//!    (square, k = 256), event-timed median; then the fast variants at k = 64 and 1024.
+//!    (square, k = 256), event-timed median.
 //! 2. One 4096² image end to end (H2D of U, s, Vᵀ + kernel + D2H), pageable vs pinned memory.
 //! 3. Batch of 32 images of 2048², serial (one pipeline slot) vs overlapped (several queues).
 //!
