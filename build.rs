@@ -15,8 +15,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, exit};
 
-/// PTX `.target` of the embedded PTX: compute capability 7.0 (Volta) and newer GPUs JIT it.
-const PTX_TARGET: &str = "sm_70";
+/// PTX `.target` of the embedded PTX: compute capability 8.0 (Ampere) and newer GPUs JIT it; the
+/// tensor-core kernels (`mma.sync` with tf32, `cp.async`) need sm_80.
+const PTX_TARGET: &str = "sm_80";
 /// Architecture of the embedded cubin (H100); other GPUs load the PTX.
 const CUBIN_ARCH: &str = "sm_90";
 /// Toolchain that provides the `llvm-bitcode-linker` component (the pinned nightly lacks it).
@@ -44,10 +45,11 @@ fn main() {
         compile_kernels(&root, &nested_target, &linker, &cuda.libdevice).unwrap_or_else(|msg| fail(&msg));
 
     fs::create_dir_all(&artifacts).unwrap();
-    let ptx = fs::read_to_string(&ptx_path).unwrap();
-    fs::write(artifacts.join("kernels.ptx"), &ptx).unwrap();
-
     let declared = declared_kernels(&root.join("kernels/src"));
+    let ptx = with_launch_bounds(&fs::read_to_string(&ptx_path).unwrap(), &declared)
+        .unwrap_or_else(|msg| fail(&msg));
+    fs::write(artifacts.join("kernels.ptx"), &ptx).unwrap();
+    let declared: Vec<String> = declared.into_iter().map(|k| k.name).collect();
     let cubin = match &cuda.ptxas {
         Some(ptxas) => Some(assemble(ptxas, &artifacts).unwrap_or_else(|msg| fail(&msg))),
         None => {
@@ -232,25 +234,59 @@ fn parse_ptxas_report(report: &str) -> Vec<Resources> {
     all
 }
 
-/// Names of the functions marked `#[kernel]` in the device crate's sources.
-fn declared_kernels(src: &Path) -> Vec<String> {
-    let mut names = Vec::new();
+/// A function marked `#[kernel]` in the device crate's sources.
+struct Declared {
+    name: String,
+    /// `(max threads per block, min blocks per SM)` from `#[kernel(launch_bounds(…))]`.
+    launch_bounds: Option<(u32, u32)>,
+}
+
+/// The functions marked `#[kernel]` or `#[kernel(launch_bounds(T, B))]` in the device crate's sources.
+fn declared_kernels(src: &Path) -> Vec<Declared> {
+    let mut kernels = Vec::new();
     let mut files: Vec<PathBuf> = fs::read_dir(src).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     for file in files.iter().filter(|p| p.extension().is_some_and(|e| e == "rs")) {
         let text = fs::read_to_string(file).unwrap();
-        let mut marked = false;
+        let mut marked = None;
         for line in text.lines().map(str::trim) {
             if line == "#[kernel]" {
-                marked = true;
-            } else if marked && line.contains("fn ") {
+                marked = Some(None);
+            } else if let Some(args) =
+                line.strip_prefix("#[kernel(launch_bounds(").and_then(|l| l.strip_suffix("))]"))
+            {
+                let numbers: Vec<u32> = args.split(',').filter_map(|a| a.trim().parse().ok()).collect();
+                match numbers[..] {
+                    [threads, blocks] => marked = Some(Some((threads, blocks))),
+                    _ => fail(&format!("{}: cannot read `{line}`", file.display())),
+                }
+            } else if let Some(launch_bounds) = marked.filter(|_| line.contains("fn ")) {
                 let after = line.split("fn ").nth(1).unwrap();
-                names.push(after.split(['(', '<', ' ']).next().unwrap().to_string());
-                marked = false;
+                let name = after.split(['(', '<', ' ']).next().unwrap().to_string();
+                kernels.push(Declared { name, launch_bounds });
+                marked = None;
             }
         }
     }
-    names
+    kernels
+}
+
+/// Adds `.maxntid` and `.minnctapersm` (CUDA's `__launch_bounds__`) after the parameter list of each
+/// entry declared with launch bounds.
+fn with_launch_bounds(ptx: &str, declared: &[Declared]) -> Result<String, String> {
+    let mut out = ptx.to_string();
+    for k in declared {
+        let Some((threads, blocks)) = k.launch_bounds else { continue };
+        let entry = format!(".visible .entry {}(", k.name);
+        let start = out.find(&entry).ok_or_else(|| format!("no PTX entry for `{}`", k.name))?;
+        let close = out[start..]
+            .find("\n)")
+            .map(|i| start + i + 2)
+            .ok_or_else(|| format!("no end of the parameter list of `{}` in the PTX", k.name))?;
+        let line_end = out[close..].find('\n').map_or(out.len(), |i| close + i);
+        out.insert_str(line_end, &format!("\n.maxntid {threads}, 1, 1\n.minnctapersm {blocks}"));
+    }
+    Ok(out)
 }
 
 fn write_embed(out_dir: &Path, artifacts: &Path, declared: &[String], cubin: Option<&Cubin>) {
@@ -259,6 +295,13 @@ fn write_embed(out_dir: &Path, artifacts: &Path, declared: &[String], cubin: Opt
     writeln!(code, "/// PTX of every kernel (`.target {PTX_TARGET}`), JIT-compiled by the driver.").unwrap();
     writeln!(code, "pub const PTX: &str = include_str!({:?});", ptx.display().to_string()).unwrap();
     writeln!(code, "/// PTX `.target` of [`PTX`].\npub const PTX_TARGET: &str = {PTX_TARGET:?};").unwrap();
+    let min_arch: u32 = PTX_TARGET.trim_start_matches("sm_").parse().unwrap();
+    writeln!(
+        code,
+        "/// Oldest compute capability (major·10 + minor) that can run [`PTX`].\n\
+         pub const MIN_COMPUTE_CAPABILITY: u32 = {min_arch};"
+    )
+    .unwrap();
     let arch: u32 = CUBIN_ARCH.trim_start_matches("sm_").parse().unwrap();
     writeln!(
         code,

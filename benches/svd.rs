@@ -1,6 +1,7 @@
 //! SVD reconstruction benchmarks (GPU only): `cargo bench --bench svd`.
 //!
-//! 1. Kernel sweep: variant × block size × input size (square, k = 256), event-timed median.
+//! 1. Kernel sweep: variant (tensor-core tf32 and tf32x3 included) × block size × input size
+//!    (square, k = 256), event-timed median.
 //! 2. One 4096² image end to end (H2D of U, s, Vᵀ + kernel + D2H), pageable vs pinned memory.
 //! 3. Batch of 32 images of 2048², serial (one pipeline slot) vs overlapped (several queues).
 //!
@@ -43,11 +44,8 @@ fn main() -> anyhow::Result<()> {
         let dvt = device.upload(op.vt.as_slice().unwrap())?;
         let mut dout = device.alloc::<f32>(size * size)?;
         let flops = 2.0 * (size * size * K) as f64;
-        for (variant, blocks) in [
-            (Variant::Naive, &[8u32, 16, 32][..]),
-            (Variant::Tiled, &[8, 16, 32]),
-            (Variant::Regtiled, &[16]),
-        ] {
+        for variant in Variant::ALL {
+            let blocks: &[u32] = if variant.fixed_block() { &[16] } else { &[8, 16, 32] };
             for &block in blocks {
                 let q: &Queue = device.queue();
                 let times = device.time_ms(3, 20, || unsafe {
@@ -65,17 +63,13 @@ fn main() -> anyhow::Result<()> {
                 table.row(&[
                     format!("{size}²"),
                     variant.name().into(),
-                    if variant == Variant::Regtiled {
-                        "16×16 (128² tile)".into()
-                    } else {
-                        format!("{block}×{block}")
-                    },
+                    variant.block_label(block),
                     format!("{:.4}", st.median_ms),
                     format!("{:.4}", st.min_ms),
                     format!("{tflops:.2}"),
                 ]);
                 writeln!(csv, "{size},{},{block},{:.6},{tflops:.4}", variant.name(), st.median_ms)?;
-                let label = format!("{} {block}×{block}", variant.name());
+                let label = format!("{} {}", variant.name(), variant.block_label(block));
                 match series.iter_mut().find(|(l, _)| *l == label) {
                     Some((_, points)) => points.push((size as f64, tflops)),
                     None => series.push((label, vec![(size as f64, tflops)])),

@@ -54,6 +54,54 @@ fn every_variant_matches_reference_on_odd_shapes() {
     }
 }
 
+/// `max |got − want| / max |want|`, after checking that every element was written (the output
+/// starts poisoned with NaN).
+fn max_error(got: &Array2<f32>, want: &Array2<f64>) -> f64 {
+    assert!(got.iter().all(|v| v.is_finite()), "unwritten (poisoned) output");
+    let scale = want.iter().fold(0.0f64, |a, &w| a.max(w.abs()));
+    got.iter().zip(want.iter()).fold(0.0f64, |a, (&g, &w)| a.max((g as f64 - w).abs())) / scale
+}
+
+/// Checks every element of a one-pass TF32 result against the rounding-error bound: each operand
+/// rounded to tf32 (relative error ≤ 2⁻¹¹, the product ≤ 2⁻¹⁰ + 2⁻²²), the f32 scaling by `s`
+/// (2⁻²⁴) and f32 accumulation (≤ (k + 2)·2⁻²³ even if the hardware truncates), all relative to
+/// `Σ_p |U[i,p]·s[p]·Vᵀ[p,j]|`.
+fn check_tf32_bound(got: &Array2<f32>, want: &Array2<f64>, op: &RankK, what: &str) {
+    let k = op.s.len();
+    let rel = 2f64.powi(-10) + 2f64.powi(-22) + 2f64.powi(-24) + (k + 2) as f64 * 2f64.powi(-23);
+    for ((i, j), &g) in got.indexed_iter() {
+        let magnitude: f64 =
+            (0..k).map(|p| (op.u[[i, p]] as f64 * op.s[p] as f64 * op.vt[[p, j]] as f64).abs()).sum();
+        let err = (g as f64 - want[[i, j]]).abs();
+        assert!(err <= rel * magnitude, "{what}: ({i}, {j}) is {g}, expected {}", want[[i, j]]);
+    }
+}
+
+#[test]
+fn tensor_core_variants_match_reference_on_odd_shapes() {
+    // Shapes: 4-byte copies everywhere (odd ldu and n); 16-byte copies of U only; both 16-byte;
+    // several k-tiles through the 3 stages (k = 77, 100); a single element.
+    let shapes = [(37, 53, 13), (129, 67, 40), (70, 132, 36), (33, 37, 77), (45, 40, 100), (1, 1, 1)];
+    for device in common::devices("tensor_core_variants_match_reference_on_odd_shapes") {
+        for (seed, (m, n, k)) in shapes.into_iter().enumerate() {
+            let op = random_operands(100 + seed as u64, m, n, k);
+            let want = reconstruct_reference_f32(&op);
+            let what = |v: Variant| format!("{}, {m}×{n} k={k} on {}", v.name(), device.describe());
+            // One pass of TF32: within the rounding bound element by element, and (for k > 1, where
+            // errors of random sign average) within 1e-3 of max |out|.
+            let (got, _) = reconstruct(&device, &op, Variant::Tf32, 16).unwrap();
+            let err = max_error(&got, &want);
+            check_tf32_bound(&got, &want, &op, &what(Variant::Tf32));
+            assert!(err <= 1e-3, "{}: max error {err:e} of max |out|", what(Variant::Tf32));
+            // 3xTF32: f32-level accuracy.
+            let (got, _) = reconstruct(&device, &op, Variant::Tf32x3, 16).unwrap();
+            let err = max_error(&got, &want);
+            assert!(err <= 5e-6, "{}: max error {err:e} of max |out|", what(Variant::Tf32x3));
+            eprintln!("{m}×{n} k={k}: tf32x3 max error {err:.2e} of max |out|");
+        }
+    }
+}
+
 #[test]
 fn full_rank_reconstruction_returns_the_input() {
     let a = random_matrix(7, 45, 31);

@@ -192,6 +192,15 @@ impl Device {
             attr(DeviceAttribute::ComputeCapabilityMinor)? as u32,
         );
         let name = device.name().map_err(cuda("cuDeviceGetName"))?;
+        let (major, minor) = compute_capability;
+        if major * 10 + minor < module::MIN_COMPUTE_CAPABILITY {
+            let need = module::MIN_COMPUTE_CAPABILITY;
+            return Err(Error::NoGpu(format!(
+                "GPU {ordinal} ({name}) has compute capability {major}.{minor}; the kernels need {}.{} or newer",
+                need / 10,
+                need % 10
+            )));
+        }
         let t = Instant::now();
         let context = Context::new(device).map_err(cuda("cuDevicePrimaryCtxRetain"))?;
         let context_ms = ms(t);

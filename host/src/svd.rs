@@ -22,11 +22,17 @@ pub enum Variant {
     Tiled,
     /// 128 × 128 tiles, 8 × 8 outputs per thread in registers (block size fixed at 16 × 16).
     Regtiled,
+    /// Tensor cores, one TF32 pass (f32 accumulation, relative error ~1e-4): 128 × 128 tiles,
+    /// 256 threads, 3-stage `cp.async` pipeline (block size ignored). Needs sm_80.
+    Tf32,
+    /// Tensor cores with 3xTF32 error compensation (f32-level accuracy), otherwise as `Tf32`.
+    Tf32x3,
 }
 
 impl Variant {
     /// All variants, in order of sophistication.
-    pub const ALL: [Variant; 3] = [Variant::Naive, Variant::Tiled, Variant::Regtiled];
+    pub const ALL: [Variant; 5] =
+        [Variant::Naive, Variant::Tiled, Variant::Regtiled, Variant::Tf32, Variant::Tf32x3];
 
     /// Name as used on the command line and in reports.
     pub fn name(self) -> &'static str {
@@ -34,10 +40,27 @@ impl Variant {
             Variant::Naive => "naive",
             Variant::Tiled => "tiled",
             Variant::Regtiled => "regtiled",
+            Variant::Tf32 => "tf32",
+            Variant::Tf32x3 => "tf32x3",
         }
     }
 
-    /// The launch for an `m × n` output with `block × block` threads (ignored by `Regtiled`).
+    /// Whether the launch's block size is the variant's own (the `block` argument is ignored).
+    pub fn fixed_block(self) -> bool {
+        !matches!(self, Variant::Naive | Variant::Tiled)
+    }
+
+    /// The block as reports name it: `8×8` for a block size, the fixed block and tile otherwise.
+    pub fn block_label(self, block: u32) -> String {
+        match self {
+            Variant::Naive | Variant::Tiled => format!("{block}×{block}"),
+            Variant::Regtiled => "16×16 (128² tile)".into(),
+            Variant::Tf32 | Variant::Tf32x3 => "256 (128² tile)".into(),
+        }
+    }
+
+    /// The launch for an `m × n` output with `block × block` threads (ignored by the variants with a
+    /// [fixed block](Self::fixed_block)).
     pub fn launch_config(self, m: usize, n: usize, block: u32) -> LaunchConfig {
         match self {
             Variant::Naive => LaunchConfig::for_2d(n, m, block, block),
@@ -51,6 +74,14 @@ impl Variant {
                 ),
                 block: Dim3::xy(16, k::REG_THREADS / 16),
                 shared_bytes: k::REG_SHARED_BYTES,
+            },
+            Variant::Tf32 | Variant::Tf32x3 => LaunchConfig {
+                grid: Dim3::xy(
+                    n.div_ceil(k::MMA_TILE_N as usize) as u32,
+                    m.div_ceil(k::MMA_TILE_M as usize) as u32,
+                ),
+                block: Dim3::x(k::MMA_THREADS),
+                shared_bytes: k::MMA_SHARED_BYTES,
             },
         }
     }
@@ -159,7 +190,7 @@ fn check_operands(op: &RankK, variant: Variant, block: u32) -> Result<(usize, us
     ensure((m as u64) * (n.max(kk) as u64) <= u32::MAX as u64, || {
         format!("a {m} × {n} result with k = {kk} exceeds the kernels' 32-bit indexing")
     })?;
-    if variant != Variant::Regtiled {
+    if !variant.fixed_block() {
         ensure(matches!(block, 8 | 16 | 32), || format!("block size {block} is not 8, 16 or 32"))?;
     }
     Ok((m, n, kk))
@@ -215,6 +246,8 @@ pub unsafe fn launch_reconstruct_batch(
         Variant::Naive => &k::SVD_RECONSTRUCT_NAIVE,
         Variant::Tiled => &k::SVD_RECONSTRUCT_TILED,
         Variant::Regtiled => &k::SVD_RECONSTRUCT_REGTILED,
+        Variant::Tf32 => &k::SVD_RECONSTRUCT_TF32,
+        Variant::Tf32x3 => &k::SVD_RECONSTRUCT_TF32X3,
     };
     let images = shape.images as f64;
     let work = Work {

@@ -7,7 +7,8 @@
 //!   [`thread::sync_threads`];
 //! * [`shared`]: the launch-sized (dynamic) shared memory as a typed array;
 //! * [`math`]: f32/f64 math through CUDA's libdevice, and [`math::fast`] approximate variants;
-//! * [`warp`]: warp shuffles.
+//! * [`warp`]: warp shuffles;
+//! * [`mma`]: tensor-core matrix multiply-accumulate (tf32, f16, bf16, f64) and `cp.async`.
 //!
 //! The same source compiles twice. For `nvptx64-nvidia-cuda` (by the builder, `../build.rs`) each
 //! `#[kernel]` becomes a PTX entry point. For the host, each kernel is a plain function and the
@@ -33,6 +34,7 @@ extern crate self as kernels;
 pub use kernels_macros::kernel;
 
 pub mod math;
+pub mod mma;
 pub mod shared;
 pub mod thread;
 pub mod warp;
@@ -46,6 +48,7 @@ pub use kernel_fn::{KernelArgs, KernelFn};
 
 pub mod conv;
 pub mod lombscargle;
+pub mod mma_probe;
 pub mod reduce;
 pub mod saxpy;
 pub mod spiral;

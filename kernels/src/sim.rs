@@ -201,6 +201,59 @@ pub(crate) fn shuffle(mode: crate::warp::Mode, bits: u64, lane_arg: u32) -> u64 
     })
 }
 
+/// Words per lane that [`warp_gather`] can exchange.
+const GATHER_WORDS: usize = 4;
+
+/// Every lane's `W` words, indexed by lane: the exchange behind the warp-level MMAs. All 32 lanes
+/// of the warp must call it together.
+pub(crate) fn warp_gather<const W: usize>(mine: [u64; W]) -> [[u64; W]; 32] {
+    const { assert!(W <= GATHER_WORDS) };
+    with_block(|t, b| {
+        let warp = t.rank / 32;
+        let base = warp * 32;
+        if b.threads - base < 32 {
+            panic!("a warp-level MMA needs all 32 lanes; warp {warp} has {}", b.threads - base);
+        }
+        for (w, &word) in mine.iter().enumerate() {
+            b.gather[t.rank * GATHER_WORDS + w].store(word, Ordering::Relaxed);
+        }
+        b.warps[warp].wait();
+        let all = std::array::from_fn(|lane| {
+            std::array::from_fn(|w| b.gather[(base + lane) * GATHER_WORDS + w].load(Ordering::Relaxed))
+        });
+        b.warps[warp].wait();
+        all
+    })
+}
+
+/// The byte offset of `ptr` in the block's dynamic shared memory: the simulator's shared-window
+/// address.
+pub(crate) fn shared_offset(ptr: *const u8) -> u32 {
+    with_block(|t, b| {
+        let offset = (ptr as usize).wrapping_sub(b.shared_base() as usize);
+        if offset > t.shared_bytes {
+            panic!("{ptr:p} is not an address in the block's dynamic shared memory");
+        }
+        offset as u32
+    })
+}
+
+/// A pointer to the `len` bytes at shared-window address `address`, checked against the launch's
+/// dynamic shared memory.
+pub(crate) fn shared_bytes_at(address: u32, len: usize) -> *mut u8 {
+    with_block(|t, b| {
+        if address as usize + len > t.shared_bytes {
+            panic!(
+                "shared address {address} + {len} bytes is past the launch's {} bytes of dynamic \
+                 shared memory",
+                t.shared_bytes
+            );
+        }
+        // SAFETY: in bounds of the block's shared buffer, checked above.
+        unsafe { b.shared_base().add(address as usize) }
+    })
+}
+
 /// A barrier whose party shrinks as threads return, and that can be abandoned when a thread panics.
 struct GroupBarrier {
     state: Mutex<BarrierState>,
@@ -283,6 +336,7 @@ struct BlockState {
     barrier: GroupBarrier,
     warps: Vec<GroupBarrier>,
     slots: Vec<AtomicU64>,
+    gather: Vec<AtomicU64>,
 }
 
 impl BlockState {
@@ -293,6 +347,7 @@ impl BlockState {
             barrier: GroupBarrier::new(),
             warps: (0..threads.div_ceil(32)).map(|_| GroupBarrier::new()).collect(),
             slots: (0..threads).map(|_| AtomicU64::new(0)).collect(),
+            gather: (0..threads * GATHER_WORDS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 

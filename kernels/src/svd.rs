@@ -8,7 +8,7 @@
 //!
 //! Host side: `host/src/svd.rs`; tests: `tests/svd.rs`; benchmark: `benches/svd.rs`.
 
-use crate::{kernel, math, shared, thread};
+use crate::{kernel, math, mma, shared, thread};
 
 /// Strides between the images of a batch, elements: image `z = blockIdx.z` reads `u + z·u`,
 /// `s + z·s`, `vt + z·vt` and writes `out + z·out`. All zero for a single image.
@@ -266,6 +266,299 @@ pub unsafe fn svd_reconstruct_regtiled(
     store_row(5, acc[5]);
     store_row(6, acc[6]);
     store_row(7, acc[7]);
+}
+
+/// Rows (of `out`) per block of the tensor-core kernels.
+pub const MMA_TILE_M: u32 = 128;
+/// Columns per block of the tensor-core kernels.
+pub const MMA_TILE_N: u32 = 128;
+/// Step along `k` per shared-memory stage of the tensor-core kernels (four m16n8k8 steps).
+pub const MMA_TILE_K: u32 = 32;
+/// Shared-memory stages of the tensor-core kernels' `cp.async` pipeline.
+pub const MMA_STAGES: u32 = 3;
+/// Threads per block of the tensor-core kernels: 8 warps, 2 × 4 over the tile, 64 × 32 each.
+pub const MMA_THREADS: u32 = 256;
+/// Floats per row of a stage's `U` tile: 32 of `k` plus 4 of padding, so that the 32 lanes' reads of
+/// an `A` fragment hit 32 different banks.
+const MMA_A_STRIDE: usize = 36;
+/// Floats per row (one `p`) of a stage's `Vᵀ` tile, 128 columns plus 8 of padding (conflict-free
+/// `B` fragments); also the row stride of the output tile in the epilogue.
+const MMA_B_STRIDE: usize = 136;
+const MMA_A_FLOATS: usize = MMA_TILE_M as usize * MMA_A_STRIDE;
+const MMA_B_FLOATS: usize = MMA_TILE_K as usize * MMA_B_STRIDE;
+/// Floats of one stage: the `U` tile (`MMA_TILE_M × MMA_A_STRIDE`), the `Vᵀ` tile
+/// (`MMA_TILE_K × MMA_B_STRIDE`) and `MMA_TILE_K` singular values.
+const MMA_STAGE_FLOATS: usize = MMA_A_FLOATS + MMA_B_FLOATS + MMA_TILE_K as usize;
+/// Dynamic shared memory of the tensor-core kernels, bytes: [`MMA_STAGES`] stages (105.4 KiB; the
+/// epilogue reuses it for the 128 × 128 output tile).
+pub const MMA_SHARED_BYTES: u32 = MMA_STAGES * (MMA_STAGE_FLOATS * 4) as u32;
+
+/// Repeats `$body` with `$i` bound to each listed `usize` constant: loop unrolling by hand, so that
+/// every index into the register arrays (accumulators, fragments) is a constant.
+macro_rules! unroll {
+    ($i:ident in [$($v:literal),*] $body:block) => {$({
+        let $i: usize = $v;
+        $body
+    })*};
+}
+
+/// Two floats stored to shared memory as one 8-byte access.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct Float2([f32; 2]);
+
+/// An f32 as the sum of two tf32 values, `big = tf32(x)` and `small = tf32(x − big)` (`x − big` is
+/// exact): together 21 to 22 significant bits.
+#[inline(always)]
+fn split_tf32(x: f32) -> (f32, f32) {
+    let big = mma::to_tf32(x);
+    (big, mma::to_tf32(x - big))
+}
+
+/// The body of [`svd_reconstruct_tf32`] (`SPLIT = false`) and [`svd_reconstruct_tf32x3`]
+/// (`SPLIT = true`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn reconstruct_mma<const SPLIT: bool>(
+    u: *const f32,
+    s: *const f32,
+    vt: *const f32,
+    out: *mut f32,
+    m: u32,
+    n: u32,
+    k: u32,
+    ldu: u32,
+    batch: Batch,
+) {
+    const BK: u32 = MMA_TILE_K;
+    const STAGE_BYTES: u32 = (MMA_STAGE_FLOATS * 4) as u32;
+    // SAFETY (whole body): the kernel's contract — `u`, `s`, `vt` and `out` hold the batch's
+    // images; every global access below is guarded by `m`, `n` and `k`, every shared one stays in
+    // the launch's `MMA_SHARED_BYTES`.
+    unsafe {
+        let (u, s, vt, out) = batch.offset(u, s, vt, out);
+        let smem = shared::region::<f32>(0, MMA_STAGES as usize * MMA_STAGE_FLOATS);
+        let base = mma::shared_address(smem.as_ptr());
+        let tid = thread::thread_idx_x();
+        let (warp, lane) = (tid / 32, tid % 32);
+        let (g, t) = ((lane / 4) as usize, (lane % 4) as usize);
+        let row0 = thread::block_idx_y() * MMA_TILE_M;
+        let col0 = thread::block_idx_x() * MMA_TILE_N;
+        // This warp's 64 × 32 part of the tile.
+        let (wm, wn) = ((warp / 4) as usize * 64, (warp % 4) as usize * 32);
+        // 16-byte copies where rows start on 16-byte boundaries, else 4-byte ones.
+        let u_vec = ldu.is_multiple_of(4) && (u as usize).is_multiple_of(16);
+        let vt_vec = n.is_multiple_of(4) && (vt as usize).is_multiple_of(16);
+        let ktiles = k.div_ceil(BK);
+
+        // Starts the copies of k-tile `kt` into `stage`, zero-filling whatever lies past m, n or k.
+        let load_tile = |kt: u32, stage: u32| {
+            let p0 = kt * BK;
+            let sa = base + stage * STAGE_BYTES;
+            let sb = sa + (MMA_A_FLOATS * 4) as u32;
+            let ss = sb + (MMA_B_FLOATS * 4) as u32;
+            let u_at = |r: u32, c: u32| -> (*const f32, u32) {
+                let (i, p) = (row0 + r, p0 + c);
+                if i < m && p < k { (u.add((i * ldu + p) as usize), k - p) } else { (u, 0) }
+            };
+            let vt_at = |r: u32, c: u32| -> (*const f32, u32) {
+                let (p, j) = (p0 + r, col0 + c);
+                if p < k && j < n { (vt.add((p * n + j) as usize), n - j) } else { (vt, 0) }
+            };
+            if u_vec {
+                for q in 0..4 {
+                    let (r, c) = ((tid + 256 * q) / 8, (tid + 256 * q) % 8 * 4);
+                    let (src, left) = u_at(r, c);
+                    mma::cp_async_16(sa + (r * MMA_A_STRIDE as u32 + c) * 4, src, left.min(4) * 4);
+                }
+            } else {
+                // A loop whose trip count depends on the thread, so that it is not unrolled: 16
+                // copies' addresses at once would not fit in the registers left beside the
+                // accumulators.
+                let (mut r, c) = (tid / 32, tid % 32);
+                while r < MMA_TILE_M {
+                    let (src, left) = u_at(r, c);
+                    mma::cp_async_4(sa + (r * MMA_A_STRIDE as u32 + c) * 4, src, left.min(1) * 4);
+                    r += MMA_THREADS / 32;
+                }
+            }
+            if vt_vec {
+                for q in 0..4 {
+                    let (r, c) = ((tid + 256 * q) / 32, (tid + 256 * q) % 32 * 4);
+                    let (src, left) = vt_at(r, c);
+                    mma::cp_async_16(sb + (r * MMA_B_STRIDE as u32 + c) * 4, src, left.min(4) * 4);
+                }
+            } else {
+                // Rolled, as above.
+                let (mut r, c) = (tid / MMA_TILE_N, tid % MMA_TILE_N);
+                while r < MMA_TILE_K {
+                    let (src, left) = vt_at(r, c);
+                    mma::cp_async_4(sb + (r * MMA_B_STRIDE as u32 + c) * 4, src, left.min(1) * 4);
+                    r += MMA_THREADS / MMA_TILE_N;
+                }
+            }
+            if tid < BK {
+                let p = p0 + tid;
+                let (src, bytes) = if p < k { (s.add(p as usize), 4) } else { (s, 0) };
+                mma::cp_async_4(ss + tid * 4, src, bytes);
+            }
+        };
+
+        // acc[mi][ni]: the m16n8 accumulator of rows wm + 16·mi, columns wn + 8·ni.
+        let mut acc = [[[0.0f32; 4]; 4]; 4];
+        let compute = |acc: &mut [[[f32; 4]; 4]; 4], stage: usize| {
+            let sa = stage * MMA_STAGE_FLOATS;
+            let sb = sa + MMA_A_FLOATS;
+            let ss = sb + MMA_B_FLOATS;
+            // A loop, not unrolled: ptxas then keeps one step's fragments live, not four.
+            for kk in 0..(BK / 8) as usize {
+                let p = kk * 8 + t;
+                // B = diag(s)·Vᵀ: the scaling by s goes to the smaller operand of the warp.
+                let (s0, s1) = (smem.read(ss + p), smem.read(ss + p + 4));
+                let mut b_big = [[0.0f32; 2]; 4];
+                let mut b_small = [[0.0f32; 2]; 4];
+                unroll!(ni in [0, 1, 2, 3] {
+                    let j = wn + ni * 8 + g;
+                    let b = [
+                        smem.read(sb + p * MMA_B_STRIDE + j) * s0,
+                        smem.read(sb + (p + 4) * MMA_B_STRIDE + j) * s1,
+                    ];
+                    unroll!(r in [0, 1] {
+                        (b_big[ni][r], b_small[ni][r]) =
+                            if SPLIT { split_tf32(b[r]) } else { (mma::to_tf32(b[r]), 0.0) };
+                    });
+                });
+                unroll!(mi in [0, 1, 2, 3] {
+                    let i = wm + mi * 16 + g;
+                    let a = [
+                        smem.read(sa + i * MMA_A_STRIDE + p),
+                        smem.read(sa + (i + 8) * MMA_A_STRIDE + p),
+                        smem.read(sa + i * MMA_A_STRIDE + p + 4),
+                        smem.read(sa + (i + 8) * MMA_A_STRIDE + p + 4),
+                    ];
+                    let mut a_big = [0.0f32; 4];
+                    let mut a_small = [0.0f32; 4];
+                    unroll!(r in [0, 1, 2, 3] {
+                        (a_big[r], a_small[r]) = if SPLIT { split_tf32(a[r]) } else { (mma::to_tf32(a[r]), 0.0) };
+                    });
+                    unroll!(ni in [0, 1, 2, 3] {
+                        if SPLIT {
+                            // The small cross terms first, the big product last.
+                            acc[mi][ni] = mma::mma_tf32_m16n8k8(a_small, b_big[ni], acc[mi][ni]);
+                            acc[mi][ni] = mma::mma_tf32_m16n8k8(a_big, b_small[ni], acc[mi][ni]);
+                        }
+                        acc[mi][ni] = mma::mma_tf32_m16n8k8(a_big, b_big[ni], acc[mi][ni]);
+                    });
+                });
+            }
+        };
+
+        // The pipeline: MMA_STAGES − 1 tiles in flight while one is computed on. One barrier per
+        // tile: it publishes tile kt to every warp and tells that the stage about to be refilled
+        // (computed on in the previous iteration) is free.
+        for kt in 0..MMA_STAGES - 1 {
+            if kt < ktiles {
+                load_tile(kt, kt);
+            }
+            mma::cp_async_commit_group();
+        }
+        let (mut read_stage, mut write_stage) = (0u32, MMA_STAGES - 1);
+        for kt in 0..ktiles {
+            mma::cp_async_wait_group::<{ MMA_STAGES - 2 }>();
+            thread::sync_threads();
+            if kt + MMA_STAGES - 1 < ktiles {
+                load_tile(kt + MMA_STAGES - 1, write_stage);
+            }
+            mma::cp_async_commit_group();
+            compute(&mut acc, read_stage as usize);
+            read_stage = if read_stage + 1 == MMA_STAGES { 0 } else { read_stage + 1 };
+            write_stage = if write_stage + 1 == MMA_STAGES { 0 } else { write_stage + 1 };
+        }
+        mma::cp_async_wait_group::<0>();
+        thread::sync_threads();
+
+        // Epilogue: the accumulators go to shared memory as the 128 × 128 tile (8-byte stores, no
+        // bank conflicts), then each warp writes whole rows of 128 floats: 16-byte stores, one
+        // 512-byte row per warp instruction.
+        let tile = smem.as_ptr();
+        unroll!(mi in [0, 1, 2, 3] {
+            unroll!(ni in [0, 1, 2, 3] {
+                unroll!(half in [0, 1] {
+                    let (i, j) = mma::m16n8_c_coords(lane, 2 * half as u32);
+                    let at = (wm + mi * 16 + i as usize) * MMA_B_STRIDE + wn + ni * 8 + j as usize;
+                    let d = acc[mi][ni];
+                    *(tile.add(at) as *mut Float2) = Float2([d[2 * half], d[2 * half + 1]]);
+                });
+            });
+        });
+        thread::sync_threads();
+        let out_vec = n.is_multiple_of(4) && (out as usize).is_multiple_of(16);
+        let c = lane * 4;
+        let j = col0 + c;
+        for q in 0..16 {
+            let r = warp * 16 + q;
+            let i = row0 + r;
+            if i >= m || j >= n {
+                break;
+            }
+            let v = (*(tile.add(r as usize * MMA_B_STRIDE + c as usize) as *const Float4)).0;
+            let dst = out.add((i * n + j) as usize);
+            if out_vec && j + 4 <= n {
+                *(dst as *mut Float4) = Float4([v[0], v[1], v[2], v[3]]);
+            } else {
+                unroll!(e in [0, 1, 2, 3] {
+                    if j + (e as u32) < n {
+                        *dst.add(e) = v[e];
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// Tensor cores, one pass of TF32 (10-bit mantissas, f32 accumulation): relative error about
+/// 1e-4 of the largest output. A block of 256 threads computes a 128 × 128 tile of `out`, each of
+/// its 8 warps a 64 × 32 part as 4 × 4 m16n8k8 MMAs per step of 8 along `k`. Tiles of `U`
+/// (128 × 32), `Vᵀ` (32 × 128) and `s` (32) go to shared memory through a 3-stage `cp.async`
+/// pipeline (16-byte copies when rows are 16-byte aligned, else 4-byte; zero-filled past the
+/// edges), padded so that fragment reads are free of bank conflicts; `s` scales `Vᵀ` as the
+/// fragments are read. The epilogue stages the tile in shared memory and writes whole rows.
+///
+/// Launch: block 256 × 1 ([`MMA_THREADS`]), grid `⌈n/128⌉ × ⌈m/128⌉ × images`,
+/// [`MMA_SHARED_BYTES`] of dynamic shared memory. Needs sm_80. Launch bounds: 256 threads, 2 blocks
+/// per SM (at most 128 registers per thread).
+#[kernel(launch_bounds(256, 2))]
+pub unsafe fn svd_reconstruct_tf32(
+    u: *const f32,
+    s: *const f32,
+    vt: *const f32,
+    out: *mut f32,
+    m: u32,
+    n: u32,
+    k: u32,
+    ldu: u32,
+    batch: Batch,
+) {
+    reconstruct_mma::<false>(u, s, vt, out, m, n, k, ldu, batch);
+}
+
+/// Tensor cores with error compensation ("3xTF32"): each operand is split into two tf32 values,
+/// `x = big + small`, and `big·big + big·small + small·big` (three MMAs, f32 accumulation) recovers
+/// f32-level accuracy (relative error about 1e-6). Same tiles, pipeline, launch and shared memory
+/// as [`svd_reconstruct_tf32`].
+#[kernel(launch_bounds(256, 2))]
+pub unsafe fn svd_reconstruct_tf32x3(
+    u: *const f32,
+    s: *const f32,
+    vt: *const f32,
+    out: *mut f32,
+    m: u32,
+    n: u32,
+    k: u32,
+    ldu: u32,
+    batch: Batch,
+) {
+    reconstruct_mma::<true>(u, s, vt, out, m, n, k, ldu, batch);
 }
 
 /// `dst[i] = round(clamp(src[i], 0, 1)·255)` (halves away from zero) for `count` values: the

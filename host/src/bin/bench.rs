@@ -151,37 +151,39 @@ fn saxpy_cases(quick: bool) -> Vec<Case> {
 }
 
 fn svd_cases(quick: bool) -> Vec<Case> {
-    const K: usize = 256;
+    use svd::Variant;
     let sizes: &[usize] = if quick { &[1024, 4096] } else { &[512, 1024, 2048, 4096, 8192] };
-    let variants: [(svd::Variant, &[u32]); 3] = [
-        (svd::Variant::Naive, &[8, 16, 32]),
-        (svd::Variant::Tiled, &[8, 16, 32]),
-        (svd::Variant::Regtiled, &[16]),
-    ];
+    // Every variant at k = 256; the fast ones also at k = 64 and 1024 on the larger sizes.
+    let mut shapes: Vec<(usize, usize, &[Variant])> =
+        sizes.iter().map(|&size| (size, 256, &Variant::ALL[..])).collect();
+    if !quick {
+        for size in [1024, 4096, 8192] {
+            for k in [64, 1024] {
+                shapes.push((size, k, &[Variant::Regtiled, Variant::Tf32, Variant::Tf32x3]));
+            }
+        }
+    }
     let mut cases = Vec::new();
-    for &size in sizes {
-        for (variant, blocks) in variants {
+    for (size, kk, variants) in shapes {
+        for &variant in variants {
+            let blocks: &[u32] = if variant.fixed_block() { &[16] } else { &[8, 16, 32] };
             for &block in blocks {
                 let (m, n) = (size, size);
                 cases.push(Case {
                     family: "svd",
                     kernel: variant.name().into(),
                     precision: "f32",
-                    size: format!("{size}², k={K}"),
-                    block: if variant == svd::Variant::Regtiled {
-                        "16×16 (128² tile)".into()
-                    } else {
-                        format!("{block}×{block}")
-                    },
+                    size: format!("{size}², k={kk}"),
+                    block: variant.block_label(block),
                     elements: (m * n) as f64,
                     work: Work {
-                        bytes: 4.0 * (m * K + K + K * n + m * n) as f64,
-                        flops: 2.0 * (m * n * K) as f64,
+                        bytes: 4.0 * (m * kk + kk + kk * n + m * n) as f64,
+                        flops: 2.0 * (m * n * kk) as f64,
                     },
                     prepare: Box::new(move |device| {
-                        let u = device.upload(&random(3, m * K))?;
-                        let s = device.upload(&random(4, K))?;
-                        let vt = device.upload(&random(5, K * n))?;
+                        let u = device.upload(&random(3, m * kk))?;
+                        let s = device.upload(&random(4, kk))?;
+                        let vt = device.upload(&random(5, kk * n))?;
                         let mut out = device.alloc::<f32>(m * n)?;
                         Ok(Box::new(move || unsafe {
                             svd::launch_reconstruct(
@@ -190,16 +192,16 @@ fn svd_cases(quick: bool) -> Vec<Case> {
                                 variant,
                                 block,
                                 (&u, &s, &vt, &mut out),
-                                (m, n, K),
+                                (m, n, kk),
                             )
                         }))
                     }),
-                    cpu: (size <= 4096).then(|| {
+                    cpu: (size <= 4096 && kk == 256).then(|| {
                         let body: Reference = Box::new(move || {
                             let op = svd::RankK {
-                                u: Array2::from_shape_vec((m, K), random(3, m * K)).expect("m·K"),
-                                s: random(4, K),
-                                vt: Array2::from_shape_vec((K, n), random(5, K * n)).expect("K·n"),
+                                u: Array2::from_shape_vec((m, kk), random(3, m * kk)).expect("m·k"),
+                                s: random(4, kk),
+                                vt: Array2::from_shape_vec((kk, n), random(5, kk * n)).expect("k·n"),
                             };
                             svd::reconstruct_reference_f32(&op);
                             Ok(())

@@ -15,12 +15,18 @@ use syn::{FnArg, ItemFn, parse_macro_input, spanned::Spanned};
 ///
 /// The function must be `pub unsafe fn`, return nothing, take only `Copy` arguments (scalars and
 /// raw pointers to global memory) and have no generics.
+///
+/// `#[kernel(launch_bounds(MAX_THREADS, MIN_BLOCKS))]` is CUDA's `__launch_bounds__`: the builder
+/// (`build.rs`, which reads it from the source) adds `.maxntid MAX_THREADS, 1, 1` and
+/// `.minnctapersm MIN_BLOCKS` to the kernel's PTX entry, so that ptxas keeps the registers low
+/// enough for `MIN_BLOCKS` blocks of `MAX_THREADS` threads per SM. Launches with more threads fail.
 #[proc_macro_attribute]
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     if !attr.is_empty() {
-        return syn::Error::new(proc_macro2::TokenStream::from(attr).span(), "#[kernel] takes no arguments")
-            .to_compile_error()
-            .into();
+        let attr = proc_macro2::TokenStream::from(attr);
+        if let Err(err) = check_launch_bounds(&attr) {
+            return err.to_compile_error().into();
+        }
     }
     let func = parse_macro_input!(item as ItemFn);
     match expand(func) {
@@ -84,4 +90,25 @@ fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
         #vis const #descriptor: ::kernels::KernelFn<(#(#arg_types,)*)> =
             ::kernels::KernelFn::new(#name_str, |(#(#arg_names,)*)| unsafe { #name(#(#arg_names),*) });
     })
+}
+
+/// Accepts exactly `launch_bounds(INT, INT)`.
+fn check_launch_bounds(attr: &proc_macro2::TokenStream) -> syn::Result<()> {
+    let call: syn::ExprCall = syn::parse2(attr.clone()).map_err(|_| {
+        syn::Error::new(
+            attr.span(),
+            "expected #[kernel] or #[kernel(launch_bounds(MAX_THREADS, MIN_BLOCKS))]",
+        )
+    })?;
+    let named = matches!(&*call.func, syn::Expr::Path(p) if p.path.is_ident("launch_bounds"));
+    let literals = call.args.len() == 2
+        && call.args.iter().all(|a| matches!(a, syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(_), .. })));
+    if named && literals {
+        Ok(())
+    } else {
+        Err(syn::Error::new(
+            attr.span(),
+            "expected launch_bounds(MAX_THREADS, MIN_BLOCKS) with two integer literals",
+        ))
+    }
 }

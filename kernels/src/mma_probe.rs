@@ -1,0 +1,150 @@
+//! Probe kernels for the tests of [`crate::mma`]: each runs one warp-level operation on small
+//! matrices in global memory, so that the simulator and the GPU can be compared with a CPU
+//! reference. Launch each with one block of one warp (32 threads) unless stated otherwise.
+//!
+//! Matrices are row-major: `A` is m × k, `B` is k × n (element `B[p, j]` at `b[p·n + j]`), `C` and
+//! `D` are m × n. Each lane loads its fragment through the `*_coords` functions of [`crate::mma`],
+//! and stores its fragment of `D` the same way.
+
+use crate::mma::{self, m16n8_c_coords};
+use crate::{kernel, shared, thread, warp};
+
+/// Loads this lane's four `C` elements of a 16 × 8 matrix.
+#[inline(always)]
+unsafe fn load_c16x8(c: *const f32, lane: u32) -> [f32; 4] {
+    core::array::from_fn(|r| {
+        let (i, j) = m16n8_c_coords(lane, r as u32);
+        // SAFETY: the kernel's contract: `c` is 16 × 8.
+        unsafe { *c.add((i * 8 + j) as usize) }
+    })
+}
+
+/// Stores this lane's four `D` elements of a 16 × 8 matrix.
+#[inline(always)]
+unsafe fn store_d16x8(d: *mut f32, lane: u32, values: [f32; 4]) {
+    for (r, value) in (0u32..).zip(values) {
+        let (i, j) = m16n8_c_coords(lane, r);
+        // SAFETY: the kernel's contract: `d` is 16 × 8.
+        unsafe { *d.add((i * 8 + j) as usize) = value };
+    }
+}
+
+/// `d = a·b + c` through [`mma::mma_tf32_m16n8k8`]: `a` 16 × 8, `b` 8 × 8, `c`, `d` 16 × 8. The
+/// operands are passed as they are (no rounding to tf32).
+#[kernel]
+pub unsafe fn mma_tf32_probe(a: *const f32, b: *const f32, c: *const f32, d: *mut f32) {
+    let lane = warp::lane_id();
+    let af = core::array::from_fn(|r| {
+        let (i, p) = mma::tf32_a_coords(lane, r as u32);
+        *a.add((i * 8 + p) as usize)
+    });
+    let bf = core::array::from_fn(|r| {
+        let (p, j) = mma::tf32_b_coords(lane, r as u32);
+        *b.add((p * 8 + j) as usize)
+    });
+    store_d16x8(d, lane, mma::mma_tf32_m16n8k8(af, bf, load_c16x8(c, lane)));
+}
+
+/// Packs halves `2r` and `2r + 1` of a fragment (low half first).
+#[inline(always)]
+fn pack<const N: usize>(halves: [u16; N], r: usize) -> u32 {
+    halves[2 * r] as u32 | (halves[2 * r + 1] as u32) << 16
+}
+
+/// The 16-bit fragments of `a` (16 × 16) and `b` (16 × 8) for the m16n8k16 operations.
+#[inline(always)]
+unsafe fn load_k16(a: *const u16, b: *const u16, lane: u32) -> ([u32; 4], [u32; 2]) {
+    let ah: [u16; 8] = core::array::from_fn(|h| {
+        let (i, p) = mma::m16n8k16_a_coords(lane, h as u32);
+        // SAFETY: the kernel's contract: `a` is 16 × 16.
+        unsafe { *a.add((i * 16 + p) as usize) }
+    });
+    let bh: [u16; 4] = core::array::from_fn(|h| {
+        let (p, j) = mma::m16n8k16_b_coords(lane, h as u32);
+        // SAFETY: the kernel's contract: `b` is 16 × 8.
+        unsafe { *b.add((p * 8 + j) as usize) }
+    });
+    (core::array::from_fn(|r| pack(ah, r)), core::array::from_fn(|r| pack(bh, r)))
+}
+
+/// `d = a·b + c` through [`mma::mma_f16_m16n8k16`]: `a` 16 × 16 and `b` 16 × 8 as IEEE f16 bit
+/// patterns, `c`, `d` 16 × 8 f32.
+#[kernel]
+pub unsafe fn mma_f16_probe(a: *const u16, b: *const u16, c: *const f32, d: *mut f32) {
+    let lane = warp::lane_id();
+    let (af, bf) = load_k16(a, b, lane);
+    store_d16x8(d, lane, mma::mma_f16_m16n8k16(af, bf, load_c16x8(c, lane)));
+}
+
+/// `d = a·b + c` through [`mma::mma_bf16_m16n8k16`]: `a` 16 × 16 and `b` 16 × 8 as bfloat16 bit
+/// patterns, `c`, `d` 16 × 8 f32.
+#[kernel]
+pub unsafe fn mma_bf16_probe(a: *const u16, b: *const u16, c: *const f32, d: *mut f32) {
+    let lane = warp::lane_id();
+    let (af, bf) = load_k16(a, b, lane);
+    store_d16x8(d, lane, mma::mma_bf16_m16n8k16(af, bf, load_c16x8(c, lane)));
+}
+
+/// `d = a·b + c` through [`mma::mma_f64_m8n8k4`]: `a` 8 × 4, `b` 4 × 8, `c`, `d` 8 × 8, f64.
+#[kernel]
+pub unsafe fn mma_f64_probe(a: *const f64, b: *const f64, c: *const f64, d: *mut f64) {
+    let lane = warp::lane_id();
+    let (i, p) = mma::f64_a_coords(lane);
+    let av = *a.add((i * 4 + p) as usize);
+    let (p, j) = mma::f64_b_coords(lane);
+    let bv = *b.add((p * 8 + j) as usize);
+    let cv = core::array::from_fn(|r| {
+        let (i, j) = mma::f64_c_coords(lane, r as u32);
+        *c.add((i * 8 + j) as usize)
+    });
+    for (r, value) in (0u32..).zip(mma::mma_f64_m8n8k4(av, bv, cv)) {
+        let (i, j) = mma::f64_c_coords(lane, r);
+        *d.add((i * 8 + j) as usize) = value;
+    }
+}
+
+/// `y[i] = to_tf32(x[i])` for `n` values ([`mma::to_tf32`]). Any 1-D launch (grid-stride loop).
+#[kernel]
+pub unsafe fn tf32_round_probe(x: *const f32, y: *mut f32, n: u32) {
+    let mut i = thread::index_1d();
+    while i < n {
+        *y.add(i as usize) = mma::to_tf32(*x.add(i as usize));
+        i += thread::grid_stride_1d();
+    }
+}
+
+/// Copies 64 floats of `src` into shared memory with `cp.async` in three groups — floats 0..32 as
+/// 16-byte copies, 32..48 as 8-byte, 48..64 as 4-byte — reading only the first `valid` floats
+/// (the rest zero-filled), waits for the groups one by one, then writes the shared copy to `dst`.
+/// One block of 16 threads, 256 bytes of dynamic shared memory; `src` aligned to 16 bytes.
+#[kernel]
+pub unsafe fn cp_async_probe(src: *const f32, dst: *mut f32, valid: u32) {
+    let t = thread::thread_idx_x();
+    let tile = shared::region::<f32>(0, 64);
+    let base = mma::shared_address(tile.as_ptr());
+    let bytes = |first: u32, count: u32| valid.saturating_sub(first).min(count) * 4;
+    let at = |first: u32| if bytes(first, 1) > 0 { src.add(first as usize) } else { src };
+    // Group 1: 8 × 16 bytes (threads 0..8).
+    if t < 8 {
+        mma::cp_async_16(base + 16 * t, at(4 * t), bytes(4 * t, 4));
+    }
+    mma::cp_async_commit_group();
+    // Group 2: 8 × 8 bytes (threads 0..8).
+    if t < 8 {
+        let first = 32 + 2 * t;
+        mma::cp_async_8(base + 4 * first, at(first), bytes(first, 2));
+    }
+    mma::cp_async_commit_group();
+    // Group 3: 16 × 4 bytes.
+    let first = 48 + t;
+    mma::cp_async_4(base + 4 * first, at(first), bytes(first, 1));
+    mma::cp_async_commit_group();
+    mma::cp_async_wait_group::<2>();
+    mma::cp_async_wait_group::<1>();
+    mma::cp_async_wait_group::<0>();
+    thread::sync_threads();
+    for q in 0..4 {
+        let i = (q * 16 + t) as usize;
+        *dst.add(i) = tile.read(i);
+    }
+}
