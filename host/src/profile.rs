@@ -230,6 +230,11 @@ impl Report {
         self.rows.iter().find(|(n, _)| n == name).map(|(_, r)| (r.total_ms, r.calls))
     }
 
+    /// Bytes recorded under a copy row (`[CUDA memcpy HtoD]` / `[CUDA memcpy DtoH]`).
+    pub fn copied_bytes(&self, name: &str) -> Option<u64> {
+        self.rows.iter().find(|(n, _)| n == name).map(|(_, r)| r.bytes)
+    }
+
     /// GPU milliseconds of every kernel recorded (CUDA events), and the number of launches.
     pub fn kernel_totals(&self) -> (f64, u32) {
         self.rows
