@@ -434,14 +434,15 @@ impl Device {
     pub fn upload_into<T: Element>(&self, buffer: &mut Buffer<T>, data: &[T]) -> Result<()> {
         same_len(buffer.len(), data.len())?;
         let t = Instant::now();
-        if self.stages(data) {
-            self.with_staging(|staging| staging.upload(self, &self.queue, data, buffer, 0))?;
+        let setup_ms = if self.stages(data) {
+            self.with_staging(|staging| staging.upload(self, &self.queue, data, buffer, 0))?
         } else {
             // SAFETY: the copy has finished before `data` can change: the queue is synchronised below.
             unsafe { self.upload_async(&self.queue, data, buffer)? };
-        }
+            0.0
+        };
         self.sync_queue(&self.queue)?;
-        self.count_copy(Direction::HostToDevice, t, std::mem::size_of_val(data));
+        self.count_copy(Direction::HostToDevice, t, std::mem::size_of_val(data), setup_ms);
         Ok(())
     }
 
@@ -453,15 +454,16 @@ impl Device {
             // The kernels first, so that the copy's time is the copy's.
             self.sync_queue(&self.queue)?;
             let t = Instant::now();
-            self.with_staging(|staging| staging.download(self, &self.queue, buffer, 0, out))?;
-            self.count_copy(Direction::DeviceToHost, t, std::mem::size_of_val(out));
+            let setup_ms =
+                self.with_staging(|staging| staging.download(self, &self.queue, buffer, 0, out))?;
+            self.count_copy(Direction::DeviceToHost, t, std::mem::size_of_val(out), setup_ms);
         } else {
             self.sync_queue(&self.queue)?;
             let t = Instant::now();
             // SAFETY: `out` is not touched until the queue is synchronised below.
             unsafe { self.download_async(&self.queue, buffer, out)? };
             self.sync_queue(&self.queue)?;
-            self.count_copy(Direction::DeviceToHost, t, std::mem::size_of_val(out));
+            self.count_copy(Direction::DeviceToHost, t, std::mem::size_of_val(out), 0.0);
         }
         Ok(())
     }
@@ -483,24 +485,29 @@ impl Device {
     }
 
     /// Runs `copy` with the device's staging, made at its first use.
-    fn with_staging(&self, copy: impl FnOnce(&mut Staging) -> Result<()>) -> Result<()> {
+    /// Returns the milliseconds spent making the staging (0 once made).
+    fn with_staging(&self, copy: impl FnOnce(&mut Staging) -> Result<()>) -> Result<f64> {
         let mut slot = self.staging.borrow_mut();
+        let mut setup_ms = 0.0;
         let staging = match &mut *slot {
             Some(staging) => staging,
             None => {
                 let t = Instant::now();
                 let staging = slot.insert(Box::new(self.staging()?));
+                setup_ms = t.elapsed().as_secs_f64() * 1e3;
                 let mut totals = self.copies.get();
-                totals.staging_setup_ms += t.elapsed().as_secs_f64() * 1e3;
+                totals.staging_setup_ms += setup_ms;
                 self.copies.set(totals);
                 staging
             }
         };
-        copy(staging)
+        copy(staging)?;
+        Ok(setup_ms)
     }
 
-    fn count_copy(&self, direction: Direction, start: Instant, bytes: usize) {
-        let ms = start.elapsed().as_secs_f64() * 1e3;
+    /// Counts a copy that started at `start`, less `setup_ms` spent making the staging.
+    fn count_copy(&self, direction: Direction, start: Instant, bytes: usize, setup_ms: f64) {
+        let ms = start.elapsed().as_secs_f64() * 1e3 - setup_ms;
         let mut totals = self.copies.get();
         match direction {
             Direction::HostToDevice => {
@@ -515,9 +522,13 @@ impl Device {
         self.copies.set(totals);
     }
 
-    /// Waits for the work queued so far, then returns a copy of `buffer`.
+    /// Waits for the work queued so far, then returns a copy of `buffer`. A large result's fresh
+    /// memory is asked for in 2 MiB pages, whose first touch costs far less than 4 KiB pages'.
     pub fn download<T: Element>(&self, buffer: &Buffer<T>) -> Result<Vec<T>> {
         let mut out = vec![T::default(); buffer.len()];
+        if self.stages(&out) {
+            advise_huge_pages(&mut out);
+        }
         self.download_into(buffer, &mut out)?;
         Ok(out)
     }
@@ -1196,6 +1207,22 @@ impl Drop for Staging {
         for event in &self.done {
             let _ = event.synchronize();
         }
+    }
+}
+
+/// Asks Linux to back `data`'s not yet touched memory with 2 MiB pages (`madvise(MADV_HUGEPAGE)`
+/// on the whole 2 MiB-aligned pages inside it). A fresh 64 MiB result written by a copy otherwise
+/// takes 16 384 page faults of 4 KiB, which cost more than the copy itself (11 ms against 3 ms on
+/// the H100's host); with huge pages it takes 32. Advice only: where transparent huge pages are off
+/// or not supported, nothing changes and nothing fails.
+fn advise_huge_pages<T>(data: &mut [T]) {
+    const HUGE_PAGE: usize = 2 << 20;
+    let begin = data.as_mut_ptr() as usize;
+    let (start, end) =
+        (begin.next_multiple_of(HUGE_PAGE), (begin + std::mem::size_of_val(data)) & !(HUGE_PAGE - 1));
+    if end > start {
+        // SAFETY: the range lies inside `data`'s allocation; MADV_HUGEPAGE changes no contents.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
     }
 }
 
