@@ -35,13 +35,19 @@
 //! flight. Another thread sees the data only after a barrier following the wait. Destinations are
 //! shared-window addresses from [`shared_address`].
 //!
+//! # Matrix loads
+//!
+//! [`ldmatrix_x4`] loads a warp's fragments of four 8 × 8 16-bit (or 8 × 4 32-bit) matrices from
+//! shared memory in one instruction, each lane naming one row.
+//!
 //! # In the simulator
 //!
 //! Each MMA gathers the 32 lanes' fragments (all 32 lanes of the warp must be present), builds `A`
 //! and `B`, and gives each lane its elements of `D`, computed from the exact products summed in f64
 //! and rounded once to f32 (tf32 operands are first truncated to their tf32 bits, as the hardware
 //! reads them). The hardware's order of accumulation inside one MMA is not specified, so GPU results
-//! may differ from the simulator's in the last bits. A `cp.async` is a synchronous copy (with the
+//! may differ from the simulator's in the last bits. An `ldmatrix` gathers the lanes' row
+//! addresses and reads shared memory as the hardware does. A `cp.async` is a synchronous copy (with the
 //! same zero fill) and the wait is a no-op; shared-window addresses are byte offsets into the
 //! block's dynamic shared memory, checked against its size.
 
@@ -335,6 +341,48 @@ pub fn shared_address<T>(ptr: *const T) -> u32 {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     crate::sim::shared_offset(ptr as *const u8)
+}
+
+/// Loads four 8 × 8 matrices of 16-bit elements from shared memory, one register of each per lane
+/// (`ldmatrix.sync.aligned.m8n8.x4.shared.b16`). Lane `l` passes `row`, the shared-window address
+/// ([`shared_address`]) of row `l % 8` of matrix `l / 8`, 16 bytes aligned to 16; register `q` of
+/// lane `l` receives bytes `4·(l % 4)` to `4·(l % 4) + 4` of row `l / 4` of matrix `q`.
+///
+/// For 32-bit elements (tf32) each row is 4 elements and lane `l` receives element `(l / 4, l % 4)`
+/// of each 8 × 4 matrix: the `A` fragment of [`mma_tf32_m16n8k8`] in one instruction when matrices
+/// 0..4 are rows 0..8 / columns 0..4, rows 8..16 / columns 0..4, rows 0..8 / columns 4..8 and rows
+/// 8..16 / columns 4..8 of `A`. Every lane of the warp must call it together.
+///
+/// # Safety
+/// Every lane's `row` is a 16-byte-aligned shared-window address with 16 bytes inside the block's
+/// dynamic shared memory, written before (and published by a barrier where other threads wrote it).
+#[inline(always)]
+pub unsafe fn ldmatrix_x4(row: u32) -> [u32; 4] {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (d0, d1, d2, d3): (u32, u32, u32, u32);
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            core::arch::asm!(
+                "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{}, {}, {}, {}}}, [{}];",
+                out(reg32) d0, out(reg32) d1, out(reg32) d2, out(reg32) d3,
+                in(reg32) row,
+                options(readonly, nostack),
+            );
+        }
+        [d0, d1, d2, d3]
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        assert!(row.is_multiple_of(16), "ldmatrix row at a misaligned shared address {row}");
+        let rows = crate::sim::warp_gather([row as u64]);
+        let lane = lane_id() as usize;
+        core::array::from_fn(|q| {
+            let at = rows[8 * q + lane / 4][0] as u32 + 4 * (lane % 4) as u32;
+            // SAFETY: in the block's shared memory (checked by the simulator), aligned to 4.
+            unsafe { *(crate::sim::shared_bytes_at(at, 4) as *const u32) }
+        })
+    }
 }
 
 /// The simulator's `cp.async`: copies `src_bytes` (at most `size`) and zero-fills the rest.

@@ -278,18 +278,18 @@ pub const MMA_TILE_K: u32 = 32;
 pub const MMA_STAGES: u32 = 3;
 /// Threads per block of the tensor-core kernels: 8 warps, 2 × 4 over the tile, 64 × 32 each.
 pub const MMA_THREADS: u32 = 256;
-/// Floats per row of a stage's `U` tile: 32 of `k` plus 4 of padding, so that the 32 lanes' reads of
-/// an `A` fragment hit 32 different banks.
+/// Floats per row of a stage's `U` tile: 32 of `k` plus 4 of padding, so that the 8 rows of 16
+/// bytes of an `ldmatrix` matrix hit 32 different banks.
 const MMA_A_STRIDE: usize = 36;
 /// Floats per row (one `p`) of a stage's `Vᵀ` tile, 128 columns plus 8 of padding (conflict-free
 /// `B` fragments); also the row stride of the output tile in the epilogue.
 const MMA_B_STRIDE: usize = 136;
 const MMA_A_FLOATS: usize = MMA_TILE_M as usize * MMA_A_STRIDE;
 const MMA_B_FLOATS: usize = MMA_TILE_K as usize * MMA_B_STRIDE;
-/// Floats of one stage: the `U` tile (`MMA_TILE_M × MMA_A_STRIDE`), the `Vᵀ` tile
-/// (`MMA_TILE_K × MMA_B_STRIDE`) and `MMA_TILE_K` singular values.
-const MMA_STAGE_FLOATS: usize = MMA_A_FLOATS + MMA_B_FLOATS + MMA_TILE_K as usize;
-/// Dynamic shared memory of the tensor-core kernels, bytes: [`MMA_STAGES`] stages (105.4 KiB; the
+/// Floats of one stage: the `U` tile (`MMA_TILE_M × MMA_A_STRIDE`), then the `Vᵀ` tile
+/// (`MMA_TILE_K × MMA_B_STRIDE`).
+const MMA_STAGE_FLOATS: usize = MMA_A_FLOATS + MMA_B_FLOATS;
+/// Dynamic shared memory of the tensor-core kernels, bytes: [`MMA_STAGES`] stages (105 KiB; the
 /// epilogue reuses it for the 128 × 128 output tile).
 pub const MMA_SHARED_BYTES: u32 = MMA_STAGES * (MMA_STAGE_FLOATS * 4) as u32;
 
@@ -307,16 +307,31 @@ macro_rules! unroll {
 #[repr(C, align(8))]
 struct Float2([f32; 2]);
 
-/// An f32 as the sum of two tf32 values, `big = tf32(x)` and `small = tf32(x − big)` (`x − big` is
-/// exact): together 21 to 22 significant bits.
+/// An f32 as the sum of two tf32 operands, `big = tf32(x)` (rounded to nearest, ties away, by
+/// integer arithmetic on the bits: `x` finite or infinite) and `small = x − big` (exact). `small`
+/// is passed to the tensor cores as it is: they read its tf32 bits, i.e. truncate it, an error below
+/// 2⁻¹⁰·|small| ≤ 2⁻²¹·|x|. Three integer/f32 instructions, no conversion.
 #[inline(always)]
 fn split_tf32(x: f32) -> (f32, f32) {
-    let big = mma::to_tf32(x);
-    (big, mma::to_tf32(x - big))
+    let big = f32::from_bits(x.to_bits().wrapping_add(0x1000) & !0x1fff);
+    (big, x - big)
 }
 
 /// The body of [`svd_reconstruct_tf32`] (`SPLIT = false`) and [`svd_reconstruct_tf32x3`]
 /// (`SPLIT = true`).
+///
+/// # Layouts
+///
+/// A stage holds `U[row0 + r, p0 + c]` at `r·MMA_A_STRIDE + c` and `Vᵀ[p0 + r, col0 + c]` at
+/// `MMA_A_FLOATS + r·MMA_B_STRIDE + c`, exactly as copied. After its copies have landed, each
+/// thread rewrites the elements it copied itself (its own `cp.async` writes are visible to it
+/// after the wait; the barrier that follows publishes them): `U` times `s` (the scaling of
+/// `diag(s)`), and for one pass both operands rounded to tf32. The MMAs then read operands
+/// as they are, with no per-fragment work beyond the 3xTF32 split.
+///
+/// Per step of 8 along `k` a warp loads each of its four `A` fragments (16 × 8 of `U·diag(s)`) with
+/// one [`mma::ldmatrix_x4`] and each of its four `B` fragments (8 × 8 of `Vᵀ`) with two 4-byte
+/// loads: 12 shared loads for 16 MMAs (48 for 3xTF32).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn reconstruct_mma<const SPLIT: bool>(
@@ -338,7 +353,8 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
     unsafe {
         let (u, s, vt, out) = batch.offset(u, s, vt, out);
         let smem = shared::region::<f32>(0, MMA_STAGES as usize * MMA_STAGE_FLOATS);
-        let base = mma::shared_address(smem.as_ptr());
+        let sp = smem.as_ptr();
+        let base = mma::shared_address(sp);
         let tid = thread::thread_idx_x();
         let (warp, lane) = (tid / 32, tid % 32);
         let (g, t) = ((lane / 4) as usize, (lane % 4) as usize);
@@ -350,13 +366,18 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
         let u_vec = ldu.is_multiple_of(4) && (u as usize).is_multiple_of(16);
         let vt_vec = n.is_multiple_of(4) && (vt as usize).is_multiple_of(16);
         let ktiles = k.div_ceil(BK);
+        // The elements a thread copies (and later rewrites): with 16-byte copies, the groups of 4
+        // at (row (tid + 256·q) / 8, column tid % 8 · 4) of U and (row (tid + 256·q) / 32, column
+        // tid % 32 · 4) of Vᵀ, q = 0..4; with 4-byte copies, (row tid / 32 + 8·q, column tid % 32)
+        // of U and (row tid / 128 + 2·q, column tid % 128) of Vᵀ, q = 0..16.
+        let u_group = |q: u32| ((tid + 256 * q) / 8, (tid + 256 * q) % 8 * 4);
+        let vt_group = |q: u32| ((tid + 256 * q) / 32, (tid + 256 * q) % 32 * 4);
 
         // Starts the copies of k-tile `kt` into `stage`, zero-filling whatever lies past m, n or k.
         let load_tile = |kt: u32, stage: u32| {
             let p0 = kt * BK;
             let sa = base + stage * STAGE_BYTES;
             let sb = sa + (MMA_A_FLOATS * 4) as u32;
-            let ss = sb + (MMA_B_FLOATS * 4) as u32;
             let u_at = |r: u32, c: u32| -> (*const f32, u32) {
                 let (i, p) = (row0 + r, p0 + c);
                 if i < m && p < k { (u.add((i * ldu + p) as usize), k - p) } else { (u, 0) }
@@ -367,7 +388,7 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
             };
             if u_vec {
                 for q in 0..4 {
-                    let (r, c) = ((tid + 256 * q) / 8, (tid + 256 * q) % 8 * 4);
+                    let (r, c) = u_group(q);
                     let (src, left) = u_at(r, c);
                     mma::cp_async_16(sa + (r * MMA_A_STRIDE as u32 + c) * 4, src, left.min(4) * 4);
                 }
@@ -384,7 +405,7 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
             }
             if vt_vec {
                 for q in 0..4 {
-                    let (r, c) = ((tid + 256 * q) / 32, (tid + 256 * q) % 32 * 4);
+                    let (r, c) = vt_group(q);
                     let (src, left) = vt_at(r, c);
                     mma::cp_async_16(sb + (r * MMA_B_STRIDE as u32 + c) * 4, src, left.min(4) * 4);
                 }
@@ -397,49 +418,80 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
                     r += MMA_THREADS / MMA_TILE_N;
                 }
             }
-            if tid < BK {
-                let p = p0 + tid;
-                let (src, bytes) = if p < k { (s.add(p as usize), 4) } else { (s, 0) };
-                mma::cp_async_4(ss + tid * 4, src, bytes);
+        };
+
+        // Rewrites this thread's copied elements of k-tile `kt` in `stage` (see Layouts): U scaled
+        // by s, and rounded to tf32 for one pass. Elements past k are zero and stay zero.
+        let prepare_tile = |kt: u32, stage: usize| {
+            let p0 = kt * BK;
+            let sa = sp.add(stage * MMA_STAGE_FLOATS);
+            let sb = sa.add(MMA_A_FLOATS);
+            let s_at = |c: u32| if p0 + c < k { *s.add((p0 + c) as usize) } else { 0.0 };
+            let round = |x: f32| if SPLIT { x } else { mma::to_tf32(x) };
+            if u_vec {
+                let c = tid % 8 * 4;
+                let sc = [s_at(c), s_at(c + 1), s_at(c + 2), s_at(c + 3)];
+                for q in 0..4 {
+                    let (r, _) = u_group(q);
+                    let at = sa.add(r as usize * MMA_A_STRIDE + c as usize) as *mut Float4;
+                    let v = (*at).0;
+                    *at = Float4(core::array::from_fn(|e| round(v[e] * sc[e])));
+                }
+            } else {
+                let (mut r, c) = (tid / 32, tid % 32);
+                let sc = s_at(c);
+                while r < MMA_TILE_M {
+                    let at = sa.add(r as usize * MMA_A_STRIDE + c as usize);
+                    *at = round(*at * sc);
+                    r += MMA_THREADS / 32;
+                }
+            }
+            if !SPLIT {
+                if vt_vec {
+                    for q in 0..4 {
+                        let (r, c) = vt_group(q);
+                        let at = sb.add(r as usize * MMA_B_STRIDE + c as usize) as *mut Float4;
+                        *at = Float4((*at).0.map(mma::to_tf32));
+                    }
+                } else {
+                    let (mut r, c) = (tid / MMA_TILE_N, tid % MMA_TILE_N);
+                    while r < MMA_TILE_K {
+                        let at = sb.add(r as usize * MMA_B_STRIDE + c as usize);
+                        *at = mma::to_tf32(*at);
+                        r += MMA_THREADS / MMA_TILE_N;
+                    }
+                }
             }
         };
 
         // acc[mi][ni]: the m16n8 accumulator of rows wm + 16·mi, columns wn + 8·ni.
         let mut acc = [[[0.0f32; 4]; 4]; 4];
+        // This lane's ldmatrix row: row lane % 8 (+ 8 for matrices 1 and 3) of the fragment,
+        // columns 0..4 (+ 4 for matrices 2 and 3), as a byte offset in the stage.
+        let a_row = ((wm as u32 + lane % 8 + 8 * (lane / 8 % 2)) * MMA_A_STRIDE as u32 + 4 * (lane / 16)) * 4;
         let compute = |acc: &mut [[[f32; 4]; 4]; 4], stage: usize| {
             let sa = stage * MMA_STAGE_FLOATS;
-            let sb = sa + MMA_A_FLOATS;
-            let ss = sb + MMA_B_FLOATS;
+            let sb = sp.add(sa + MMA_A_FLOATS);
+            let a_at = base + sa as u32 * 4 + a_row;
             // A loop, not unrolled: ptxas then keeps one step's fragments live, not four.
             for kk in 0..(BK / 8) as usize {
                 let p = kk * 8 + t;
-                // B = diag(s)·Vᵀ: the scaling by s goes to the smaller operand of the warp.
-                let (s0, s1) = (smem.read(ss + p), smem.read(ss + p + 4));
                 let mut b_big = [[0.0f32; 2]; 4];
                 let mut b_small = [[0.0f32; 2]; 4];
                 unroll!(ni in [0, 1, 2, 3] {
                     let j = wn + ni * 8 + g;
-                    let b = [
-                        smem.read(sb + p * MMA_B_STRIDE + j) * s0,
-                        smem.read(sb + (p + 4) * MMA_B_STRIDE + j) * s1,
-                    ];
+                    let b = [*sb.add(p * MMA_B_STRIDE + j), *sb.add((p + 4) * MMA_B_STRIDE + j)];
                     unroll!(r in [0, 1] {
-                        (b_big[ni][r], b_small[ni][r]) =
-                            if SPLIT { split_tf32(b[r]) } else { (mma::to_tf32(b[r]), 0.0) };
+                        (b_big[ni][r], b_small[ni][r]) = if SPLIT { split_tf32(b[r]) } else { (b[r], 0.0) };
                     });
                 });
                 unroll!(mi in [0, 1, 2, 3] {
-                    let i = wm + mi * 16 + g;
-                    let a = [
-                        smem.read(sa + i * MMA_A_STRIDE + p),
-                        smem.read(sa + (i + 8) * MMA_A_STRIDE + p),
-                        smem.read(sa + i * MMA_A_STRIDE + p + 4),
-                        smem.read(sa + (i + 8) * MMA_A_STRIDE + p + 4),
-                    ];
+                    let a = mma::ldmatrix_x4(a_at + ((mi * 16 * MMA_A_STRIDE + kk * 8) * 4) as u32)
+                        .map(f32::from_bits);
                     let mut a_big = [0.0f32; 4];
                     let mut a_small = [0.0f32; 4];
                     unroll!(r in [0, 1, 2, 3] {
-                        (a_big[r], a_small[r]) = if SPLIT { split_tf32(a[r]) } else { (mma::to_tf32(a[r]), 0.0) };
+                        (a_big[r], a_small[r]) = if SPLIT { split_tf32(a[r]) } else { (a[r], 0.0) };
                     });
                     unroll!(ni in [0, 1, 2, 3] {
                         if SPLIT {
@@ -454,8 +506,8 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
         };
 
         // The pipeline: MMA_STAGES − 1 tiles in flight while one is computed on. One barrier per
-        // tile: it publishes tile kt to every warp and tells that the stage about to be refilled
-        // (computed on in the previous iteration) is free.
+        // tile: it publishes tile kt (prepared by the threads that copied it) to every warp and
+        // tells that the stage about to be refilled (computed on in the previous iteration) is free.
         for kt in 0..MMA_STAGES - 1 {
             if kt < ktiles {
                 load_tile(kt, kt);
@@ -465,6 +517,7 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
         let (mut read_stage, mut write_stage) = (0u32, MMA_STAGES - 1);
         for kt in 0..ktiles {
             mma::cp_async_wait_group::<{ MMA_STAGES - 2 }>();
+            prepare_tile(kt, read_stage as usize);
             thread::sync_threads();
             if kt + MMA_STAGES - 1 < ktiles {
                 load_tile(kt + MMA_STAGES - 1, write_stage);
@@ -480,14 +533,13 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
         // Epilogue: the accumulators go to shared memory as the 128 × 128 tile (8-byte stores, no
         // bank conflicts), then each warp writes whole rows of 128 floats: 16-byte stores, one
         // 512-byte row per warp instruction.
-        let tile = smem.as_ptr();
         unroll!(mi in [0, 1, 2, 3] {
             unroll!(ni in [0, 1, 2, 3] {
                 unroll!(half in [0, 1] {
                     let (i, j) = mma::m16n8_c_coords(lane, 2 * half as u32);
                     let at = (wm + mi * 16 + i as usize) * MMA_B_STRIDE + wn + ni * 8 + j as usize;
                     let d = acc[mi][ni];
-                    *(tile.add(at) as *mut Float2) = Float2([d[2 * half], d[2 * half + 1]]);
+                    *(sp.add(at) as *mut Float2) = Float2([d[2 * half], d[2 * half + 1]]);
                 });
             });
         });
@@ -501,10 +553,10 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
             if i >= m || j >= n {
                 break;
             }
-            let v = (*(tile.add(r as usize * MMA_B_STRIDE + c as usize) as *const Float4)).0;
+            let v = (*(sp.add(r as usize * MMA_B_STRIDE + c as usize) as *const Float4)).0;
             let dst = out.add((i * n + j) as usize);
             if out_vec && j + 4 <= n {
-                *(dst as *mut Float4) = Float4([v[0], v[1], v[2], v[3]]);
+                *(dst as *mut Float4) = Float4(v);
             } else {
                 unroll!(e in [0, 1, 2, 3] {
                     if j + (e as u32) < n {
@@ -521,8 +573,10 @@ unsafe fn reconstruct_mma<const SPLIT: bool>(
 /// its 8 warps a 64 × 32 part as 4 × 4 m16n8k8 MMAs per step of 8 along `k`. Tiles of `U`
 /// (128 × 32), `Vᵀ` (32 × 128) and `s` (32) go to shared memory through a 3-stage `cp.async`
 /// pipeline (16-byte copies when rows are 16-byte aligned, else 4-byte; zero-filled past the
-/// edges), padded so that fragment reads are free of bank conflicts; `s` scales `Vᵀ` as the
-/// fragments are read. The epilogue stages the tile in shared memory and writes whole rows.
+/// edges), padded so that fragment reads are free of bank conflicts. Once per staged tile each
+/// thread scales its copied part of `U` by `s` and rounds its parts of `U` and `Vᵀ` to tf32 in
+/// place, so that the inner loop is fragment loads (`ldmatrix` for `U`) and MMAs only. The epilogue
+/// stages the tile in shared memory and writes whole rows.
 ///
 /// Launch: block 256 × 1 ([`MMA_THREADS`]), grid `⌈n/128⌉ × ⌈m/128⌉ × images`,
 /// [`MMA_SHARED_BYTES`] of dynamic shared memory. Needs sm_80. Launch bounds: 256 threads, 2 blocks
