@@ -85,25 +85,29 @@ impl DeviceArgs {
 
     /// Prints the profile (to stderr) when `--profile` was given and the target is a GPU.
     pub fn print_profile(&self, target: &Target) -> Result<()> {
-        if let Target::Kernels(device) = target
-            && self.profile
-            && let Some(report) = device.profile_report()?
-        {
-            eprint!("{report}");
-        }
-        Ok(())
+        self.report(target).map(drop)
     }
 
     /// [`DeviceArgs::print_profile`], then the one-line summary of where the command's time went
     /// (see [`Timing`]).
     pub fn finish(&self, target: &Target, timing: &Timing) -> Result<()> {
-        self.print_profile(target)?;
-        let kernels_ms = match target {
-            Target::Kernels(device) => device.profile_report()?.map(|r| r.kernel_totals().0),
-            Target::CpuReference => None,
-        };
+        let kernels_ms = self.report(target)?.map(|r| r.kernel_totals().0);
         println!("{}", timing.summary(target, kernels_ms));
         Ok(())
+    }
+
+    /// The recorded profile (one pass over the recorded events), printed with `--profile`.
+    fn report(&self, target: &Target) -> Result<Option<crate::profile::Report>> {
+        let report = match target {
+            Target::Kernels(device) => device.profile_report()?,
+            Target::CpuReference => None,
+        };
+        if self.profile
+            && let Some(report) = &report
+        {
+            eprint!("{report}");
+        }
+        Ok(report)
     }
 
     fn gpu_options(&self) -> GpuOptions {
