@@ -55,7 +55,8 @@ impl Variant {
         match self {
             Variant::Naive | Variant::Tiled => format!("{block}×{block}"),
             Variant::Regtiled => "16×16 (128² tile)".into(),
-            Variant::Tf32 | Variant::Tf32x3 => "256 (128² tile)".into(),
+            Variant::Tf32 => format!("{} (128² tile)", k::MMA_TF32_THREADS),
+            Variant::Tf32x3 => format!("{} (128² tile)", k::MMA_TF32X3_THREADS),
         }
     }
 
@@ -80,7 +81,11 @@ impl Variant {
                     n.div_ceil(k::MMA_TILE_N as usize) as u32,
                     m.div_ceil(k::MMA_TILE_M as usize) as u32,
                 ),
-                block: Dim3::x(k::MMA_THREADS),
+                block: Dim3::x(if self == Variant::Tf32 {
+                    k::MMA_TF32_THREADS
+                } else {
+                    k::MMA_TF32X3_THREADS
+                }),
                 shared_bytes: k::MMA_SHARED_BYTES,
             },
         }

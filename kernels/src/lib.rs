@@ -8,7 +8,8 @@
 //! * [`shared`]: the launch-sized (dynamic) shared memory as a typed array;
 //! * [`math`]: f32/f64 math through CUDA's libdevice, and [`math::fast`] approximate variants;
 //! * [`warp`]: warp shuffles;
-//! * [`mma`]: tensor-core matrix multiply-accumulate (tf32, f16, bf16, f64) and `cp.async`.
+//! * [`mma`]: tensor-core matrix multiply-accumulate (tf32, f16, bf16, f64) and `cp.async`;
+//! * [`global`]: 16-byte global loads and stores that stay one instruction.
 //!
 //! The same source compiles twice. For `nvptx64-nvidia-cuda` (by the builder, `../build.rs`) each
 //! `#[kernel]` becomes a PTX entry point. For the host, each kernel is a plain function and the
@@ -27,12 +28,16 @@
         gpu_launch_sized_workgroup_mem
     )
 )]
+// `#[inline(always)]` on closures: a kernel's large closures must be inlined, or what they capture
+// by reference (accumulators) goes to local memory.
+#![feature(stmt_expr_attributes)]
 #![warn(missing_docs)]
 
 extern crate self as kernels;
 
 pub use kernels_macros::kernel;
 
+pub mod global;
 pub mod math;
 pub mod mma;
 pub mod shared;

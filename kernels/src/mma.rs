@@ -78,6 +78,16 @@ pub fn to_tf32(x: f32) -> f32 {
     }
 }
 
+/// [`to_tf32`] in two integer instructions (add half of the dropped range to the bits, clear the
+/// low 13): the same result for every finite or infinite `x`. ptxas emulates `cvt.rna.tf32.f32` on
+/// sm_90 with a test for infinity and a predicated add, twice the instructions, which matters where a
+/// kernel rounds every element it stages. A NaN whose payload lies only in the low 13 bits becomes
+/// infinite.
+#[inline(always)]
+pub fn round_tf32(x: f32) -> f32 {
+    f32::from_bits(x.to_bits().wrapping_add(0x1000) & !0x1fff)
+}
+
 /// Element `(row, column)` of the 16 × 8 `A` held in register `r` (0..4) of `lane` for
 /// [`mma_tf32_m16n8k8`].
 #[inline(always)]
