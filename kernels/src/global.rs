@@ -1,4 +1,4 @@
-//! 16- and 8-byte global-memory accesses that stay one instruction.
+//! 16- and 8-byte global-memory stores that stay one instruction.
 //!
 //! A plain `*(p as *mut [f32; 4])` through an `align(16)` type does not guarantee one `st.global.v4`:
 //! where LLVM merges it with a scalar fallback path (the usual "vector inside, scalars at the edge"
@@ -7,34 +7,6 @@
 //! These functions are one PTX instruction each. In the simulator they are plain accesses that
 //! check the alignment.
 
-/// Four f32 at `ptr` in one `ld.global.v4.f32`.
-///
-/// # Safety
-/// `ptr` is a global address of four readable f32, aligned to 16 bytes.
-#[inline(always)]
-pub unsafe fn load_f32x4(ptr: *const f32) -> [f32; 4] {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let (a, b, c, d): (u32, u32, u32, u32);
-        // SAFETY: guaranteed by the caller.
-        unsafe {
-            core::arch::asm!(
-                "ld.global.v4.b32 {{{}, {}, {}, {}}}, [{}];",
-                out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d,
-                in(reg64) ptr,
-                options(readonly, nostack),
-            );
-        }
-        [a, b, c, d].map(f32::from_bits)
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        check_aligned(ptr);
-        // SAFETY: guaranteed by the caller.
-        unsafe { *(ptr as *const [f32; 4]) }
-    }
-}
-
 /// Stores four f32 at `ptr` in one `st.global.v4.f32`.
 ///
 /// # Safety
@@ -42,47 +14,21 @@ pub unsafe fn load_f32x4(ptr: *const f32) -> [f32; 4] {
 /// accesses during the kernel.
 #[inline(always)]
 pub unsafe fn store_f32x4(ptr: *mut f32, value: [f32; 4]) {
-    // SAFETY: guaranteed by the caller.
-    unsafe { store_v4::<false>(ptr, value) }
-}
-
-/// As [`store_f32x4`], with the streaming cache hint (`st.global.cs`): the lines are the first to be
-/// evicted, for a result written once and not read again by the kernel (a large output that would
-/// otherwise push the kernel's reused inputs out of L2).
-///
-/// # Safety
-/// As for [`store_f32x4`].
-#[inline(always)]
-pub unsafe fn store_f32x4_streaming(ptr: *mut f32, value: [f32; 4]) {
-    // SAFETY: guaranteed by the caller.
-    unsafe { store_v4::<true>(ptr, value) }
-}
-
-#[inline(always)]
-unsafe fn store_v4<const STREAMING: bool>(ptr: *mut f32, value: [f32; 4]) {
     #[cfg(target_arch = "nvptx64")]
     {
         let [a, b, c, d] = value.map(f32::to_bits);
         // SAFETY: guaranteed by the caller.
         unsafe {
-            if STREAMING {
-                core::arch::asm!(
-                    "st.global.cs.v4.b32 [{}], {{{}, {}, {}, {}}};",
-                    in(reg64) ptr, in(reg32) a, in(reg32) b, in(reg32) c, in(reg32) d,
-                    options(nostack),
-                );
-            } else {
-                core::arch::asm!(
-                    "st.global.v4.b32 [{}], {{{}, {}, {}, {}}};",
-                    in(reg64) ptr, in(reg32) a, in(reg32) b, in(reg32) c, in(reg32) d,
-                    options(nostack),
-                );
-            }
+            core::arch::asm!(
+                "st.global.v4.b32 [{}], {{{}, {}, {}, {}}};",
+                in(reg64) ptr, in(reg32) a, in(reg32) b, in(reg32) c, in(reg32) d,
+                options(nostack),
+            );
         }
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        check_aligned(ptr);
+        assert!(is_aligned_16(ptr), "16-byte global access at a misaligned address {ptr:p}");
         // SAFETY: guaranteed by the caller.
         unsafe { *(ptr as *mut [f32; 4]) = value }
     }
@@ -125,9 +71,4 @@ pub fn is_aligned_8<T>(ptr: *const T) -> bool {
 #[inline(always)]
 pub fn is_aligned_16<T>(ptr: *const T) -> bool {
     (ptr as usize).is_multiple_of(16)
-}
-
-#[cfg(not(target_arch = "nvptx64"))]
-fn check_aligned(ptr: *const f32) {
-    assert!(is_aligned_16(ptr), "16-byte global access at a misaligned address {ptr:p}");
 }

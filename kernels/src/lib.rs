@@ -9,7 +9,7 @@
 //! * [`math`]: f32/f64 math through CUDA's libdevice, and [`math::fast`] approximate variants;
 //! * [`warp`]: warp shuffles;
 //! * [`mma`]: tensor-core matrix multiply-accumulate (tf32, f16, bf16, f64) and `cp.async`;
-//! * [`global`]: 16-byte global loads and stores that stay one instruction.
+//! * [`global`]: 16- and 8-byte global stores that stay one instruction.
 //!
 //! The same source compiles twice. For `nvptx64-nvidia-cuda` (by the builder, `../build.rs`) each
 //! `#[kernel]` becomes a PTX entry point. For the host, each kernel is a plain function and the
