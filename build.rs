@@ -241,30 +241,66 @@ struct Declared {
     launch_bounds: Option<(u32, u32)>,
 }
 
-/// The functions marked `#[kernel]` or `#[kernel(launch_bounds(T, B))]` in the device crate's sources.
+/// What a `#[kernel(…)]` line lists: the types of a generic kernel and its launch bounds.
+struct KernelAttribute {
+    types: Vec<String>,
+    launch_bounds: Option<(u32, u32)>,
+}
+
+/// Reads `#[kernel]`, `#[kernel(f32, f64)]`, `#[kernel(launch_bounds(256, 2))]` or
+/// `#[kernel(f32, f64, launch_bounds(256, 2))]` (one line); `None` for any other line.
+fn parse_kernel_attribute(line: &str) -> Option<Result<KernelAttribute, String>> {
+    if line == "#[kernel]" {
+        return Some(Ok(KernelAttribute { types: Vec::new(), launch_bounds: None }));
+    }
+    let list = line.strip_prefix("#[kernel(")?.strip_suffix(")]")?;
+    let mut attribute = KernelAttribute { types: Vec::new(), launch_bounds: None };
+    let (types, bounds) = match list.find("launch_bounds(") {
+        Some(at) => (&list[..at], Some(&list[at..])),
+        None => (list, None),
+    };
+    for ty in types.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        if !ty.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Some(Err(format!("cannot read the type `{ty}`")));
+        }
+        attribute.types.push(ty.to_string());
+    }
+    if let Some(bounds) = bounds {
+        let args = bounds.strip_prefix("launch_bounds(").and_then(|b| b.strip_suffix(')'));
+        let numbers: Vec<u32> =
+            args.unwrap_or_default().split(',').filter_map(|a| a.trim().parse().ok()).collect();
+        match numbers[..] {
+            [threads, blocks] => attribute.launch_bounds = Some((threads, blocks)),
+            _ => return Some(Err("cannot read launch_bounds(MAX_THREADS, MIN_BLOCKS)".to_string())),
+        }
+    }
+    Some(Ok(attribute))
+}
+
+/// The PTX entries of the functions marked `#[kernel…]` in the device crate's sources: the
+/// function's name, or `name_TYPE` for each type of a generic kernel.
 fn declared_kernels(src: &Path) -> Vec<Declared> {
     let mut kernels = Vec::new();
     let mut files: Vec<PathBuf> = fs::read_dir(src).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     for file in files.iter().filter(|p| p.extension().is_some_and(|e| e == "rs")) {
         let text = fs::read_to_string(file).unwrap();
-        let mut marked = None;
+        let mut marked: Option<KernelAttribute> = None;
         for line in text.lines().map(str::trim) {
-            if line == "#[kernel]" {
-                marked = Some(None);
-            } else if let Some(args) =
-                line.strip_prefix("#[kernel(launch_bounds(").and_then(|l| l.strip_suffix("))]"))
-            {
-                let numbers: Vec<u32> = args.split(',').filter_map(|a| a.trim().parse().ok()).collect();
-                match numbers[..] {
-                    [threads, blocks] => marked = Some(Some((threads, blocks))),
-                    _ => fail(&format!("{}: cannot read `{line}`", file.display())),
-                }
-            } else if let Some(launch_bounds) = marked.filter(|_| line.contains("fn ")) {
+            if let Some(attribute) = parse_kernel_attribute(line) {
+                let attribute =
+                    attribute.unwrap_or_else(|e| fail(&format!("{}: `{line}`: {e}", file.display())));
+                marked = Some(attribute);
+            } else if let Some(attribute) = marked.take_if(|_| line.contains("fn ")) {
                 let after = line.split("fn ").nth(1).unwrap();
                 let name = after.split(['(', '<', ' ']).next().unwrap().to_string();
-                kernels.push(Declared { name, launch_bounds });
-                marked = None;
+                let launch_bounds = attribute.launch_bounds;
+                for ty in &attribute.types {
+                    kernels.push(Declared { name: format!("{name}_{ty}"), launch_bounds });
+                }
+                if attribute.types.is_empty() {
+                    kernels.push(Declared { name, launch_bounds });
+                }
             }
         }
     }

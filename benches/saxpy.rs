@@ -14,11 +14,7 @@ fn main() -> anyhow::Result<()> {
         let mut dy = device.upload(&x)?;
         let cfg = LaunchConfig::for_1d(n, kernel_suite::saxpy::BLOCK);
         let times = device.time_ms(10, 100, || unsafe {
-            device.launch(
-                &kernels::saxpy::SAXPY,
-                cfg,
-                (1.0001, dx.as_kernel_ptr(), dy.as_kernel_mut_ptr(), n as u32),
-            )
+            device.launch(&kernels::saxpy::SAXPY, cfg, (1.0001, &dx, &mut dy))
         })?;
         let s = Stats::of(&times);
         let gbs = 12.0 * n as f64 / (s.median_ms * 1e-3) / 1e9;

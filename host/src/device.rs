@@ -7,10 +7,8 @@
 //! let x = device.upload(&[1.0f32, 2.0, 3.0])?;
 //! let mut y = device.upload(&[10.0f32, 20.0, 30.0])?;
 //! let cfg = LaunchConfig::for_1d(3, 256);
-//! // SAFETY: both buffers hold 3 elements, the count passed.
-//! unsafe {
-//!     device.launch(&kernels::saxpy::SAXPY, cfg, (2.0, x.as_kernel_ptr(), y.as_kernel_mut_ptr(), 3))?;
-//! }
+//! // SAFETY: one thread per element; the slices carry the buffers' lengths.
+//! unsafe { device.launch(&kernels::saxpy::SAXPY, cfg, (2.0, &x, &mut y))? };
 //! assert_eq!(device.download(&y)?, vec![12.0, 24.0, 36.0]);
 //! # Ok(()) }
 //! ```
@@ -32,7 +30,7 @@ use cust::memory::{AsyncCopyDestination, DeviceBuffer, DeviceCopy, LockedBuffer}
 use cust::module::{Module, ModuleJitOption};
 use cust::stream::{Stream, StreamFlags};
 use kernels::sim::LaunchConfig;
-use kernels::{KernelArgs, KernelFn};
+use kernels::{KernelFn, Slice, SliceMut};
 use rayon::prelude::*;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::fmt;
@@ -641,14 +639,20 @@ impl Device {
     /// Launches `kernel` over `cfg` with `args`. On a GPU it is queued on the device's queue
     /// (asynchronous); in the simulator it has finished when this returns.
     ///
+    /// `args` is the kernel's argument tuple, with `&Buffer<T>` (or `&mut Buffer<T>`) for each
+    /// `&[T]` parameter and `&mut Buffer<T>` for each `&mut [T]` ([`KernelArg`]): the slice
+    /// carries the buffer's length. A buffer longer than `u32::MAX` elements is refused.
+    ///
     /// # Safety
-    /// Every pointer in `args` must come from a [`Buffer`] of this device (or be null where the
-    /// kernel allows it) and be valid for every element the kernel accesses with these arguments.
-    pub unsafe fn launch<A: KernelArgs>(
+    /// The kernel's documented preconditions hold for `cfg` and `args` (launch shape, counts,
+    /// which thread writes what). Every raw pointer in `args` must come from a [`Buffer`] of this
+    /// device (or be null where the kernel allows it) and be valid for every element the kernel
+    /// accesses with these arguments; slices from buffers are valid by construction.
+    pub unsafe fn launch<A: Copy>(
         &self,
         kernel: &KernelFn<A>,
         cfg: LaunchConfig,
-        args: A,
+        args: impl IntoKernelArgs<A>,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { self.launch_on(&self.queue, kernel, cfg, args) }
@@ -658,12 +662,12 @@ impl Device {
     ///
     /// # Safety
     /// As for [`Device::launch`].
-    pub unsafe fn launch_on<A: KernelArgs>(
+    pub unsafe fn launch_on<A: Copy>(
         &self,
         queue: &Queue,
         kernel: &KernelFn<A>,
         cfg: LaunchConfig,
-        args: A,
+        args: impl IntoKernelArgs<A>,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { self.launch_counted(queue, kernel, cfg, args, None) }
@@ -674,16 +678,18 @@ impl Device {
     ///
     /// # Safety
     /// As for [`Device::launch`].
-    pub unsafe fn launch_counted<A: KernelArgs>(
+    pub unsafe fn launch_counted<A: Copy>(
         &self,
         queue: &Queue,
         kernel: &KernelFn<A>,
         cfg: LaunchConfig,
-        args: A,
+        args: impl IntoKernelArgs<A>,
         work: Option<Work>,
     ) -> Result<()> {
         let name = kernel.name();
         cfg.validate().map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 })?;
+        let args =
+            args.into_kernel_args().map_err(|message| Error::InvalidLaunch { kernel: name, message })?;
         self.last_kernel.set(name);
         match (&self.inner, &queue.stream) {
             (Inner::Gpu(g), Some(stream)) => {
@@ -700,7 +706,7 @@ impl Device {
                         )
                     })?;
                 }
-                let params = args.param_ptrs();
+                let params = kernel.param_ptrs(&args);
                 let (grid, block) = (cfg.grid, cfg.block);
                 let start = self.profiler.get().map(|p| p.start(stream)).transpose()?;
                 // SAFETY: `params` matches the kernel's signature by construction of `KernelFn<A>`;
@@ -874,6 +880,88 @@ impl<T: Element> Buffer<T> {
         }
     }
 }
+
+/// A host value that becomes one kernel argument of type `A`: the value itself (scalars, `Copy`
+/// structs, raw pointers), or a buffer for a device slice — `&Buffer<T>` or `&mut Buffer<T>` for a
+/// [`Slice<T>`] (`&[T]` in the kernel), only `&mut Buffer<T>` for a [`SliceMut<T>`]
+/// (`&mut [T]`), so passing a read-only buffer where the kernel writes does not compile.
+pub trait KernelArg<A> {
+    /// The argument, or why it cannot be one (a buffer longer than a slice's `u32` length).
+    fn kernel_arg(self) -> std::result::Result<A, String>;
+}
+
+impl<T: Copy> KernelArg<T> for T {
+    fn kernel_arg(self) -> std::result::Result<T, String> {
+        Ok(self)
+    }
+}
+
+/// A buffer's length as a device slice's `u32` length.
+fn slice_len(len: usize) -> std::result::Result<u32, String> {
+    u32::try_from(len)
+        .map_err(|_| format!("a buffer of {len} elements is longer than a kernel slice (u32::MAX elements)"))
+}
+
+impl<T: Element> KernelArg<Slice<T>> for &Buffer<T> {
+    fn kernel_arg(self) -> std::result::Result<Slice<T>, String> {
+        // SAFETY: the buffer holds `len` elements and outlives the launch (the borrow is held
+        // until the launch call returns; the caller of the launch keeps the buffer until the work
+        // completes, as for every launch).
+        Ok(unsafe { Slice::from_raw_parts(self.as_kernel_ptr(), slice_len(self.len())?) })
+    }
+}
+
+impl<T: Element> KernelArg<Slice<T>> for &mut Buffer<T> {
+    fn kernel_arg(self) -> std::result::Result<Slice<T>, String> {
+        (&*self).kernel_arg()
+    }
+}
+
+impl<T: Element> KernelArg<SliceMut<T>> for &mut Buffer<T> {
+    fn kernel_arg(self) -> std::result::Result<SliceMut<T>, String> {
+        let len = slice_len(self.len())?;
+        // SAFETY: as for `Slice`; the exclusive borrow keeps other arguments from aliasing it.
+        Ok(unsafe { SliceMut::from_raw_parts(self.as_kernel_mut_ptr(), len) })
+    }
+}
+
+/// What [`Device::launch`] takes for a kernel whose argument tuple is `A`: a tuple of the same
+/// length whose elements are each a [`KernelArg`] of the kernel's argument.
+pub trait IntoKernelArgs<A> {
+    /// The kernel's argument tuple.
+    fn into_kernel_args(self) -> std::result::Result<A, String>;
+}
+
+macro_rules! impl_into_kernel_args {
+    ($($arg:ident $value:ident : $idx:tt),*) => {
+        impl<$($arg, $value: KernelArg<$arg>),*> IntoKernelArgs<($($arg,)*)> for ($($value,)*) {
+            fn into_kernel_args(self) -> std::result::Result<($($arg,)*), String> {
+                Ok(($(self.$idx.kernel_arg()?,)*))
+            }
+        }
+    };
+}
+
+impl_into_kernel_args!(A0 P0: 0);
+impl_into_kernel_args!(A0 P0: 0, A1 P1: 1);
+impl_into_kernel_args!(A0 P0: 0, A1 P1: 1, A2 P2: 2);
+impl_into_kernel_args!(A0 P0: 0, A1 P1: 1, A2 P2: 2, A3 P3: 3);
+impl_into_kernel_args!(A0 P0: 0, A1 P1: 1, A2 P2: 2, A3 P3: 3, A4 P4: 4);
+impl_into_kernel_args!(A0 P0: 0, A1 P1: 1, A2 P2: 2, A3 P3: 3, A4 P4: 4, A5 P5: 5);
+impl_into_kernel_args!(A0 P0: 0, A1 P1: 1, A2 P2: 2, A3 P3: 3, A4 P4: 4, A5 P5: 5, A6 P6: 6);
+impl_into_kernel_args!(A0 P0: 0, A1 P1: 1, A2 P2: 2, A3 P3: 3, A4 P4: 4, A5 P5: 5, A6 P6: 6, A7 P7: 7);
+impl_into_kernel_args!(A0 P0: 0, A1 P1: 1, A2 P2: 2, A3 P3: 3, A4 P4: 4, A5 P5: 5, A6 P6: 6, A7 P7: 7, A8 P8: 8);
+impl_into_kernel_args!(
+    A0 P0: 0, A1 P1: 1, A2 P2: 2, A3 P3: 3, A4 P4: 4, A5 P5: 5, A6 P6: 6, A7 P7: 7, A8 P8: 8, A9 P9: 9
+);
+impl_into_kernel_args!(
+    A0 P0: 0, A1 P1: 1, A2 P2: 2, A3 P3: 3, A4 P4: 4, A5 P5: 5, A6 P6: 6, A7 P7: 7, A8 P8: 8, A9 P9: 9,
+    A10 P10: 10
+);
+impl_into_kernel_args!(
+    A0 P0: 0, A1 P1: 1, A2 P2: 2, A3 P3: 3, A4 P4: 4, A5 P5: 5, A6 P6: 6, A7 P7: 7, A8 P8: 8, A9 P9: 9,
+    A10 P10: 10, A11 P11: 11
+);
 
 /// Host wall time and bytes of a device's synchronous copies ([`Device::copy_totals`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -9,23 +9,16 @@ use crate::{Device, LaunchConfig};
 /// 32..=1024). Their total is the sum of `x`.
 pub fn block_sums(device: &Device, x: &[f32], blocks: u32, block: u32) -> Result<Vec<f32>> {
     ensure(!x.is_empty(), || "sum of an empty array".into())?;
-    ensure(x.len() <= u32::MAX as usize, || format!("{} elements exceed u32", x.len()))?;
     ensure(block.is_power_of_two() && (32..=1024).contains(&block), || {
         format!("block size {block} is not a power of two in 32..=1024")
     })?;
     ensure(blocks > 0, || "zero blocks".into())?;
     let dx = device.upload(x)?;
     let mut partial = device.alloc::<f32>(blocks as usize)?;
-    let cfg =
-        LaunchConfig { grid: crate::Dim3::x(blocks), block: crate::Dim3::x(block), shared_bytes: block * 4 };
-    // SAFETY: `dx` holds `x.len()` elements and `partial` one per block.
-    unsafe {
-        device.launch(
-            &kernels::reduce::BLOCK_SUM,
-            cfg,
-            (dx.as_kernel_ptr(), x.len() as u32, partial.as_kernel_mut_ptr()),
-        )?;
-    }
+    let shared_bytes = kernels::reduce::block_sum_shared(block).bytes_u32();
+    let cfg = LaunchConfig { grid: crate::Dim3::x(blocks), block: crate::Dim3::x(block), shared_bytes };
+    // SAFETY: a power-of-two block of 32..=1024 threads (checked above) and one partial per block.
+    unsafe { device.launch(&kernels::reduce::BLOCK_SUM, cfg, (&dx, &mut partial))? };
     device.download(&partial)
 }
 

@@ -337,15 +337,15 @@ pub fn launch_spiral(device: &Device, config: &SpiralConfig, image: &mut Buffer<
     let launch = LaunchConfig::for_2d(w as usize, h as usize, BLOCK_X, BLOCK_Y);
     let [cx, cy] = config.center;
     let curl = config.curve / config.max_radius;
-    let (multiplier, symmetry, out) = (config.multiplier.code(), config.symmetry, image.as_kernel_mut_ptr());
-    // SAFETY: `image` holds width·height bytes, the pixels the kernel writes; it reads nothing.
+    let (multiplier, symmetry) = (config.multiplier.code(), config.symmetry);
+    // SAFETY: the grid covers width × height and `image` holds that many bytes (checked above).
     unsafe {
         match config.precision {
             Precision::F32 => device.launch(
                 &k::SPIRAL_F32,
                 launch,
                 (
-                    out,
+                    image,
                     w,
                     h,
                     cx as f32,
@@ -359,7 +359,7 @@ pub fn launch_spiral(device: &Device, config: &SpiralConfig, image: &mut Buffer<
             Precision::F64 => device.launch(
                 &k::SPIRAL_F64,
                 launch,
-                (out, w, h, cx, cy, config.max_radius, curl, multiplier, symmetry),
+                (image, w, h, cx, cy, config.max_radius, curl, multiplier, symmetry),
             ),
         }
     }

@@ -1,23 +1,30 @@
-//! Host-side view of a kernel: its PTX entry name and its argument tuple.
+//! Host-side view of a kernel: its PTX entry name, its argument tuple, and how the tuple maps to
+//! the entry's parameters.
 
 use core::ffi::c_void;
 
-/// Launch descriptor that `#[kernel]` generates for each kernel (the kernel's name in upper case).
+/// Launch descriptor that `#[kernel]` generates for each PTX entry (the entry's name in upper
+/// case).
 ///
 /// `A` is the tuple of the kernel's argument types, so a launcher that takes a `KernelFn<A>` and
 /// an `A` cannot pass arguments of the wrong type or number.
 pub struct KernelFn<A> {
     name: &'static str,
     run: fn(A),
+    params: fn(&A) -> Vec<*mut c_void>,
 }
 
-impl<A: KernelArgs> KernelFn<A> {
+impl<A: Copy> KernelFn<A> {
     /// Used by `#[kernel]`; not meant to be called by hand.
-    pub const fn new(name: &'static str, run: fn(A)) -> Self {
-        Self { name, run }
+    ///
+    /// # Safety
+    /// `params` must return the address of each of the PTX entry's parameters, in order, inside
+    /// the tuple it is given.
+    pub const unsafe fn new(name: &'static str, run: fn(A), params: fn(&A) -> Vec<*mut c_void>) -> Self {
+        Self { name, run, params }
     }
 
-    /// The PTX entry name (the function's name; kernels are `#[no_mangle]`).
+    /// The PTX entry name: the function's name, or `name_TYPE` for a generic kernel.
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -26,37 +33,11 @@ impl<A: KernelArgs> KernelFn<A> {
     pub fn run_on_host(&self, args: A) {
         (self.run)(args)
     }
-}
 
-/// A kernel's argument tuple: `Copy` values whose addresses go to `cuLaunchKernel`.
-///
-/// # Safety
-/// `param_ptrs` must return one pointer per tuple field, in order, each to that field.
-pub unsafe trait KernelArgs: Copy {
-    /// Pointers to each argument, the form `cuLaunchKernel` takes (`void **kernelParams`).
-    fn param_ptrs(&self) -> Vec<*mut c_void>;
+    /// The addresses of the entry's parameters inside `args`, the form `cuLaunchKernel` takes
+    /// (`void **kernelParams`): one per argument, two (pointer, length) per device slice. Valid
+    /// while `args` is neither moved nor dropped.
+    pub fn param_ptrs(&self, args: &A) -> Vec<*mut c_void> {
+        (self.params)(args)
+    }
 }
-
-macro_rules! impl_kernel_args {
-    ($($name:ident : $idx:tt),*) => {
-        // SAFETY: one pointer per field, in field order.
-        unsafe impl<$($name: Copy),*> KernelArgs for ($($name,)*) {
-            fn param_ptrs(&self) -> Vec<*mut c_void> {
-                vec![$(&self.$idx as *const $name as *mut c_void),*]
-            }
-        }
-    };
-}
-
-impl_kernel_args!(A: 0);
-impl_kernel_args!(A: 0, B: 1);
-impl_kernel_args!(A: 0, B: 1, C: 2);
-impl_kernel_args!(A: 0, B: 1, C: 2, D: 3);
-impl_kernel_args!(A: 0, B: 1, C: 2, D: 3, E: 4);
-impl_kernel_args!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5);
-impl_kernel_args!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6);
-impl_kernel_args!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7);
-impl_kernel_args!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8);
-impl_kernel_args!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9);
-impl_kernel_args!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9, K: 10);
-impl_kernel_args!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9, K: 10, L: 11);

@@ -41,15 +41,19 @@ pub mod global;
 pub mod math;
 pub mod mma;
 pub mod shared;
+pub mod slice;
 pub mod thread;
 pub mod warp;
+
+pub use math::Float;
+pub use slice::{Slice, SliceMut};
 
 #[cfg(not(target_arch = "nvptx64"))]
 mod kernel_fn;
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod sim;
 #[cfg(not(target_arch = "nvptx64"))]
-pub use kernel_fn::{KernelArgs, KernelFn};
+pub use kernel_fn::KernelFn;
 
 pub mod conv;
 pub mod lombscargle;

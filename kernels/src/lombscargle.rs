@@ -66,7 +66,6 @@ pub const RECURRENCE_SAMPLE_VALUES: usize = 6;
 
 /// The arithmetic the generic kernel bodies need beyond [`Float`].
 trait Real: Float + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Neg<Output = Self> {
-    const ZERO: Self;
     const HALF: Self;
     const TWO: Self;
     /// `1/π`.
@@ -77,14 +76,11 @@ trait Real: Float + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self>
     const PI_LO: Self;
     /// Whether the integer-valued `self` is odd.
     fn is_odd(self) -> bool;
-    fn from_u32(v: u32) -> Self;
-    fn div(self, d: Self) -> Self;
 }
 
 macro_rules! real {
     ($t:ty, $pi_lo:expr) => {
         impl Real for $t {
-            const ZERO: $t = 0.0;
             const HALF: $t = 0.5;
             const TWO: $t = 2.0;
             const FRAC_1_PI: $t = core::f64::consts::FRAC_1_PI as $t;
@@ -94,14 +90,6 @@ macro_rules! real {
             fn is_odd(self) -> bool {
                 let half = self * 0.5;
                 math::floor(half) != half
-            }
-            #[inline(always)]
-            fn from_u32(v: u32) -> $t {
-                v as $t
-            }
-            #[inline(always)]
-            fn div(self, d: $t) -> $t {
-                self / d
             }
         }
     };
@@ -126,7 +114,7 @@ macro_rules! unrolled {
 /// `num / den`, or 0 when `den ≤ 0` (then `num` is 0 too, up to rounding).
 #[inline(always)]
 fn ratio<T: Real>(num: T, den: T) -> T {
-    if den > T::ZERO { num.div(den) } else { T::ZERO }
+    if den > T::ZERO { num / den } else { T::ZERO }
 }
 
 /// The periodogram value from the four sums over `n` samples (see the module documentation).
@@ -304,7 +292,7 @@ fn shear_constants<T: Real>(domega: T, xj: T, yj: T) -> [T; RECURRENCE_SAMPLE_VA
     let q = math::floor(math::fma(delta, T::FRAC_1_PI, T::HALF));
     let reduced = math::fma(-q, T::PI_LO, math::fma(-q, T::PI_HI, delta));
     let (sh, ch) = math::sincos(reduced * T::HALF);
-    let t = sh.div(ch);
+    let t = sh / ch;
     let alternate = if q.is_odd() { -yj } else { yj };
     [xj, yj, alternate, -(T::TWO * sh * ch), t + t, -t]
 }

@@ -6,36 +6,108 @@
 //! approximations (`sin.approx`, `ex2.approx`, …) are in [`fast`], chosen explicitly: nothing in
 //! this module silently trades accuracy for speed.
 
-/// f32 or f64: the types the functions of this module take.
-pub trait Float: Copy + PartialOrd + private::Sealed {
-    #[doc(hidden)]
-    fn sin_(self) -> Self;
-    #[doc(hidden)]
-    fn cos_(self) -> Self;
-    #[doc(hidden)]
-    fn sincos_(self) -> (Self, Self);
-    #[doc(hidden)]
-    fn tan_(self) -> Self;
-    #[doc(hidden)]
-    fn atan2_(self, x: Self) -> Self;
-    #[doc(hidden)]
-    fn sqrt_(self) -> Self;
-    #[doc(hidden)]
-    fn ln_(self) -> Self;
-    #[doc(hidden)]
-    fn exp_(self) -> Self;
-    #[doc(hidden)]
-    fn floor_(self) -> Self;
-    #[doc(hidden)]
-    fn abs_(self) -> Self;
-    #[doc(hidden)]
-    fn fma_(self, b: Self, c: Self) -> Self;
+use core::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
+
+/// f32 or f64: the types the functions of this module take, and the bound of a generic kernel
+/// (`#[kernel(f32, f64)] pub fn k<F: Float>(…)`).
+///
+/// Beyond the arithmetic operators it gives constants and conversions (each rounds once, to
+/// nearest) and the math functions as methods: `x.sqrt()` in a generic body is `math::sqrt(x)`,
+/// libdevice on the GPU and `std` on the host.
+pub trait Float:
+    Copy
+    + Default
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + AddAssign
+    + SubAssign
+    + MulAssign
+    + DivAssign
+    + private::Sealed
+{
+    /// 0.
+    const ZERO: Self;
+    /// 1.
+    const ONE: Self;
+    /// Bytes of one value (4 or 8).
+    const BYTES: usize;
+    /// `v` rounded to this type: how a generic body writes a constant (`F::from_f64(0.5)`), folded
+    /// at compile time.
+    fn from_f64(v: f64) -> Self;
+    /// `v` converted to this type (exact for f32 and f64).
+    fn from_f32(v: f32) -> Self;
+    /// An integer count or index (exact below 2^24 in f32).
+    fn from_u32(v: u32) -> Self;
+    /// This value widened (or kept) as f64.
+    fn to_f64(self) -> f64;
+    /// This value rounded (or kept) as f32.
+    fn to_f32(self) -> f32;
+    /// This value truncated to an integer, saturating like `as u32` (NaN gives 0).
+    fn to_u32(self) -> u32;
+    /// Sine (radians).
+    fn sin(self) -> Self;
+    /// Cosine (radians).
+    fn cos(self) -> Self;
+    /// `(sin, cos)` in one call.
+    fn sin_cos(self) -> (Self, Self);
+    /// Tangent (radians).
+    fn tan(self) -> Self;
+    /// Angle of the point `(x, self)`: `self` is `y`, as in `f64::atan2`.
+    fn atan2(self, x: Self) -> Self;
+    /// Square root, correctly rounded.
+    fn sqrt(self) -> Self;
+    /// Natural logarithm.
+    fn ln(self) -> Self;
+    /// `e^self`.
+    fn exp(self) -> Self;
+    /// Largest integer value not greater than `self`.
+    fn floor(self) -> Self;
+    /// Absolute value.
+    fn abs(self) -> Self;
+    /// `self·b + c` with one rounding.
+    fn mul_add(self, b: Self, c: Self) -> Self;
 }
 
 mod private {
     pub trait Sealed {}
     impl Sealed for f32 {}
     impl Sealed for f64 {}
+}
+
+macro_rules! float_conversions {
+    ($t:ty) => {
+        const ZERO: $t = 0.0;
+        const ONE: $t = 1.0;
+        const BYTES: usize = core::mem::size_of::<$t>();
+        #[inline(always)]
+        fn from_f64(v: f64) -> $t {
+            v as $t
+        }
+        #[inline(always)]
+        fn from_f32(v: f32) -> $t {
+            v as $t
+        }
+        #[inline(always)]
+        fn from_u32(v: u32) -> $t {
+            v as $t
+        }
+        #[inline(always)]
+        fn to_f64(self) -> f64 {
+            self as f64
+        }
+        #[inline(always)]
+        fn to_f32(self) -> f32 {
+            self as f32
+        }
+        #[inline(always)]
+        fn to_u32(self) -> u32 {
+            self as u32
+        }
+    };
 }
 
 macro_rules! float_impl {
@@ -59,87 +131,89 @@ macro_rules! float_impl {
         #[cfg(target_arch = "nvptx64")]
         // SAFETY (all): libdevice functions are pure and defined for every input.
         impl Float for $t {
+            float_conversions!($t);
             #[inline(always)]
-            fn sin_(self) -> $t {
+            fn sin(self) -> $t {
                 unsafe { $sin(self) }
             }
             #[inline(always)]
-            fn cos_(self) -> $t {
+            fn cos(self) -> $t {
                 unsafe { $cos(self) }
             }
             #[inline(always)]
-            fn sincos_(self) -> ($t, $t) {
+            fn sin_cos(self) -> ($t, $t) {
                 let (mut s, mut c) = (0.0, 0.0);
                 unsafe { $sincos(self, &mut s, &mut c) };
                 (s, c)
             }
             #[inline(always)]
-            fn tan_(self) -> $t {
+            fn tan(self) -> $t {
                 unsafe { $tan(self) }
             }
             #[inline(always)]
-            fn atan2_(self, x: $t) -> $t {
+            fn atan2(self, x: $t) -> $t {
                 unsafe { $atan2(self, x) }
             }
             #[inline(always)]
-            fn sqrt_(self) -> $t {
+            fn sqrt(self) -> $t {
                 unsafe { $sqrt(self) }
             }
             #[inline(always)]
-            fn ln_(self) -> $t {
+            fn ln(self) -> $t {
                 unsafe { $log(self) }
             }
             #[inline(always)]
-            fn exp_(self) -> $t {
+            fn exp(self) -> $t {
                 unsafe { $exp(self) }
             }
             #[inline(always)]
-            fn floor_(self) -> $t {
+            fn floor(self) -> $t {
                 unsafe { $floor(self) }
             }
             #[inline(always)]
-            fn abs_(self) -> $t {
+            fn abs(self) -> $t {
                 unsafe { $fabs(self) }
             }
             #[inline(always)]
-            fn fma_(self, b: $t, c: $t) -> $t {
+            fn mul_add(self, b: $t, c: $t) -> $t {
                 unsafe { $fma(self, b, c) }
             }
         }
 
         #[cfg(not(target_arch = "nvptx64"))]
         impl Float for $t {
-            fn sin_(self) -> $t {
+            float_conversions!($t);
+            fn sin(self) -> $t {
                 <$t>::sin(self)
             }
-            fn cos_(self) -> $t {
+            fn cos(self) -> $t {
                 <$t>::cos(self)
             }
-            fn sincos_(self) -> ($t, $t) {
+            fn sin_cos(self) -> ($t, $t) {
                 <$t>::sin_cos(self)
             }
-            fn tan_(self) -> $t {
+            fn tan(self) -> $t {
                 <$t>::tan(self)
             }
-            fn atan2_(self, x: $t) -> $t {
+            fn atan2(self, x: $t) -> $t {
                 <$t>::atan2(self, x)
             }
-            fn sqrt_(self) -> $t {
+            fn sqrt(self) -> $t {
                 <$t>::sqrt(self)
             }
-            fn ln_(self) -> $t {
+            fn ln(self) -> $t {
                 <$t>::ln(self)
             }
-            fn exp_(self) -> $t {
+            fn exp(self) -> $t {
                 <$t>::exp(self)
             }
-            fn floor_(self) -> $t {
+            fn floor(self) -> $t {
                 <$t>::floor(self)
             }
-            fn abs_(self) -> $t {
+            fn abs(self) -> $t {
                 <$t>::abs(self)
             }
-            fn fma_(self, b: $t, c: $t) -> $t {
+            fn mul_add(self, b: $t, c: $t) -> $t {
                 <$t>::mul_add(self, b, c)
             }
         }
@@ -178,59 +252,59 @@ float_impl!(
 /// Sine of `x` (radians).
 #[inline(always)]
 pub fn sin<T: Float>(x: T) -> T {
-    x.sin_()
+    x.sin()
 }
 /// Cosine of `x` (radians).
 #[inline(always)]
 pub fn cos<T: Float>(x: T) -> T {
-    x.cos_()
+    x.cos()
 }
 /// `(sin x, cos x)` in one call; cheaper than two on the GPU (shared argument reduction).
 #[inline(always)]
 pub fn sincos<T: Float>(x: T) -> (T, T) {
-    x.sincos_()
+    x.sin_cos()
 }
 /// Tangent of `x` (radians).
 #[inline(always)]
 pub fn tan<T: Float>(x: T) -> T {
-    x.tan_()
+    x.tan()
 }
 /// Angle of the point `(x, y)` in radians, in `[-π, π]`. Note the order: `y` first, as in C.
 #[inline(always)]
 pub fn atan2<T: Float>(y: T, x: T) -> T {
-    y.atan2_(x)
+    y.atan2(x)
 }
 /// Square root, correctly rounded (`sqrt.rn`; libdevice's plain `__nv_sqrtf` would be
 /// `sqrt.approx` under the builder's default reflection settings).
 #[inline(always)]
 pub fn sqrt<T: Float>(x: T) -> T {
-    x.sqrt_()
+    x.sqrt()
 }
 /// Natural logarithm.
 #[inline(always)]
 pub fn ln<T: Float>(x: T) -> T {
-    x.ln_()
+    x.ln()
 }
 /// `e^x`.
 #[inline(always)]
 pub fn exp<T: Float>(x: T) -> T {
-    x.exp_()
+    x.exp()
 }
 /// Largest integer value not greater than `x`.
 #[inline(always)]
 pub fn floor<T: Float>(x: T) -> T {
-    x.floor_()
+    x.floor()
 }
 /// Absolute value.
 #[inline(always)]
 pub fn abs<T: Float>(x: T) -> T {
-    x.abs_()
+    x.abs()
 }
 /// `a·b + c` with one rounding (`fma.rn`). Rust never contracts `a * b + c` into an FMA by itself,
 /// so inner loops that want FMA throughput call this.
 #[inline(always)]
 pub fn fma<T: Float>(a: T, b: T, c: T) -> T {
-    a.fma_(b, c)
+    a.mul_add(b, c)
 }
 
 /// Hardware approximations (f32 only), selected explicitly by the kernels that want them.

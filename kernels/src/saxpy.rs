@@ -4,15 +4,14 @@
 
 use crate::{kernel, math, thread};
 
-/// One thread per element: `y[i] = a·x[i] + y[i]` for `i < n`, with a single rounding (FMA).
+/// One thread per element: `y[i] = a·x[i] + y[i]` for `i < y.len()`, with a single rounding (FMA).
 ///
-/// `x` and `y` point to `n` f32 values in global memory. Launch with at least `n` threads in a 1-D
-/// grid; threads past `n` do nothing.
+/// `x` and `y` are f32 slices of equal length in global memory (a shorter `x` stops the kernel).
+/// Launch with at least `y.len()` threads in a 1-D grid; threads past the end do nothing.
 #[kernel]
-pub unsafe fn saxpy(a: f32, x: *const f32, y: *mut f32, n: u32) {
-    let i = thread::index_1d();
-    if i < n {
-        let i = i as usize;
-        *y.add(i) = math::fma(a, *x.add(i), *y.add(i));
+pub fn saxpy(a: f32, x: &[f32], y: &mut [f32]) {
+    let i = thread::index_1d() as usize;
+    if i < y.len() {
+        y[i] = math::fma(a, x[i], y[i]);
     }
 }

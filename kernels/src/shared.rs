@@ -7,6 +7,26 @@
 //! let y = unsafe { tile.read(j) };
 //! ```
 //!
+//! Several arrays of different types go in one region through an [`Allocator`], which places each
+//! at the next offset aligned for its type. The host sizes the launch with a [`Layout`] built by
+//! the same steps — the allocator is a layout that hands out the arrays — so a kernel module
+//! exports one `const fn` giving its layout and both sides use it:
+//!
+//! ```ignore
+//! pub const fn shared_layout(n: usize, m: usize) -> shared::Layout {
+//!     shared::Layout::new().array::<f32>(n).array::<f64>(m)
+//! }
+//! // in the kernel:
+//! let mut smem = shared::Allocator::new();
+//! let a = smem.array::<f32>(n);
+//! let b = smem.array::<f64>(m);
+//! // on the host: LaunchConfig { shared_bytes: shared_layout(n, m).bytes_u32(), .. }
+//! ```
+//!
+//! Statically sized shared arrays (CUDA's `__shared__ float a[256]`) are not available: rustc's
+//! NVPTX backend places every `static` in the global address space (`#[link_section]` does not
+//! choose address spaces there), and the launch-sized region is the only shared memory it exposes.
+//!
 //! On the GPU an access is a plain `ld.shared`/`st.shared` with no bounds check. In the simulator
 //! every access is checked, and one out of range panics with a message naming the kernel, the block
 //! and the thread.
@@ -114,5 +134,79 @@ impl<T: Copy> DynamicShared<T> {
         if i >= self.len {
             crate::sim::shared_out_of_range(i, self.len);
         }
+    }
+}
+
+/// The byte layout of arrays placed one after another in dynamic shared memory, each at the first
+/// offset aligned for its element type. A `const fn` value, so that a kernel module can give the
+/// host the size of what its kernel allocates with an [`Allocator`] (the same steps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    bytes: usize,
+}
+
+impl Layout {
+    /// No arrays: 0 bytes.
+    pub const fn new() -> Self {
+        Layout { bytes: 0 }
+    }
+
+    /// The byte offset at which the next array of `T` goes: the end so far rounded up to
+    /// `align_of::<T>()`.
+    pub const fn next_offset<T>(self) -> usize {
+        self.bytes.next_multiple_of(core::mem::align_of::<T>())
+    }
+
+    /// This layout followed by an array of `len` elements of `T`.
+    pub const fn array<T>(self, len: usize) -> Self {
+        Layout { bytes: self.next_offset::<T>() + len * core::mem::size_of::<T>() }
+    }
+
+    /// Bytes of dynamic shared memory the arrays need (the end of the last one).
+    pub const fn bytes(self) -> usize {
+        self.bytes
+    }
+
+    /// [`Layout::bytes`] as the `u32` a launch configuration takes.
+    pub const fn bytes_u32(self) -> u32 {
+        assert!(self.bytes <= u32::MAX as usize, "shared layout larger than 4 GiB");
+        self.bytes as u32
+    }
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Hands out consecutive typed arrays of the block's dynamic shared memory, following a
+/// [`Layout`]. Every thread of a block makes the same calls in the same order, so they all get the
+/// same arrays. In the simulator an array past the launch's shared bytes panics with the offset,
+/// size and what the launch gave; on the GPU nothing is checked.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Allocator {
+    layout: Layout,
+}
+
+impl Allocator {
+    /// An allocator at the start of the dynamic shared memory.
+    #[inline(always)]
+    pub const fn new() -> Self {
+        Allocator { layout: Layout::new() }
+    }
+
+    /// The next `len` elements of `T`, aligned for `T`.
+    #[inline(always)]
+    pub fn array<T: Copy>(&mut self, len: usize) -> DynamicShared<T> {
+        let offset = self.layout.next_offset::<T>();
+        self.layout = self.layout.array::<T>(len);
+        region(offset, len)
+    }
+
+    /// What has been handed out so far: the layout the host must size the launch for.
+    #[inline(always)]
+    pub const fn layout(&self) -> Layout {
+        self.layout
     }
 }

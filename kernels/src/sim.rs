@@ -10,7 +10,7 @@
 //!
 //! It is for correctness, not speed.
 
-use crate::kernel_fn::{KernelArgs, KernelFn};
+use crate::kernel_fn::KernelFn;
 use std::any::Any;
 use std::cell::Cell;
 use std::fmt;
@@ -411,11 +411,7 @@ unsafe impl<A> Send for SyncArgs<A> {}
 ///
 /// # Safety
 /// The pointer arguments must be valid for every access the kernel makes, as for a GPU launch.
-pub unsafe fn launch<A: KernelArgs>(
-    kernel: &KernelFn<A>,
-    cfg: LaunchConfig,
-    args: A,
-) -> Result<(), SimError> {
+pub unsafe fn launch<A: Copy>(kernel: &KernelFn<A>, cfg: LaunchConfig, args: A) -> Result<(), SimError> {
     cfg.validate()?;
     let threads = cfg.block.volume() as usize;
     let blocks = cfg.grid.volume();

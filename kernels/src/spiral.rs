@@ -23,9 +23,9 @@
 //! Host side: `host/src/spiral.rs` (safe wrapper, configuration, CPU reference in f64); tests:
 //! `tests/spiral.rs`; command: `cargo run --release --bin spiral`.
 
-use crate::{kernel, math, thread};
+use crate::math::{self, Float};
+use crate::{kernel, thread};
 use core::f64::consts::{PI, TAU};
-use core::ops::{Add, Mul, Sub};
 
 /// Value of the pixels farther than `max_radius` from the centre (black).
 pub const BACKGROUND: u8 = 0;
@@ -38,41 +38,10 @@ pub const MULTIPLIER_COS: u32 = 2;
 /// Curve multiplier `m(r) = tan(r/100)`; the kernels also use it for any multiplier above 3.
 pub const MULTIPLIER_TAN: u32 = 3;
 
-/// f32 or f64 with the arithmetic [`level`] needs.
-trait Real: math::Float + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> {
-    /// A constant, rounded once to this type (folded at compile time).
-    fn constant(v: f64) -> Self;
-    /// An integer index or count (exact below 2^24 for f32).
-    fn from_u32(v: u32) -> Self;
-    /// An integer-valued number in `0..=255` as a byte (a saturating cast: NaN would give 0).
-    fn to_byte(self) -> u8;
-}
-
-macro_rules! real_impl {
-    ($t:ty) => {
-        impl Real for $t {
-            #[inline(always)]
-            fn constant(v: f64) -> Self {
-                v as $t
-            }
-            #[inline(always)]
-            fn from_u32(v: u32) -> Self {
-                v as $t
-            }
-            #[inline(always)]
-            fn to_byte(self) -> u8 {
-                self as u8
-            }
-        }
-    };
-}
-real_impl!(f32);
-real_impl!(f64);
-
 /// The gray value of the pixel in column `col`, row `row`; see the module documentation.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn level<T: Real>(
+fn level<T: Float>(
     col: u32,
     row: u32,
     center_x: T,
@@ -88,8 +57,8 @@ fn level<T: Real>(
     if r > max_radius {
         return BACKGROUND;
     }
-    let zero = T::constant(0.0);
-    let radius_term = r * T::constant(0.01);
+    let zero = T::from_f64(0.0);
+    let radius_term = r * T::from_f64(0.01);
     let m = match multiplier {
         MULTIPLIER_LN => {
             if r > zero {
@@ -102,61 +71,43 @@ fn level<T: Real>(
         MULTIPLIER_COS => math::cos(radius_term),
         _ => math::tan(radius_term),
     };
-    let theta = math::atan2(x, y) * T::constant(180.0 / PI) + curl * r * m;
-    let turn = theta - T::constant(360.0) * math::floor(theta * T::constant(1.0 / 360.0));
+    let theta = math::atan2(x, y) * T::from_f64(180.0 / PI) + curl * r * m;
+    let turn = theta - T::from_f64(360.0) * math::floor(theta * T::from_f64(1.0 / 360.0));
     let symmetry = T::from_u32(symmetry);
-    let steps = math::floor(theta * (symmetry * T::constant(256.0 / 360.0)));
-    let mut value = steps - T::constant(256.0) * math::floor(steps * T::constant(1.0 / 256.0));
+    let steps = math::floor(theta * (symmetry * T::from_f64(256.0 / 360.0)));
+    let mut value = steps - T::from_f64(256.0) * math::floor(steps * T::from_f64(1.0 / 256.0));
     // sin(φ) < 1/2 exactly when φ mod 2π lies outside [π/6, 5π/6]: a range test instead of a sine.
-    let phase = turn * (symmetry * T::constant(0.01));
-    let phase = phase - T::constant(TAU) * math::floor(phase * T::constant(1.0 / TAU));
-    if !(phase >= T::constant(PI / 6.0) && phase <= T::constant(5.0 * PI / 6.0)) {
-        value = T::constant(255.0) - value;
+    let phase = turn * (symmetry * T::from_f64(0.01));
+    let phase = phase - T::from_f64(TAU) * math::floor(phase * T::from_f64(1.0 / TAU));
+    if !(phase >= T::from_f64(PI / 6.0) && phase <= T::from_f64(5.0 * PI / 6.0)) {
+        value = T::from_f64(255.0) - value;
     }
-    value.to_byte()
+    // An integer in 0..=255 (a saturating cast: NaN would give 0).
+    value.to_u32() as u8
 }
 
-/// One thread per pixel in f32: writes `image[row·width + col]` (row-major, 8-bit gray) for every
-/// pixel of the `width × height` image.
+/// One thread per pixel, computed in `F` (`spiral_f32`, `spiral_f64`): writes
+/// `image[row·width + col]` (row-major, 8-bit gray) for every pixel of the `width × height` image.
 ///
 /// `center_x` (column) and `center_y` (row) are in pixels; `curl = curve / max_radius`;
-/// `multiplier` is one of the `MULTIPLIER_*` codes; `symmetry ≥ 1`. Launch a 2-D grid (x = column)
-/// covering the image; threads outside it do nothing.
-#[kernel]
-pub unsafe fn spiral_f32(
-    image: *mut u8,
+/// `multiplier` is one of the `MULTIPLIER_*` codes; `symmetry ≥ 1`; `image` holds at least
+/// `width·height` bytes. Launch a 2-D grid (x = column) covering the image; threads outside it do
+/// nothing.
+#[kernel(f32, f64)]
+pub fn spiral<F: Float>(
+    image: &mut [u8],
     width: u32,
     height: u32,
-    center_x: f32,
-    center_y: f32,
-    max_radius: f32,
-    curl: f32,
+    center_x: F,
+    center_y: F,
+    max_radius: F,
+    curl: F,
     multiplier: u32,
     symmetry: u32,
 ) {
     let (col, row) = thread::index_2d();
     if col < width && row < height {
         let v = level(col, row, center_x, center_y, max_radius, curl, multiplier, symmetry);
-        *image.add(row as usize * width as usize + col as usize) = v;
-    }
-}
-
-/// [`spiral_f32`] computed in f64.
-#[kernel]
-pub unsafe fn spiral_f64(
-    image: *mut u8,
-    width: u32,
-    height: u32,
-    center_x: f64,
-    center_y: f64,
-    max_radius: f64,
-    curl: f64,
-    multiplier: u32,
-    symmetry: u32,
-) {
-    let (col, row) = thread::index_2d();
-    if col < width && row < height {
-        let v = level(col, row, center_x, center_y, max_radius, curl, multiplier, symmetry);
-        *image.add(row as usize * width as usize + col as usize) = v;
+        image[row as usize * width as usize + col as usize] = v;
     }
 }

@@ -132,11 +132,7 @@ fn saxpy_cases(quick: bool) -> Vec<Case> {
                 let mut y = device.upload(&random(2, n))?;
                 let cfg = LaunchConfig::for_1d(n, kernel_suite::saxpy::BLOCK);
                 Ok(Box::new(move || unsafe {
-                    device.launch(
-                        &kernels::saxpy::SAXPY,
-                        cfg,
-                        (1.0001, x.as_kernel_ptr(), y.as_kernel_mut_ptr(), n as u32),
-                    )
+                    device.launch(&kernels::saxpy::SAXPY, cfg, (1.0001, &x, &mut y))
                 }))
             }),
             cpu: Some((

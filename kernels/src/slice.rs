@@ -1,0 +1,262 @@
+//! Device slices: the kernel-parameter form of `&[T]` and `&mut [T]`.
+//!
+//! A kernel written as `pub fn saxpy(a: f32, x: &[f32], y: &mut [f32])` receives `x` as a
+//! [`Slice<f32>`] and `y` as a [`SliceMut<f32>`]: a pointer to global memory and a `u32` length.
+//! `#[kernel]` makes that rewrite, and passes each slice to the PTX entry as two parameters, the
+//! pointer and the length: the PTX never depends on how rustc lowers real fat pointers (or structs)
+//! for the `ptx-kernel` ABI, and LLVM knows the pointer is global memory (`ld.global`), as for a
+//! raw pointer argument. On the host the launcher builds them from `&Buffer<T>` /
+//! `&mut Buffer<T>`.
+//!
+//! Indexing (`x[i]`, `y[i] = v`, `get`, `sub`, `tail`) is always bounds-checked:
+//!
+//! * in the simulator an index out of range panics with the index, the length and the kernel's
+//!   source line; the simulator adds the kernel's name, block and thread;
+//! * on the GPU it executes `trap`, which aborts the launch (the host sees a kernel failure).
+//!
+//! A check is one compare and a predicated branch, and LLVM drops it where an earlier comparison
+//! already proves the index in range (`if i < x.len() { x[i] }`, or a loop bounded by a length).
+//! Where it cannot, and the loop is hot, the unsafe [`Slice::get_unchecked`] /
+//! [`SliceMut::set_unchecked`] skip it on the GPU — still checked in the simulator, so the tests
+//! catch a broken promise.
+//!
+//! Both types are `Copy`, like the pointers they replace: threads of a launch share them, and which
+//! thread writes which element is the kernel's contract, as in CUDA.
+
+use core::marker::PhantomData;
+use core::ops::{Index, IndexMut};
+
+/// Read-only device slice: `len` elements of `T` in global memory. See the module documentation.
+#[repr(C)]
+pub struct Slice<T> {
+    ptr: *const T,
+    len: u32,
+    _marker: PhantomData<T>,
+}
+
+/// Writable device slice: `len` elements of `T` in global memory. See the module documentation.
+#[repr(C)]
+pub struct SliceMut<T> {
+    ptr: *mut T,
+    len: u32,
+    _marker: PhantomData<T>,
+}
+
+impl<T> Clone for Slice<T> {
+    #[inline(always)]
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Slice<T> {}
+impl<T> Clone for SliceMut<T> {
+    #[inline(always)]
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SliceMut<T> {}
+
+/// Stops the kernel: `index` is not below `len`. A panic with the caller's location in the
+/// simulator, `trap` on the GPU.
+#[cold]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
+#[track_caller]
+fn out_of_range(index: usize, len: u32) -> ! {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let _ = (index, len);
+        // SAFETY: `trap` aborts the kernel; the host sees a launch failure.
+        unsafe { core::arch::nvptx::trap() }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let at = core::panic::Location::caller();
+        panic!("slice index {index} out of range for a slice of {len} elements at {at}")
+    }
+}
+
+/// Stops the kernel: `start..start + count` is not inside `0..len`.
+#[cold]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
+#[track_caller]
+fn range_out_of_range(start: usize, count: usize, len: u32) -> ! {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let _ = (start, count, len);
+        // SAFETY: as in `out_of_range`.
+        unsafe { core::arch::nvptx::trap() }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let at = core::panic::Location::caller();
+        panic!("sub-slice of {count} elements at {start} out of range for a slice of {len} elements at {at}")
+    }
+}
+
+/// The simulator's check of an `_unchecked` access (the GPU does none).
+#[inline(always)]
+#[track_caller]
+fn check_unchecked(index: usize, len: u32) {
+    #[cfg(not(target_arch = "nvptx64"))]
+    if index >= len as usize {
+        let at = core::panic::Location::caller();
+        panic!("unchecked slice index {index} out of range for a slice of {len} elements at {at}")
+    }
+    #[cfg(target_arch = "nvptx64")]
+    let _ = (index, len);
+}
+
+/// `start..start + count` inside `0..len`, as a `u32` count (the new length).
+#[inline(always)]
+#[track_caller]
+fn checked_range(start: usize, count: usize, len: u32) -> u32 {
+    match start.checked_add(count) {
+        Some(end) if end <= len as usize => count as u32,
+        _ => range_out_of_range(start, count, len),
+    }
+}
+
+macro_rules! common_methods {
+    ($name:ident, $ptr:ty) => {
+        impl<T: Copy> $name<T> {
+            /// A slice of `len` elements at `ptr`. The launcher makes these from buffers; a kernel
+            /// needs this only to view memory it was given some other way.
+            ///
+            /// # Safety
+            /// `ptr` must be valid for `len` elements (reads, and writes for [`SliceMut`]) for as
+            /// long as the slice is used.
+            #[inline(always)]
+            pub const unsafe fn from_raw_parts(ptr: $ptr, len: u32) -> Self {
+                Self { ptr, len, _marker: PhantomData }
+            }
+
+            /// Number of elements.
+            #[inline(always)]
+            pub fn len(&self) -> usize {
+                self.len as usize
+            }
+
+            /// Number of elements as the `u32` the kernels' thread indices are.
+            #[inline(always)]
+            pub fn len_u32(&self) -> u32 {
+                self.len
+            }
+
+            /// Whether the slice has no elements.
+            #[inline(always)]
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+
+            /// Element `i`, or `None` past the end.
+            #[inline(always)]
+            pub fn get(&self, i: usize) -> Option<T> {
+                // SAFETY: `i` is in range.
+                (i < self.len as usize).then(|| unsafe { self.ptr.add(i).read() })
+            }
+
+            /// Element `i` without the GPU's bounds check (the simulator still checks), for hot
+            /// loops where LLVM cannot see that `i` is in range.
+            ///
+            /// # Safety
+            /// `i < self.len()`.
+            #[inline(always)]
+            #[track_caller]
+            pub unsafe fn get_unchecked(&self, i: usize) -> T {
+                check_unchecked(i, self.len);
+                // SAFETY: the caller's promise.
+                unsafe { self.ptr.add(i).read() }
+            }
+
+            /// The `count` elements starting at `start` (checked like an index): e.g. one image of
+            /// a batch, `x.sub(z * stride, stride)`.
+            #[inline(always)]
+            #[track_caller]
+            pub fn sub(self, start: usize, count: usize) -> Self {
+                let len = checked_range(start, count, self.len);
+                // SAFETY: inside this slice, checked above.
+                Self { ptr: unsafe { self.ptr.add(start) }, len, _marker: PhantomData }
+            }
+
+            /// The elements from `start` to the end (`start ≤ len`, checked).
+            #[inline(always)]
+            #[track_caller]
+            pub fn tail(self, start: usize) -> Self {
+                let count = (self.len as usize).wrapping_sub(start);
+                self.sub(start, count)
+            }
+
+            /// The first element's address, for access patterns indexing does not cover (vector
+            /// loads, `cp.async`). Valid for [`len`](Self::len) elements.
+            #[inline(always)]
+            pub fn as_ptr(&self) -> *const T {
+                self.ptr
+            }
+
+            /// The addresses of the pointer and the length, the two PTX parameters a slice is
+            /// passed as (see `#[kernel]`).
+            #[cfg(not(target_arch = "nvptx64"))]
+            #[doc(hidden)]
+            pub fn kernel_params(&self) -> [*mut core::ffi::c_void; 2] {
+                [&self.ptr as *const _ as *mut _, &self.len as *const _ as *mut _]
+            }
+        }
+
+        impl<T: Copy> Index<usize> for $name<T> {
+            type Output = T;
+            #[inline(always)]
+            #[track_caller]
+            fn index(&self, i: usize) -> &T {
+                if i >= self.len as usize {
+                    out_of_range(i, self.len);
+                }
+                // SAFETY: in range, checked above.
+                unsafe { &*self.ptr.add(i) }
+            }
+        }
+    };
+}
+
+common_methods!(Slice, *const T);
+common_methods!(SliceMut, *mut T);
+
+impl<T: Copy> SliceMut<T> {
+    /// Writes `value` to element `i` without the GPU's bounds check (the simulator still checks).
+    ///
+    /// # Safety
+    /// `i < self.len()`.
+    #[inline(always)]
+    #[track_caller]
+    pub unsafe fn set_unchecked(&mut self, i: usize, value: T) {
+        check_unchecked(i, self.len);
+        // SAFETY: the caller's promise.
+        unsafe { self.ptr.add(i).write(value) }
+    }
+
+    /// The first element's address, writable (see [`SliceMut::as_ptr`]).
+    #[inline(always)]
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.ptr
+    }
+
+    /// A read-only view of the same elements, for helpers that only read.
+    #[inline(always)]
+    pub fn as_slice(&self) -> Slice<T> {
+        Slice { ptr: self.ptr, len: self.len, _marker: PhantomData }
+    }
+}
+
+impl<T: Copy> IndexMut<usize> for SliceMut<T> {
+    #[inline(always)]
+    #[track_caller]
+    fn index_mut(&mut self, i: usize) -> &mut T {
+        if i >= self.len as usize {
+            out_of_range(i, self.len);
+        }
+        // SAFETY: in range, checked above.
+        unsafe { &mut *self.ptr.add(i) }
+    }
+}
