@@ -29,7 +29,7 @@ pub use kernels::conv::MAX_MASK_SIDE;
 /// Which f32 kernel computes the convolution.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Variant {
-    /// `conv2d_naive`: one thread per output pixel, all reads from global memory.
+    /// `conv2d_naive_f32`: one thread per output pixel, all reads from global memory.
     Naive,
     /// `conv2d_tiled`: input tile, halo and mask staged in shared memory, several outputs per
     /// thread (`kernels::conv::TILED_ROWS_PER_THREAD`).
@@ -138,16 +138,10 @@ impl<'d, T: Element + Into<f64>> Convolution<'d, T> {
         (self.mask_rows as usize, self.mask_cols as usize)
     }
 
-    fn args(&mut self) -> (*const T, u32, u32, *const T, u32, u32, *mut T) {
-        (
-            self.image.as_kernel_ptr(),
-            self.rows,
-            self.cols,
-            self.mask.as_kernel_ptr(),
-            self.mask_rows,
-            self.mask_cols,
-            self.output.as_kernel_mut_ptr(),
-        )
+    /// The kernels' arguments: image, its rows and columns, mask, its rows and columns, output.
+    #[allow(clippy::type_complexity)]
+    fn args(&mut self) -> (&Buffer<T>, u32, u32, &Buffer<T>, u32, u32, &mut Buffer<T>) {
+        (&self.image, self.rows, self.cols, &self.mask, self.mask_rows, self.mask_cols, &mut self.output)
     }
 }
 
@@ -171,22 +165,23 @@ impl Convolution<'_, f32> {
     /// Queues `variant` on the device (asynchronous on a GPU; [`Convolution::download`] waits).
     pub fn launch(&mut self, variant: Variant) -> Result<()> {
         let (rows, cols) = self.dim();
-        let args = self.args();
         let work = Some(self.work(4.0));
-        let queue = self.device.queue();
+        let (device, mask_rows, mask_cols) = (self.device, self.mask_rows, self.mask_cols);
+        let queue = device.queue();
+        let args = self.args();
         // SAFETY: the image and output buffers hold rows × cols values and the mask buffer
         // mask_rows × mask_cols, the sizes passed; `validate` checked the mask sides.
         unsafe {
             match variant {
-                Variant::Naive => self.device.launch_counted(
+                Variant::Naive => device.launch_counted(
                     queue,
-                    &kernels::conv::CONV2D_NAIVE,
+                    &kernels::conv::CONV2D_NAIVE_F32,
                     LaunchConfig::for_2d(cols, rows, BLOCK_X, BLOCK_Y),
                     args,
                     work,
                 ),
                 Variant::Tiled => {
-                    let shared = kernels::conv::tiled_shared_bytes(self.mask_rows, self.mask_cols);
+                    let shared = kernels::conv::tiled_shared_bytes(mask_rows, mask_cols);
                     let grid = crate::Dim3::xy(
                         cols.div_ceil(TILED_TILE_COLS as usize) as u32,
                         rows.div_ceil(TILED_TILE_ROWS as usize) as u32,
@@ -196,7 +191,7 @@ impl Convolution<'_, f32> {
                         block: crate::Dim3::xy(BLOCK_X, TILED_BLOCK_Y),
                         shared_bytes: shared,
                     };
-                    self.device.launch_counted(queue, &kernels::conv::CONV2D_TILED, cfg, args, work)
+                    device.launch_counted(queue, &kernels::conv::CONV2D_TILED, cfg, args, work)
                 }
             }
         }
@@ -207,12 +202,13 @@ impl Convolution<'_, f64> {
     /// Queues the f64 kernel `conv2d_naive_f64` (asynchronous on a GPU).
     pub fn launch_f64(&mut self) -> Result<()> {
         let (rows, cols) = self.dim();
-        let args = self.args();
         let work = Some(self.work(8.0));
+        let device = self.device;
+        let args = self.args();
         // SAFETY: as for `Convolution::<f32>::launch`.
         unsafe {
-            self.device.launch_counted(
-                self.device.queue(),
+            device.launch_counted(
+                device.queue(),
                 &kernels::conv::CONV2D_NAIVE_F64,
                 LaunchConfig::for_2d(cols, rows, BLOCK_X, BLOCK_Y),
                 args,

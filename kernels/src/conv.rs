@@ -10,16 +10,16 @@
 //!
 //! i.e. a correlation with the mask flipped in both directions.
 //!
-//! * [`conv2d_naive`]: one thread per output pixel, everything read from global memory.
-//! * [`conv2d_tiled`]: a block stages its input tile plus halo and the (flipped) mask in shared
-//!   memory once, then each thread computes [`TILED_ROWS_PER_THREAD`] outputs of one column from
-//!   registers.
-//! * [`conv2d_naive_f64`]: the naive kernel in f64, for reference-precision runs.
+//! * [`conv2d_naive`] (entries `conv2d_naive_f32`, `conv2d_naive_f64`): one thread per output
+//!   pixel, everything read from global memory; in f64 for reference-precision runs.
+//! * [`conv2d_tiled`] (f32): a block stages its input tile plus halo and the (flipped) mask in
+//!   shared memory once, then each thread computes [`TILED_ROWS_PER_THREAD`] outputs of one column
+//!   from registers.
 //!
 //! Host side: `host/src/conv.rs`; tests: `tests/conv.rs`; benchmark: `benches/conv.rs`.
 
 use crate::math::{self, Float};
-use crate::{kernel, shared, thread};
+use crate::{Slice, SliceMut, kernel, shared, thread};
 
 /// Largest mask height or width the kernels accept.
 pub const MAX_MASK_SIDE: u32 = 31;
@@ -71,84 +71,69 @@ const fn tile_column_stride(mask_rows: u32) -> u32 {
     TILED_TILE_ROWS + mask_rows
 }
 
-/// Dynamic shared memory in bytes that [`conv2d_tiled`] needs for a `mask_rows × mask_cols` mask:
-/// the flipped mask (`mask_cols × padded rows`, f32) followed by the input tile with its halo
-/// (`TILED_TILE_COLS + mask_cols − 1` columns of `TILED_TILE_ROWS + mask_rows` f32: the tile's rows
-/// plus one, an odd stride that spreads a warp's 32 columns over the 32 banks).
-pub const fn tiled_shared_bytes(mask_rows: u32, mask_cols: u32) -> u32 {
-    let mask = mask_cols * padded_mask_rows(mask_rows);
-    let tile = (TILED_TILE_COLS + mask_cols - 1) * tile_column_stride(mask_rows);
-    4 * (mask + tile)
+/// f32 elements of the flipped mask in shared memory: `mask_cols × padded rows`.
+const fn tiled_mask_len(mask_rows: u32, mask_cols: u32) -> usize {
+    (mask_cols * padded_mask_rows(mask_rows)) as usize
 }
 
-/// One thread per output pixel: `out[y, x]` for the thread's global `(x, y)`, accumulated in f32
-/// with FMAs straight from global memory.
+/// f32 elements of the input tile with its halo in shared memory: `TILED_TILE_COLS + mask_cols − 1`
+/// columns of [`tile_column_stride`] values.
+const fn tiled_tile_len(mask_rows: u32, mask_cols: u32) -> usize {
+    ((TILED_TILE_COLS + mask_cols - 1) * tile_column_stride(mask_rows)) as usize
+}
+
+/// The dynamic shared memory of [`conv2d_tiled`] for a `mask_rows × mask_cols` mask: the flipped
+/// mask, then the input tile with its halo, both f32 (the kernel allocates them in this order).
+pub const fn tiled_shared_layout(mask_rows: u32, mask_cols: u32) -> shared::Layout {
+    shared::Layout::new()
+        .array::<f32>(tiled_mask_len(mask_rows, mask_cols))
+        .array::<f32>(tiled_tile_len(mask_rows, mask_cols))
+}
+
+/// Bytes of [`tiled_shared_layout`]: what a launch of [`conv2d_tiled`] must give.
+pub const fn tiled_shared_bytes(mask_rows: u32, mask_cols: u32) -> u32 {
+    tiled_shared_layout(mask_rows, mask_cols).bytes_u32()
+}
+
+/// One thread per output pixel: `out[y, x]` for the thread's global `(x, y)`, accumulated in `F`
+/// with FMAs straight from global memory (`conv2d_naive_f32`, `conv2d_naive_f64`).
 ///
-/// `image` and `out` hold `rows × cols` f32 (row-major), `mask` holds `mask_rows × mask_cols` f32,
+/// `image` and `out` hold `rows × cols` values (row-major), `mask` holds `mask_rows × mask_cols`,
 /// both odd. Launch a 2-D grid covering `cols × rows` threads (x = column), e.g. blocks of
 /// [`BLOCK_X`] × [`BLOCK_Y`]; threads outside the image do nothing. No shared memory.
-#[kernel]
-pub unsafe fn conv2d_naive(
-    image: *const f32,
+#[kernel(f32, f64)]
+pub fn conv2d_naive<F: Float>(
+    image: &[F],
     rows: u32,
     cols: u32,
-    mask: *const f32,
+    mask: &[F],
     mask_rows: u32,
     mask_cols: u32,
-    out: *mut f32,
+    out: &mut [F],
 ) {
-    naive(image, rows, cols, mask, mask_rows, mask_cols, out);
-}
-
-/// [`conv2d_naive`] in f64: f64 image, mask, output and accumulator.
-#[kernel]
-pub unsafe fn conv2d_naive_f64(
-    image: *const f64,
-    rows: u32,
-    cols: u32,
-    mask: *const f64,
-    mask_rows: u32,
-    mask_cols: u32,
-    out: *mut f64,
-) {
-    naive(image, rows, cols, mask, mask_rows, mask_cols, out);
-}
-
-#[inline(always)]
-unsafe fn naive<T: Float + Default>(
-    image: *const T,
-    rows: u32,
-    cols: u32,
-    mask: *const T,
-    mask_rows: u32,
-    mask_cols: u32,
-    out: *mut T,
-) {
-    // SAFETY: the caller passes buffers valid for the launch, as documented on the kernel.
-    unsafe {
-        let (x, y) = thread::index_2d();
-        if x >= cols || y >= rows {
-            return;
-        }
-        let (dr, dc) = (mask_rows / 2, mask_cols / 2);
-        let mut acc = T::default();
-        for k in 0..mask_rows {
-            // Image row y − k + dr; below zero it wraps to a huge value and fails the bound.
-            let iy = (y + dr).wrapping_sub(k);
-            if iy >= rows {
-                continue;
-            }
-            let image_row = image.add(iy as usize * cols as usize);
-            let mask_row = mask.add((k * mask_cols) as usize);
-            for l in 0..mask_cols {
-                let ix = (x + dc).wrapping_sub(l);
-                if ix < cols {
-                    acc = math::fma(*mask_row.add(l as usize), *image_row.add(ix as usize), acc);
-                }
-            }
-        }
-        *out.add(y as usize * cols as usize + x as usize) = acc;
+    let (x, y) = thread::index_2d();
+    if x >= cols || y >= rows {
+        return;
     }
+    let (dr, dc) = (mask_rows / 2, mask_cols / 2);
+    let mut acc = F::ZERO;
+    for k in 0..mask_rows {
+        // Image row y − k + dr; below zero it wraps to a huge value and fails the bound.
+        let iy = (y + dr).wrapping_sub(k);
+        if iy >= rows {
+            continue;
+        }
+        // One bounds check per row: the indices below are provably inside these rows.
+        let image_row = image.sub(iy as usize * cols as usize, cols as usize);
+        let mask_row = mask.sub((k * mask_cols) as usize, mask_cols as usize);
+        for l in 0..mask_cols {
+            let ix = (x + dc).wrapping_sub(l);
+            if ix < cols {
+                acc = math::fma(mask_row[l as usize], image_row[ix as usize], acc);
+            }
+        }
+    }
+    out[y as usize * cols as usize + x as usize] = acc;
 }
 
 /// Tiled convolution: each block computes a [`TILED_TILE_COLS`] × [`TILED_TILE_ROWS`] tile of the
@@ -161,20 +146,24 @@ unsafe fn naive<T: Float + Default>(
 /// thread loads its `rows per thread + mask_rows − 1` input values into registers and reuses each
 /// for up to `mask_rows` outputs.
 ///
-/// Arguments as for [`conv2d_naive`]; `mask_rows` and `mask_cols` odd and at most
-/// [`MAX_MASK_SIDE`] (another `mask_rows` writes nothing: the host wrapper validates). Launch with
-/// [`BLOCK_X`] × [`TILED_BLOCK_Y`] threads, a grid of `⌈cols / TILED_TILE_COLS⌉ × ⌈rows / TILED_TILE_ROWS⌉`
-/// blocks and [`tiled_shared_bytes`]`(mask_rows, mask_cols)` bytes of dynamic shared memory.
+/// Arguments as for [`conv2d_naive`], in f32; `mask_rows` and `mask_cols` odd and at most
+/// [`MAX_MASK_SIDE`] (another `mask_rows` writes nothing: the host wrapper validates). `image`
+/// shorter than `rows·cols` stops the kernel. Launch with [`BLOCK_X`] × [`TILED_BLOCK_Y`] threads, a
+/// grid of `⌈cols / TILED_TILE_COLS⌉ × ⌈rows / TILED_TILE_ROWS⌉` blocks and
+/// [`tiled_shared_bytes`]`(mask_rows, mask_cols)` bytes of dynamic shared memory.
 #[kernel]
-pub unsafe fn conv2d_tiled(
-    image: *const f32,
+pub fn conv2d_tiled(
+    image: &[f32],
     rows: u32,
     cols: u32,
-    mask: *const f32,
+    mask: &[f32],
     mask_rows: u32,
     mask_cols: u32,
-    out: *mut f32,
+    out: &mut [f32],
 ) {
+    // Checked once here, so that the staging loop and the stores go without a check per pixel.
+    let pixels = rows as usize * cols as usize;
+    let (image, out) = (image.sub(0, pixels), out.sub(0, pixels));
     // The mask height is a compile-time constant inside `tiled`, so that the per-column input
     // window and the loops over mask rows and output rows unroll into registers.
     let tile = Tile { image, rows, cols, mask, mask_cols, out };
@@ -199,15 +188,16 @@ pub unsafe fn conv2d_tiled(
     }
 }
 
-/// The arguments of [`conv2d_tiled`], less the mask height.
+/// The arguments of [`conv2d_tiled`], less the mask height; `image` and `out` hold exactly
+/// `rows·cols` values.
 #[derive(Clone, Copy)]
 struct Tile {
-    image: *const f32,
+    image: Slice<f32>,
     rows: u32,
     cols: u32,
-    mask: *const f32,
+    mask: Slice<f32>,
     mask_cols: u32,
-    out: *mut f32,
+    out: SliceMut<f32>,
 }
 
 /// Reads 4 consecutive f32 of shared memory starting at element `i` (a multiple of 4, in a
@@ -235,11 +225,11 @@ unsafe fn read_f32x4(region: shared::DynamicShared<f32>, i: usize) -> [f32; 4] {
 
 impl Tile {
     #[inline(always)]
-    unsafe fn run<const MH: usize>(self) {
-        // SAFETY: the buffers are valid for the launch (the kernel's contract); shared-memory
-        // indices stay inside the regions sized from the same mask dimensions.
+    fn run<const MH: usize>(self) {
+        // SAFETY: shared-memory indices stay inside the arrays sized from the same mask
+        // dimensions; each element is written before the barrier and only read after it.
         unsafe {
-            let Tile { image, rows, cols, mask, mask_cols, out } = self;
+            let Tile { image, rows, cols, mask, mask_cols, mut out } = self;
             let mw = mask_cols as usize;
             let mh_padded = padded_mask_rows(MH as u32) as usize;
             let stride = tile_column_stride(MH as u32) as usize;
@@ -248,9 +238,10 @@ impl Tile {
 
             // Shared layout: flipped[l·mh_padded + k] = mask[MH−1−k, mw−1−l] (0 for k ≥ MH), then the
             // tile, column-major: tile[c·stride + r] = image[y0 − dr + r, x0 − dc + c].
-            let mask_len = mw * mh_padded;
-            let flipped = shared::region::<f32>(0, mask_len);
-            let tile = shared::region::<f32>(4 * mask_len, tile_cols * stride);
+            let mut smem = shared::Allocator::new();
+            let flipped = smem.array::<f32>(tiled_mask_len(MH as u32, mask_cols));
+            let tile = smem.array::<f32>(tiled_tile_len(MH as u32, mask_cols));
+            let mask_len = flipped.len();
 
             let (tx, ty) = (thread::thread_idx_x() as usize, thread::thread_idx_y() as usize);
             let tid = ty * BLOCK_X as usize + tx;
@@ -258,7 +249,7 @@ impl Tile {
             let mut i = tid;
             while i < mask_len {
                 let (l, k) = (i / mh_padded, i % mh_padded);
-                let v = if k < MH { *mask.add((MH - 1 - k) * mw + (mw - 1 - l)) } else { 0.0 };
+                let v = if k < MH { mask[(MH - 1 - k) * mw + (mw - 1 - l)] } else { 0.0 };
                 flipped.write(i, v);
                 i += TILED_THREADS;
             }
@@ -274,7 +265,8 @@ impl Tile {
                 while c < tile_cols {
                     let gx = (x0 + c as u32).wrapping_sub(dc);
                     let v = if gy < rows && gx < cols {
-                        *image.add(gy as usize * cols as usize + gx as usize)
+                        // In range: gy < rows, gx < cols, and `image` holds rows·cols values.
+                        image.get_unchecked(gy as usize * cols as usize + gx as usize)
                     } else {
                         0.0
                     };
@@ -321,7 +313,8 @@ impl Tile {
                 unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31] {
                     let y = y0 + (first_row + r) as u32;
                     if r < ROWS_PER_THREAD && y < rows {
-                        *out.add(y as usize * cols as usize + x as usize) = acc[r];
+                        // In range: y < rows, x < cols, and `out` holds rows·cols values.
+                        out.set_unchecked(y as usize * cols as usize + x as usize, acc[r]);
                     }
                 });
             }

@@ -445,7 +445,7 @@ fn kernel_entry(case: &Case) -> Option<&'static str> {
         ("svd", "regtiled", _) => "svd_reconstruct_regtiled",
         ("svd", "tf32", _) => "svd_reconstruct_tf32",
         ("svd", "tf32x3", _) => "svd_reconstruct_tf32x3",
-        ("conv", "naive", "f32") => "conv2d_naive",
+        ("conv", "naive", "f32") => "conv2d_naive_f32",
         ("conv", "naive", "f64") => "conv2d_naive_f64",
         ("conv", "tiled", _) => "conv2d_tiled",
         ("lombscargle", "precise", "f32") => "lombscargle_f32",
