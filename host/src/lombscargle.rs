@@ -255,6 +255,12 @@ fn fast_is_f32_only() -> Error {
     )
 }
 
+/// A direct variant's plan without its frequency array (the plan uploads one for every direct
+/// variant, so this is unreachable through [`Plan::new`]).
+fn no_frequencies() -> Error {
+    Error::InvalidInput("the direct kernels need the frequency array".into())
+}
+
 /// Converts to f32, refusing values beyond its range.
 fn to_f32(name: &str, values: &[f64]) -> Result<Vec<f32>> {
     if let Some(i) = values.iter().position(|v| v.abs() > f32::MAX as f64) {
@@ -395,59 +401,55 @@ impl<'d> Plan<'d> {
             bytes: bytes_per_value * (2.0 * n as f64 + 2.0 * m as f64),
             flops: 10.0 * n as f64 * m as f64,
         });
-        // SAFETY: `x`, `y` hold `n` samples, `freqs` (direct kernels) and `power` `m` values — the
-        // counts passed; the recurrence kernels read no frequency array.
+        // SAFETY: any 1-D launch with at least one staged sample of shared memory (`config`); the
+        // slices carry the counts (`n` samples, `m` frequencies and powers).
         unsafe {
             match &mut self.data {
                 Data::F32(a) => {
-                    let (x, y, p) = (a.x.as_kernel_ptr(), a.y.as_kernel_ptr(), a.power.as_kernel_mut_ptr());
-                    let f = a.freqs.as_ref().map_or(std::ptr::null(), Buffer::as_kernel_ptr);
                     let s = scale as f32;
-                    match variant {
-                        Variant::Precise => device.launch_counted(
+                    match (variant, &a.freqs) {
+                        (Variant::Precise, Some(f)) => device.launch_counted(
                             queue,
                             &k::LOMBSCARGLE_F32,
                             cfg,
-                            (x, y, n, f, m, s, p),
+                            (&a.x, &a.y, f, s, &mut a.power),
                             work,
                         ),
-                        Variant::Fast => device.launch_counted(
+                        (Variant::Fast, Some(f)) => device.launch_counted(
                             queue,
                             &k::LOMBSCARGLE_FAST_F32,
                             cfg,
-                            (x, y, n, f, m, s, p),
+                            (&a.x, &a.y, f, s, &mut a.power),
                             work,
                         ),
-                        Variant::Recurrence => device.launch_counted(
+                        (Variant::Recurrence, _) => device.launch_counted(
                             queue,
                             &k::LOMBSCARGLE_RECURRENCE_F32,
                             cfg,
-                            (x, y, n, omega0 as f32, domega as f32, m, s, p),
+                            (&a.x, &a.y, omega0 as f32, domega as f32, s, &mut a.power),
                             work,
                         ),
+                        (_, None) => Err(no_frequencies()),
                     }
                 }
-                Data::F64(a) => {
-                    let (x, y, p) = (a.x.as_kernel_ptr(), a.y.as_kernel_ptr(), a.power.as_kernel_mut_ptr());
-                    let f = a.freqs.as_ref().map_or(std::ptr::null(), Buffer::as_kernel_ptr);
-                    match variant {
-                        Variant::Precise => device.launch_counted(
-                            queue,
-                            &k::LOMBSCARGLE_F64,
-                            cfg,
-                            (x, y, n, f, m, scale, p),
-                            work,
-                        ),
-                        Variant::Fast => Err(fast_is_f32_only()),
-                        Variant::Recurrence => device.launch_counted(
-                            queue,
-                            &k::LOMBSCARGLE_RECURRENCE_F64,
-                            cfg,
-                            (x, y, n, omega0, domega, m, scale, p),
-                            work,
-                        ),
-                    }
-                }
+                Data::F64(a) => match (variant, &a.freqs) {
+                    (Variant::Precise, Some(f)) => device.launch_counted(
+                        queue,
+                        &k::LOMBSCARGLE_F64,
+                        cfg,
+                        (&a.x, &a.y, f, scale, &mut a.power),
+                        work,
+                    ),
+                    (Variant::Fast, _) => Err(fast_is_f32_only()),
+                    (Variant::Recurrence, _) => device.launch_counted(
+                        queue,
+                        &k::LOMBSCARGLE_RECURRENCE_F64,
+                        cfg,
+                        (&a.x, &a.y, omega0, domega, scale, &mut a.power),
+                        work,
+                    ),
+                    (Variant::Precise, None) => Err(no_frequencies()),
+                },
             }
         }
     }

@@ -15,10 +15,11 @@
 //! `n − cc` would cancel; `cc` small needs every phase near π/2 modulo π.
 //!
 //! Variants (every one handles any `n ≥ 1` and any number of frequencies, with a grid-stride loop):
-//! * **direct** ([`lombscargle_f32`], [`lombscargle_f64`]): one thread per frequency, libdevice
-//!   `sincos` per sample;
+//! * **direct** ([`lombscargle`], entries `lombscargle_f32`, `lombscargle_f64`): one thread per
+//!   frequency, libdevice `sincos` per sample;
 //! * **fast** ([`lombscargle_fast_f32`]): the same with the hardware `sin.approx`/`cos.approx`;
-//! * **recurrence** ([`lombscargle_recurrence_f32`], [`lombscargle_recurrence_f64`]): for a uniform
+//! * **recurrence** ([`lombscargle_recurrence`], entries `lombscargle_recurrence_f32`,
+//!   `lombscargle_recurrence_f64`): for a uniform
 //!   frequency grid `ω_k = ω_0 + k·Δω`, each thread owns [`RECURRENCE_STEPS`] consecutive
 //!   frequencies. Per sample it evaluates `sin/cos(ω x_j)` directly once (the re-anchoring: the
 //!   hardware approximations in f32, libdevice in f64) and advances to the next frequency by the
@@ -44,14 +45,9 @@
 //! fit in one tile, each block stages them once for all its grid-stride rounds.
 //!
 //! Host side: `host/src/lombscargle.rs` (wrapper, CPU reference); tests: `tests/lombscargle.rs`.
-//!
-//! The generic bodies below are `unsafe fn`s whose contract is their kernel's: every pointer valid
-//! for the counts passed.
-#![allow(unsafe_op_in_unsafe_fn)]
 
 use crate::math::{self, Float};
-use crate::{kernel, shared, thread};
-use core::ops::{Add, Mul, Neg, Sub};
+use crate::{Slice, SliceMut, kernel, shared, thread};
 
 /// Consecutive frequencies per thread of the recurrence kernels: one direct `sin`/`cos` (the
 /// anchor) per sample every this many frequencies.
@@ -64,22 +60,30 @@ pub const DIRECT_SAMPLE_VALUES: usize = 2;
 /// `−tan(δ/2)` (see the module documentation).
 pub const RECURRENCE_SAMPLE_VALUES: usize = 6;
 
-/// The arithmetic the generic kernel bodies need beyond [`Float`].
-trait Real: Float + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Neg<Output = Self> {
+/// What the Lomb-Scargle kernels need beyond [`Float`]: constants of the shear recurrence and its
+/// anchor.
+pub trait Real: Float {
+    /// ½.
     const HALF: Self;
+    /// 2.
     const TWO: Self;
     /// `1/π`.
     const FRAC_1_PI: Self;
-    /// π rounded to `Self`, and the rest `π − PI_HI`: `fma(−q, PI_LO, fma(−q, PI_HI, d))` is
-    /// `d − qπ` to about one rounding for moderate integers `q`.
+    /// π rounded to `Self`; with [`Real::PI_LO`], `fma(−q, PI_LO, fma(−q, PI_HI, d))` is `d − qπ`
+    /// to about one rounding for moderate integers `q`.
     const PI_HI: Self;
+    /// The rest `π − PI_HI`.
     const PI_LO: Self;
     /// Whether the integer-valued `self` is odd.
     fn is_odd(self) -> bool;
+    /// `(sin t, cos t)` evaluated directly once per sample by the recurrence kernels: the hardware
+    /// approximations in f32 (as accurate there as libdevice, and faster; see the module
+    /// documentation), libdevice `sincos` in f64.
+    fn anchor(t: Self) -> (Self, Self);
 }
 
 macro_rules! real {
-    ($t:ty, $pi_lo:expr) => {
+    ($t:ty, $pi_lo:expr, $anchor:expr) => {
         impl Real for $t {
             const HALF: $t = 0.5;
             const TWO: $t = 2.0;
@@ -91,12 +95,17 @@ macro_rules! real {
                 let half = self * 0.5;
                 math::floor(half) != half
             }
+            #[inline(always)]
+            fn anchor(t: $t) -> ($t, $t) {
+                let anchor: fn($t) -> ($t, $t) = $anchor;
+                anchor(t)
+            }
         }
     };
 }
 // π − (π as f32) = −8.742278e-8; π − (π as f64) = 1.2246467991473532e-16.
-real!(f32, -8.742278e-8);
-real!(f64, 1.2246467991473532e-16);
+real!(f32, -8.742278e-8, |t| (math::fast::sin(t), math::fast::cos(t)));
+real!(f64, 1.2246467991473532e-16, math::sincos::<f64>);
 
 /// Repeats `$body` with `$r` bound to `0, 1, …, $n − 1` (`$n` a constant ≤ 32): a fully unrolled
 /// loop, so that arrays indexed by `$r` live in registers instead of local memory.
@@ -130,12 +139,20 @@ fn power<T: Real>(n: T, xc: T, xs: T, ss: T, cs: T) -> T {
     T::HALF * (ratio(num1 * num1, den1) + ratio(num2 * num2, den2))
 }
 
-/// The `n` samples `(x_j, y_j)` in global memory.
+/// The `n` samples `(x_j, y_j)` in global memory; `x` and `y` hold exactly `n` values.
 #[derive(Clone, Copy)]
 struct Samples<T> {
-    x: *const T,
-    y: *const T,
+    x: Slice<T>,
+    y: Slice<T>,
     n: u32,
+}
+
+impl<T: Copy> Samples<T> {
+    /// The samples of `x` and `y` (`y` at least as long as `x`: checked).
+    #[inline(always)]
+    fn new(x: Slice<T>, y: Slice<T>) -> Self {
+        Samples { x, y: y.sub(0, x.len()), n: x.len_u32() }
+    }
 }
 
 /// The block's tile of samples in dynamic shared memory, `VALUES` values per sample, and whether it
@@ -157,14 +174,16 @@ impl<T: Real, const VALUES: usize> Tiles<T, VALUES> {
 
     /// Value `v` of staged sample `j` (within the current tile).
     #[inline(always)]
-    unsafe fn get(&self, j: usize, v: usize) -> T {
-        self.buf.read(VALUES * j + v)
+    fn get(&self, j: usize, v: usize) -> T {
+        // SAFETY: `j` is below the tile's length, so the index is inside `buf`; `for_each` calls
+        // `consume` between the barriers after staging and before the next tile's writes.
+        unsafe { self.buf.read(VALUES * j + v) }
     }
 
     /// Runs `consume(len)` for each tile of `len` samples after the block staged it, `fill` laying
     /// out each sample's values from `(x_j, y_j)`. Every thread of the block must call this.
     #[inline(always)]
-    unsafe fn for_each(
+    fn for_each(
         &mut self,
         samples: Samples<T>,
         fill: impl Fn(T, T) -> [T; VALUES] + Copy,
@@ -181,9 +200,14 @@ impl<T: Real, const VALUES: usize> Tiles<T, VALUES> {
             let mut i = thread::thread_idx_x();
             while i < len {
                 let j = (start + i) as usize;
-                let values = fill(*samples.x.add(j), *samples.y.add(j));
+                // SAFETY: j < start + len ≤ n, the length of `x` and `y` (`Samples::new`). LLVM
+                // cannot see it through the tile arithmetic, and a check here costs the f64 kernel
+                // six registers.
+                let values = unsafe { fill(samples.x.get_unchecked(j), samples.y.get_unchecked(j)) };
                 unrolled!(v < VALUES => {
-                    self.buf.write(VALUES * i as usize + v, values[v]);
+                    // SAFETY: `i` is below the tile's length; each thread writes its own samples
+                    // between the two barriers.
+                    unsafe { self.buf.write(VALUES * i as usize + v, values[v]) };
                 });
                 i += thread::block_dim_x();
             }
@@ -198,14 +222,15 @@ impl<T: Real, const VALUES: usize> Tiles<T, VALUES> {
 /// Direct kernels: frequency `k` gets one thread per grid-stride round; every sample's `sincos` is
 /// computed by `sincos`.
 #[inline(always)]
-unsafe fn direct<T: Real>(
+fn direct<T: Real>(
     samples: Samples<T>,
-    freqs: *const T,
-    m: u32,
+    freqs: Slice<T>,
     scale: T,
-    out: *mut T,
+    mut out: SliceMut<T>,
     sincos: impl Fn(T) -> (T, T),
 ) {
+    let m = out.len_u32();
+    let freqs = freqs.sub(0, out.len());
     let mut tiles = Tiles::<T, DIRECT_SAMPLE_VALUES>::new();
     let block = thread::block_dim_x();
     let tid = thread::thread_idx_x();
@@ -213,7 +238,7 @@ unsafe fn direct<T: Real>(
     let mut base = thread::block_idx_x() * block;
     while base < m {
         let k = base + tid;
-        let omega = if k < m { *freqs.add(k as usize) } else { T::ZERO };
+        let omega = if k < m { freqs[k as usize] } else { T::ZERO };
         let (mut xc, mut xs, mut ss, mut cs) = (T::ZERO, T::ZERO, T::ZERO, T::ZERO);
         tiles.for_each(
             samples,
@@ -230,57 +255,28 @@ unsafe fn direct<T: Real>(
             },
         );
         if k < m {
-            *out.add(k as usize) = scale * power(T::from_u32(samples.n), xc, xs, ss, cs);
+            out[k as usize] = scale * power(T::from_u32(samples.n), xc, xs, ss, cs);
         }
         base += thread::grid_stride_1d();
     }
 }
 
-/// Periodogram in f32 with libdevice `sincosf`: `power[k] = scale·P(freqs[k])` for `k < m`.
+/// Periodogram in `F` with libdevice `sincos` (`lombscargle_f32`, `lombscargle_f64`):
+/// `power[k] = scale·P(freqs[k])` for every `k < power.len()`.
 ///
-/// `x`, `y`: the `n ≥ 1` samples (times and values); `freqs`: `m` angular frequencies (rad per unit
-/// of `x`); `power`: `m` outputs. Any 1-D launch; dynamic shared memory ≥ 8 bytes (one `(x, y)` pair;
-/// more means fewer tiles).
-#[kernel]
-pub unsafe fn lombscargle_f32(
-    x: *const f32,
-    y: *const f32,
-    n: u32,
-    freqs: *const f32,
-    m: u32,
-    scale: f32,
-    power: *mut f32,
-) {
-    direct(Samples { x, y, n }, freqs, m, scale, power, math::sincos::<f32>);
+/// `x`, `y`: the `n = x.len() ≥ 1` samples (times and values; `y` at least as long); `freqs`: at
+/// least `power.len()` angular frequencies (rad per unit of `x`). Any 1-D launch; dynamic shared
+/// memory ≥ one `(x, y)` pair ([`DIRECT_SAMPLE_VALUES`] values of `F`; more means fewer tiles).
+#[kernel(f32, f64)]
+pub fn lombscargle<F: Real>(x: &[F], y: &[F], freqs: &[F], scale: F, power: &mut [F]) {
+    direct(Samples::new(x, y), freqs, scale, power, math::sincos::<F>);
 }
 
-/// [`lombscargle_f32`] in f64 with libdevice `sincos`; shared memory ≥ 16 bytes.
-#[kernel]
-pub unsafe fn lombscargle_f64(
-    x: *const f64,
-    y: *const f64,
-    n: u32,
-    freqs: *const f64,
-    m: u32,
-    scale: f64,
-    power: *mut f64,
-) {
-    direct(Samples { x, y, n }, freqs, m, scale, power, math::sincos::<f64>);
-}
-
-/// [`lombscargle_f32`] with the hardware approximations `sin.approx`/`cos.approx` per sample
+/// [`lombscargle`] in f32 with the hardware approximations `sin.approx`/`cos.approx` per sample
 /// (absolute error about 2^-21 plus about `|ω x|·2^-23` from their range reduction).
 #[kernel]
-pub unsafe fn lombscargle_fast_f32(
-    x: *const f32,
-    y: *const f32,
-    n: u32,
-    freqs: *const f32,
-    m: u32,
-    scale: f32,
-    power: *mut f32,
-) {
-    direct(Samples { x, y, n }, freqs, m, scale, power, |t| (math::fast::sin(t), math::fast::cos(t)));
+pub fn lombscargle_fast_f32(x: &[f32], y: &[f32], freqs: &[f32], scale: f32, power: &mut [f32]) {
+    direct(Samples::new(x, y), freqs, scale, power, |t| (math::fast::sin(t), math::fast::cos(t)));
 }
 
 /// The staged constants of sample `(x_j, y_j)` for the step `δ = domega·x_j`: `[x, y, ±y, −sin δ',
@@ -298,17 +294,16 @@ fn shear_constants<T: Real>(domega: T, xj: T, yj: T) -> [T; RECURRENCE_SAMPLE_VA
 }
 
 /// Recurrence kernels: chunk `i` (a thread per grid-stride round) owns frequencies
-/// `i·STEPS .. i·STEPS + STEPS` of the grid
-/// `ω_k = omega0 + k·domega`, `k < m`; `anchor` evaluates `(sin, cos)` directly once per sample.
+/// `i·STEPS .. i·STEPS + STEPS` of the grid `ω_k = omega0 + k·domega`, `k < out.len()`;
+/// [`Real::anchor`] evaluates `(sin, cos)` directly once per sample.
 #[inline(always)]
-unsafe fn recurrence<T: Real, const STEPS: usize>(
+fn recurrence<T: Real, const STEPS: usize>(
     samples: Samples<T>,
     (omega0, domega): (T, T),
-    m: u32,
     scale: T,
-    out: *mut T,
-    anchor: impl Fn(T) -> (T, T),
+    mut out: SliceMut<T>,
 ) {
+    let m = out.len_u32();
     let mut tiles = Tiles::<T, RECURRENCE_SAMPLE_VALUES>::new();
     let block = thread::block_dim_x();
     let tid = thread::thread_idx_x();
@@ -327,7 +322,7 @@ unsafe fn recurrence<T: Real, const STEPS: usize>(
             for j in 0..len as usize {
                 let (xj, yj, y_alternate) = (tile.get(j, 0), tile.get(j, 1), tile.get(j, 2));
                 let (minus_sin, two_t, minus_t) = (tile.get(j, 3), tile.get(j, 4), tile.get(j, 5));
-                let (mut s, mut c) = anchor(omega * xj);
+                let (mut s, mut c) = T::anchor(omega * xj);
                 let mut v = math::fma(-minus_t, c, s);
                 unrolled!(r < STEPS => {
                     if r > 0 {
@@ -347,47 +342,21 @@ unsafe fn recurrence<T: Real, const STEPS: usize>(
         unrolled!(r < STEPS => {
             let k = first + r as u32;
             if k < m {
-                *out.add(k as usize) = scale * power(count, xc[r], xs[r], ss[r], cs[r]);
+                out[k as usize] = scale * power(count, xc[r], xs[r], ss[r], cs[r]);
             }
         });
         base += thread::grid_stride_1d();
     }
 }
 
-/// Periodogram in f32 on the uniform grid `ω_k = omega0 + k·domega`, `k < m`, by the shear
-/// recurrence over [`RECURRENCE_STEPS`] frequencies per thread, anchored with the hardware
-/// `sin.approx`/`cos.approx`: `power[k] = scale·P(ω_k)`.
+/// Periodogram in `F` on the uniform grid `ω_k = omega0 + k·domega`, `k < power.len()`, by the
+/// shear recurrence over [`RECURRENCE_STEPS`] frequencies per thread, anchored by [`Real::anchor`]
+/// (`lombscargle_recurrence_f32`: hardware `sin.approx`/`cos.approx`; `lombscargle_recurrence_f64`:
+/// libdevice `sincos`): `power[k] = scale·P(ω_k)`. Samples as for [`lombscargle`].
 ///
-/// Any 1-D launch (threads beyond `⌈m / RECURRENCE_STEPS⌉` idle); dynamic shared memory ≥ 24 bytes
-/// (one staged sample).
-#[kernel]
-pub unsafe fn lombscargle_recurrence_f32(
-    x: *const f32,
-    y: *const f32,
-    n: u32,
-    omega0: f32,
-    domega: f32,
-    m: u32,
-    scale: f32,
-    power: *mut f32,
-) {
-    let anchor = |t| (math::fast::sin(t), math::fast::cos(t));
-    recurrence::<f32, RECURRENCE_STEPS>(Samples { x, y, n }, (omega0, domega), m, scale, power, anchor);
-}
-
-/// [`lombscargle_recurrence_f32`] in f64, anchored with libdevice `sincos`; dynamic shared memory
-/// ≥ 48 bytes.
-#[kernel]
-pub unsafe fn lombscargle_recurrence_f64(
-    x: *const f64,
-    y: *const f64,
-    n: u32,
-    omega0: f64,
-    domega: f64,
-    m: u32,
-    scale: f64,
-    power: *mut f64,
-) {
-    let samples = Samples { x, y, n };
-    recurrence::<f64, RECURRENCE_STEPS>(samples, (omega0, domega), m, scale, power, math::sincos::<f64>);
+/// Any 1-D launch (threads beyond `⌈m / RECURRENCE_STEPS⌉` idle); dynamic shared memory ≥ one
+/// staged sample ([`RECURRENCE_SAMPLE_VALUES`] values of `F`).
+#[kernel(f32, f64)]
+pub fn lombscargle_recurrence<F: Real>(x: &[F], y: &[F], omega0: F, domega: F, scale: F, power: &mut [F]) {
+    recurrence::<F, RECURRENCE_STEPS>(Samples::new(x, y), (omega0, domega), scale, power);
 }
