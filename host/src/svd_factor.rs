@@ -10,9 +10,10 @@
 
 use crate::error::{Error, Result, ensure};
 use crate::profile::Work;
-use crate::{Buffer, Device, Dim3, LaunchConfig, Queue};
+use crate::{Buffer, Device, Dim3, Element, LaunchConfig, Queue};
 use faer::Mat;
 use kernels::svd_factor::{self as kf, Layout};
+use kernels::{KernelFn, Slice, SliceMut};
 use ndarray::{Array2, ArrayView2};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use rayon::prelude::*;
@@ -93,61 +94,117 @@ struct Operand {
     layout: Layout,
 }
 
+/// Elements from the first to the last of `images` `rows × cols` matrices through `layout`.
+fn layout_span(layout: Layout, (rows, cols): (usize, usize), images: usize) -> Result<u32> {
+    let last = (images - 1) * layout.batch as usize
+        + (rows - 1) * layout.row as usize
+        + (cols - 1) * layout.col as usize;
+    u32::try_from(last + 1)
+        .map_err(|_| Error::InvalidInput(format!("a GEMM operand of {} elements", last + 1)))
+}
+
+/// The device slice of `images` `rows × cols` matrices at `ptr` through `layout`.
+///
+/// # Safety
+/// `ptr` must address device memory valid for every element the layout implies.
+unsafe fn operand_slice(
+    ptr: *const f64,
+    layout: Layout,
+    dims: (usize, usize),
+    images: usize,
+) -> Result<Slice<f64>> {
+    // SAFETY: forwarded from the caller.
+    Ok(unsafe { Slice::from_raw_parts(ptr, layout_span(layout, dims, images)?) })
+}
+
+/// The scale vectors (`n` per image, `batch` apart) as a device slice; empty for none.
+///
+/// # Safety
+/// A non-null `ptr` must address `(images − 1)·batch + n` values of device memory.
+unsafe fn scale_slice((ptr, batch): (*const f64, u32), n: usize, images: usize) -> Slice<f64> {
+    let len = if ptr.is_null() { 0 } else { ((images - 1) * batch as usize + n) as u32 };
+    // SAFETY: forwarded from the caller; an empty slice is never read.
+    unsafe { Slice::from_raw_parts(ptr, len) }
+}
+
 /// `C = A·B·diag(scale)` for every image (`m × n` result, inner dimension `k`), f64 result.
 ///
 /// # Safety
 /// The operands must address device memory of `device` valid for every element their layouts
-/// imply.
+/// imply; `scale` (`n` values per image, its stride apart) may be null.
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemm(
     device: &Device,
     queue: &Queue,
-    (a, b): (Operand, Operand),
+    operands: (Operand, Operand),
     c: (*mut f64, Layout),
     scale: (*const f64, u32),
-    (m, n, k): (usize, usize, usize),
+    dims: (usize, usize, usize),
     images: usize,
     symmetric: bool,
 ) -> Result<()> {
-    let work = gemm_work(m, n, k, images, symmetric);
-    let args = (
-        a.ptr,
-        a.layout,
-        b.ptr,
-        b.layout,
-        c.0,
-        c.1,
-        scale.0,
-        scale.1,
-        m as u32,
-        n as u32,
-        k as u32,
-        symmetric as u32,
-    );
     // SAFETY: forwarded from the caller.
-    unsafe { device.launch_counted(queue, &kf::GEMM_F64, gemm_config(m, n, images), args, Some(work)) }
+    unsafe { gemm_into(device, queue, &kf::GEMM_F64_TO_F64, operands, c, scale, dims, images, symmetric) }
 }
 
 /// [`gemm`] with an f32 result.
 ///
 /// # Safety
 /// As for [`gemm`].
-#[allow(clippy::too_many_arguments)]
 unsafe fn gemm_to_f32(
     device: &Device,
     queue: &Queue,
-    (a, b): (Operand, Operand),
+    operands: (Operand, Operand),
     c: (*mut f32, Layout),
+    scale: (*const f64, u32),
+    dims: (usize, usize, usize),
+    images: usize,
+) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    unsafe { gemm_into(device, queue, &kf::GEMM_F64_TO_F32, operands, c, scale, dims, images, false) }
+}
+
+/// [`gemm`] with the result type of `kernel`.
+///
+/// # Safety
+/// As for [`gemm`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_into<T: Element>(
+    device: &Device,
+    queue: &Queue,
+    kernel: &KernelFn<GemmArgs<T>>,
+    (a, b): (Operand, Operand),
+    c: (*mut T, Layout),
     scale: (*const f64, u32),
     (m, n, k): (usize, usize, usize),
     images: usize,
+    symmetric: bool,
 ) -> Result<()> {
-    let work = gemm_work(m, n, k, images, false);
-    let args =
-        (a.ptr, a.layout, b.ptr, b.layout, c.0, c.1, scale.0, scale.1, m as u32, n as u32, k as u32, 0u32);
+    let work = gemm_work(m, n, k, images, symmetric);
     // SAFETY: forwarded from the caller.
-    unsafe { device.launch_counted(queue, &kf::GEMM_F64_TO_F32, gemm_config(m, n, images), args, Some(work)) }
+    let args = unsafe {
+        (
+            operand_slice(a.ptr, a.layout, (m, k), images)?,
+            a.layout,
+            operand_slice(b.ptr, b.layout, (k, n), images)?,
+            b.layout,
+            SliceMut::from_raw_parts(c.0, layout_span(c.1, (m, n), images)?),
+            c.1,
+            scale_slice(scale, n, images),
+            scale.1,
+            m as u32,
+            n as u32,
+            k as u32,
+            symmetric as u32,
+        )
+    };
+    // SAFETY: forwarded from the caller; one thread block per 64 × 64 tile and image.
+    unsafe { device.launch_counted(queue, kernel, gemm_config(m, n, images), args, Some(work)) }
 }
+
+/// The argument tuple of the GEMM kernels with result type `T`.
+type GemmArgs<T> =
+    (Slice<f64>, Layout, Slice<f64>, Layout, SliceMut<T>, Layout, Slice<f64>, u32, u32, u32, u32, u32);
 
 fn gemm_work(m: usize, n: usize, k: usize, images: usize, symmetric: bool) -> Work {
     let half = if symmetric { 0.5 } else { 1.0 };
@@ -192,14 +249,18 @@ pub unsafe fn queue_squared_sums(
         block: Dim3::x(THREADS),
         shared_bytes: THREADS * 8,
     };
-    let args = (
-        a,
-        count as u32,
-        x.unwrap_or(std::ptr::null()),
-        count as u32,
-        count as u32,
-        partial.as_kernel_mut_ptr(),
-    );
+    let len = (images * count) as u32;
+    // SAFETY: forwarded from the caller; no `x` is an empty slice, which the kernel never reads.
+    let (a, x) = unsafe {
+        (
+            Slice::from_raw_parts(a, len),
+            match x {
+                Some(x) => Slice::from_raw_parts(x, len),
+                None => Slice::from_raw_parts(std::ptr::null(), 0),
+            },
+        )
+    };
+    let args = (a, count as u32, x, count as u32, count as u32, &mut partial);
     let work = Work { bytes: (images * count * 12) as f64, flops: (images * count * 3) as f64 };
     // SAFETY: forwarded from the caller; `partial` holds a value per block and image.
     unsafe { device.launch_counted(queue, &kf::SQUARED_DIFFERENCE_SUMS, cfg, args, Some(work))? };
@@ -451,7 +512,7 @@ pub fn factor_with(
             q,
             &kf::INIT_SUBSPACE,
             cfg,
-            (q0.as_kernel_ptr(), qy[0].as_kernel_mut_ptr(), r as u32, b as u32, (r * 2 * b) as u32),
+            (&q0, &mut qy[0], r as u32, b as u32, (r * 2 * b) as u32),
         )?;
     }
 
@@ -725,8 +786,12 @@ pub unsafe fn launch_f32_to_f64(
     count: usize,
 ) -> Result<()> {
     let cfg = LaunchConfig::for_grid_stride(count, 256, 4096);
+    let count = conversion_count(count)?;
     // SAFETY: forwarded from the caller.
-    unsafe { device.launch_on(queue, &kf::F32_TO_F64, cfg, (src, dst, count as u32)) }
+    unsafe {
+        let (src, dst) = (Slice::from_raw_parts(src, count), SliceMut::from_raw_parts(dst, count));
+        device.launch_on(queue, &kf::F32_TO_F64, cfg, (src, dst))
+    }
 }
 
 /// Converts `count` 8-bit pixels to f64 in `[0, 1]` on `queue`.
@@ -741,6 +806,15 @@ pub unsafe fn launch_gray8_to_f64(
     count: usize,
 ) -> Result<()> {
     let cfg = LaunchConfig::for_grid_stride(count, 256, 4096);
+    let count = conversion_count(count)?;
     // SAFETY: forwarded from the caller.
-    unsafe { device.launch_on(queue, &kf::GRAY8_TO_F64, cfg, (src, dst, count as u32)) }
+    unsafe {
+        let (src, dst) = (Slice::from_raw_parts(src, count), SliceMut::from_raw_parts(dst, count));
+        device.launch_on(queue, &kf::GRAY8_TO_F64, cfg, (src, dst))
+    }
+}
+
+/// A conversion's element count as a device slice's `u32` length.
+fn conversion_count(count: usize) -> Result<u32> {
+    u32::try_from(count).map_err(|_| Error::InvalidInput(format!("{count} values exceed a kernel slice")))
 }

@@ -7,11 +7,15 @@
 //! strides in elements, so one launch serves every image of a batch and transposed views cost
 //! nothing. f64 throughout, but for the f32 outputs the reconstruction reads.
 //!
-//! The helper bodies below are `unsafe fn`s whose contract is their kernel's: every pointer valid
-//! for the elements the documented layout implies, and all threads of the block calling them.
+//! The GEMM, the conversions, the subspace start and the sums take device slices; the two
+//! one-block-per-image Jacobi kernels ([`ritz_eigen`], [`orthonormalize_weights`]) still take raw
+//! pointers, and their helper bodies are `unsafe fn`s whose contract is their kernel's: every
+//! pointer valid for the elements the documented layout implies, and all threads of the block
+//! calling them.
 #![allow(unsafe_op_in_unsafe_fn)]
 
-use crate::{kernel, math, shared, thread};
+use crate::math::{self, Float};
+use crate::{kernel, shared, thread};
 
 /// Where element `(i, j)` of image `z` of a strided batch of matrices lives:
 /// `z·batch + i·row + j·col` elements from the base pointer.
@@ -43,7 +47,7 @@ impl Layout {
     }
 }
 
-/// Output tile of [`gemm_f64`]: `GEMM_TILE × GEMM_TILE` elements per block.
+/// Output tile of [`gemm_f64_to`]: `GEMM_TILE × GEMM_TILE` elements per block.
 pub const GEMM_TILE: u32 = 64;
 /// Step along the inner dimension per shared-memory stage.
 pub const GEMM_TILE_K: u32 = 16;
@@ -52,48 +56,38 @@ pub const GEMM_THREADS: u32 = 256;
 /// Shared-memory row length (f64) of a stage: one more than the tile, so that the column-wise
 /// stores of a transposed operand hit different banks.
 const GEMM_LD: usize = GEMM_TILE as usize + 1;
-/// Dynamic shared memory of the GEMM kernels, bytes: one stage of each operand.
-pub const GEMM_SHARED_BYTES: u32 = 2 * GEMM_TILE_K * (GEMM_TILE + 1) * 8;
+/// Dynamic shared memory of the GEMM kernels, bytes: one stage of each operand, f64 (the kernel
+/// allocates them in this order).
+pub const GEMM_SHARED_BYTES: u32 = shared::Layout::new()
+    .array::<f64>(GEMM_TILE_K as usize * GEMM_LD)
+    .array::<f64>(GEMM_TILE_K as usize * GEMM_LD)
+    .bytes_u32();
 
-/// Output element types of the GEMM.
-trait Store: Copy {
-    fn from_f64(v: f64) -> Self;
-}
-impl Store for f64 {
-    #[inline(always)]
-    fn from_f64(v: f64) -> f64 {
-        v
-    }
-}
-impl Store for f32 {
-    #[inline(always)]
-    fn from_f64(v: f64) -> f32 {
-        v as f32
-    }
-}
-
-/// `C = A·B·diag(scale)` for every image of the batch, f64 accumulation. `A` is `m × k`, `B` is
-/// `k × n`, `C` is `m × n`, each through its [`Layout`]; `scale` (`n` values per image,
-/// `scale_batch` apart) may be null for no scaling. With `symmetric ≠ 0` the product is known to
-/// be symmetric (`m = n`, e.g. a Gram matrix `AᵀA`): blocks below the diagonal return at once and
-/// the others also write the mirrored element.
+/// `C = A·B·diag(scale)` for every image of a batch, accumulated in f64 and stored as `T`
+/// (entries `gemm_f64_to_f64`, and `gemm_f64_to_f32` for the reconstruction's operands). `A` is
+/// `m × k`, `B` is `k × n`, `C` is `m × n`, each through its [`Layout`] from the start of its
+/// slice; `scale` holds `n` values per image, `scale_batch` apart, or is empty for no scaling.
+/// With `symmetric ≠ 0` the product is known to be symmetric (`m = n`, e.g. a Gram matrix `AᵀA`):
+/// blocks below the diagonal return at once and the others also write the mirrored element.
 ///
-/// The 2-D grid covers `C` in 64 × 64 tiles (x: columns, y: rows), z the images; each of the 256
-/// threads holds 4 × 4 outputs, rows `ty + 16·r` and columns `tx + 16·c` so that the shared reads
-/// of a warp are conflict-free. Stages of 16 along `k` go through shared memory, loaded along
-/// whichever dimension of the operand is contiguous.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_body<T: Store>(
-    a: *const f64,
+/// Launch: block [`GEMM_THREADS`], grid `⌈n/64⌉ × ⌈m/64⌉ × images` (x: columns, y: rows, z: the
+/// images), [`GEMM_SHARED_BYTES`] of dynamic shared memory. Each of the 256 threads holds 4 × 4
+/// outputs, rows `ty + 16·r` and columns `tx + 16·c` so that the shared reads of a warp are
+/// conflict-free. Stages of 16 along `k` go through shared memory, loaded along whichever
+/// dimension of the operand is contiguous.
+#[kernel(f64, f32)]
+pub fn gemm_f64_to<T: Float>(
+    a: &[f64],
     la: Layout,
-    b: *const f64,
+    b: &[f64],
     lb: Layout,
-    c: *mut T,
+    c: &mut [T],
     lc: Layout,
-    scale: *const f64,
+    scale: &[f64],
     scale_batch: u32,
-    (m, n, k): (u32, u32, u32),
+    m: u32,
+    n: u32,
+    k: u32,
     symmetric: u32,
 ) {
     const TILE: u32 = GEMM_TILE;
@@ -103,14 +97,15 @@ unsafe fn gemm_body<T: Store>(
         return;
     }
     let z = thread::block_idx_z() as usize;
-    let a = a.add(z * la.batch as usize);
-    let b = b.add(z * lb.batch as usize);
-    let c = c.add(z * lc.batch as usize);
+    let a = a.tail(z * la.batch as usize);
+    let b = b.tail(z * lb.batch as usize);
+    let mut c = c.tail(z * lc.batch as usize);
     let tid = thread::thread_idx_x();
     let (tx, ty) = (tid % 16, tid / 16);
     let (row0, col0) = (bi * TILE, bj * TILE);
-    let a_tile = shared::region::<f64>(0, TK as usize * GEMM_LD);
-    let b_tile = shared::region::<f64>(TK as usize * GEMM_LD * 8, TK as usize * GEMM_LD);
+    let mut smem = shared::Allocator::new();
+    let a_tile = smem.array::<f64>(TK as usize * GEMM_LD);
+    let b_tile = smem.array::<f64>(TK as usize * GEMM_LD);
 
     let mut acc = [[0.0f64; 4]; 4];
     let mut p0 = 0;
@@ -120,21 +115,25 @@ unsafe fn gemm_body<T: Store>(
             // A's stage: TILE rows × TK columns, stored transposed ([p][i]).
             let (ii, pp) = if la.col == 1 { (idx / TK, idx % TK) } else { (idx % TILE, idx / TILE) };
             let (gi, gp) = (row0 + ii, p0 + pp);
-            let v = if gi < m && gp < k { *a.add(la.at(gi, gp)) } else { 0.0 };
-            a_tile.write(pp as usize * GEMM_LD + ii as usize, v);
+            let v = if gi < m && gp < k { a[la.at(gi, gp)] } else { 0.0 };
+            // SAFETY (the shared accesses): indices below TK·GEMM_LD, the arrays' length; each
+            // element is written by one thread between the barriers and read after them.
+            unsafe { a_tile.write(pp as usize * GEMM_LD + ii as usize, v) };
             // B's stage: TK rows × TILE columns ([p][j]).
             let (pp, jj) = if lb.col == 1 { (idx / TILE, idx % TILE) } else { (idx % TK, idx / TK) };
             let (gp, gj) = (p0 + pp, col0 + jj);
-            let v = if gp < k && gj < n { *b.add(lb.at(gp, gj)) } else { 0.0 };
-            b_tile.write(pp as usize * GEMM_LD + jj as usize, v);
+            let v = if gp < k && gj < n { b[lb.at(gp, gj)] } else { 0.0 };
+            unsafe { b_tile.write(pp as usize * GEMM_LD + jj as usize, v) };
         }
         thread::sync_threads();
         for p in 0..TK as usize {
             let mut av = [0.0f64; 4];
             let mut bv = [0.0f64; 4];
             for r in 0..4 {
-                av[r] = a_tile.read(p * GEMM_LD + ty as usize + 16 * r);
-                bv[r] = b_tile.read(p * GEMM_LD + tx as usize + 16 * r);
+                unsafe {
+                    av[r] = a_tile.read(p * GEMM_LD + ty as usize + 16 * r);
+                    bv[r] = b_tile.read(p * GEMM_LD + tx as usize + 16 * r);
+                }
             }
             for r in 0..4 {
                 for s in 0..4 {
@@ -146,136 +145,115 @@ unsafe fn gemm_body<T: Store>(
         p0 += TK;
     }
 
-    let scale = if scale.is_null() { scale } else { scale.add(z * scale_batch as usize) };
+    let scale = (!scale.is_empty()).then(|| scale.sub(z * scale_batch as usize, n as usize));
+    // C's last element, checked once: every (i, j) below has i < m, j < n, so an index no larger.
+    // (A check per store keeps `acc` out of registers: 128 bytes of stack.)
+    if m > 0 && n > 0 {
+        let _ = c[lc.at(m - 1, n - 1)];
+    }
     for (r, row) in acc.iter().enumerate() {
         let i = row0 + ty + 16 * r as u32;
         for (s, &value) in row.iter().enumerate() {
             let j = col0 + tx + 16 * s as u32;
             if i < m && j < n {
-                let value = if scale.is_null() { value } else { value * *scale.add(j as usize) };
-                *c.add(lc.at(i, j)) = T::from_f64(value);
-                if symmetric != 0 && bi != bj {
-                    *c.add(lc.at(j, i)) = T::from_f64(value);
+                let value = match scale {
+                    Some(scale) => value * scale[j as usize],
+                    None => value,
+                };
+                // SAFETY: i, j < m = n (symmetric), so both indices are at most C's last, checked.
+                unsafe {
+                    c.set_unchecked(lc.at(i, j), T::from_f64(value));
+                    if symmetric != 0 && bi != bj {
+                        c.set_unchecked(lc.at(j, i), T::from_f64(value));
+                    }
                 }
             }
         }
     }
 }
 
-/// `C = A·B·diag(scale)` for every image of a batch, accumulated and stored in f64: `A` is
-/// `m × k`, `B` is `k × n`, `C` is `m × n`, each through its [`Layout`]; `scale` (`n` values per
-/// image, `scale_batch` apart) may be null; with `symmetric ≠ 0` (a Gram matrix) only the blocks
-/// on and above the diagonal are computed, and mirrored. Launch: block `GEMM_THREADS`, grid
-/// `⌈n/64⌉ × ⌈m/64⌉ × images`, `GEMM_SHARED_BYTES` of dynamic shared memory.
+/// `dst[i] = src[i] / 255` for every `i < dst.len()` (8-bit pixels to f64 in `[0, 1]`; `src` at
+/// least as long). Any 1-D launch (grid-stride loop).
 #[kernel]
-pub unsafe fn gemm_f64(
-    a: *const f64,
-    la: Layout,
-    b: *const f64,
-    lb: Layout,
-    c: *mut f64,
-    lc: Layout,
-    scale: *const f64,
-    scale_batch: u32,
-    m: u32,
-    n: u32,
-    k: u32,
-    symmetric: u32,
-) {
-    gemm_body(a, la, b, lb, c, lc, scale, scale_batch, (m, n, k), symmetric);
-}
-
-/// [`gemm_f64`] rounding the result to f32 (the reconstruction's operands).
-#[kernel]
-pub unsafe fn gemm_f64_to_f32(
-    a: *const f64,
-    la: Layout,
-    b: *const f64,
-    lb: Layout,
-    c: *mut f32,
-    lc: Layout,
-    scale: *const f64,
-    scale_batch: u32,
-    m: u32,
-    n: u32,
-    k: u32,
-    symmetric: u32,
-) {
-    gemm_body(a, la, b, lb, c, lc, scale, scale_batch, (m, n, k), symmetric);
-}
-
-/// `dst[i] = src[i] / 255` for `count` bytes (8-bit pixels to f64 in `[0, 1]`). Any 1-D launch
-/// (grid-stride loop).
-#[kernel]
-pub unsafe fn gray8_to_f64(src: *const u8, dst: *mut f64, count: u32) {
-    let mut i = thread::index_1d();
-    while i < count {
-        *dst.add(i as usize) = *src.add(i as usize) as f64 / 255.0;
-        i += thread::grid_stride_1d();
+pub fn gray8_to_f64(src: &[u8], dst: &mut [f64]) {
+    let src = src.sub(0, dst.len());
+    let mut i = thread::index_1d() as usize;
+    while i < dst.len() {
+        dst[i] = src[i] as f64 / 255.0;
+        i += thread::grid_stride_1d() as usize;
     }
 }
 
-/// `dst[i] = src[i]` widened to f64, for `count` values. Any 1-D launch.
+/// `dst[i] = src[i]` widened to f64, for every `i < dst.len()` (`src` at least as long). Any 1-D
+/// launch.
 #[kernel]
-pub unsafe fn f32_to_f64(src: *const f32, dst: *mut f64, count: u32) {
-    let mut i = thread::index_1d();
-    while i < count {
-        *dst.add(i as usize) = *src.add(i as usize) as f64;
-        i += thread::grid_stride_1d();
+pub fn f32_to_f64(src: &[f32], dst: &mut [f64]) {
+    let src = src.sub(0, dst.len());
+    let mut i = thread::index_1d() as usize;
+    while i < dst.len() {
+        dst[i] = src[i] as f64;
+        i += thread::grid_stride_1d() as usize;
     }
 }
 
 /// Starts every image's subspace: copies the orthonormal `r × b` basis `q0` (row-major) into the
-/// left half of each image's `r × 2b` work matrix `qy` (row-major, images `batch` apart). Grid
+/// left half of each image's `r × 2b` work matrix in `qy` (row-major, images `batch` apart). Grid
 /// `(x, 1, images)`, any 1-D block.
 #[kernel]
-pub unsafe fn init_subspace(q0: *const f64, qy: *mut f64, r: u32, b: u32, batch: u32) {
-    let qy = qy.add(thread::block_idx_z() as usize * batch as usize);
+pub fn init_subspace(q0: &[f64], qy: &mut [f64], r: u32, b: u32, batch: u32) {
+    let mut qy = qy.sub(thread::block_idx_z() as usize * batch as usize, (r * 2 * b) as usize);
     let mut i = thread::index_1d();
     while i < r * b {
-        *qy.add(((i / b) * 2 * b + i % b) as usize) = *q0.add(i as usize);
+        qy[((i / b) * 2 * b + i % b) as usize] = q0[i as usize];
         i += thread::grid_stride_1d();
     }
 }
 
-/// Per image, block partial sums of `Σ (a − x)²` (or `Σ a²` when `x` is null) over `count`
+/// Per image, block partial sums of `Σ (a − x)²` (or `Σ a²` when `x` is empty) over `count`
 /// elements: `a` f64 (images `a_batch` apart), `x` f32 (`x_batch` apart). Block `bx` of image `z`
 /// writes `partial[z·gridDim.x + bx]`. Grid `(blocks, 1, images)`; 1-D block of a power of two
 /// ≥ 32 threads; `blockDim.x × 8` bytes of dynamic shared memory.
 #[kernel]
-pub unsafe fn squared_difference_sums(
-    a: *const f64,
+pub fn squared_difference_sums(
+    a: &[f64],
     a_batch: u32,
-    x: *const f32,
+    x: &[f32],
     x_batch: u32,
     count: u32,
-    partial: *mut f64,
+    partial: &mut [f64],
 ) {
     let z = thread::block_idx_z() as usize;
-    let a = a.add(z * a_batch as usize);
-    let x = if x.is_null() { x } else { x.add(z * x_batch as usize) };
+    let a = a.sub(z * a_batch as usize, count as usize);
+    let x = (!x.is_empty()).then(|| x.sub(z * x_batch as usize, count as usize));
     let tid = thread::thread_idx_x();
     let mut acc = 0.0f64;
     let mut i = thread::index_1d();
     while i < count {
-        let d = if x.is_null() { *a.add(i as usize) } else { *a.add(i as usize) - *x.add(i as usize) as f64 };
+        let d = match x {
+            Some(x) => a[i as usize] - x[i as usize] as f64,
+            None => a[i as usize],
+        };
         acc = math::fma(d, d, acc);
         i += thread::grid_stride_1d();
     }
     let sums = shared::dynamic::<f64>();
-    sums.write(tid as usize, acc);
+    // SAFETY (the shared accesses): indices below blockDim.x, the launch's shared f64 count; each
+    // element is written by one thread between barriers and read after the next one.
+    unsafe { sums.write(tid as usize, acc) };
     thread::sync_threads();
     let mut active = thread::block_dim_x() / 2;
     while active > 0 {
         if tid < active {
-            let other = sums.read((tid + active) as usize);
-            sums.write(tid as usize, sums.read(tid as usize) + other);
+            unsafe {
+                let other = sums.read((tid + active) as usize);
+                sums.write(tid as usize, sums.read(tid as usize) + other);
+            }
         }
         thread::sync_threads();
         active /= 2;
     }
     if tid == 0 {
-        *partial.add(z * thread::grid_dim_x() as usize + thread::block_idx_x() as usize) = sums.read(0);
+        partial[z * thread::grid_dim_x() as usize + thread::block_idx_x() as usize] = unsafe { sums.read(0) };
     }
 }
 
