@@ -5,7 +5,7 @@
 //!
 //! * [`thread`]: thread/block/grid indices, [`thread::index_1d`], [`thread::index_2d`],
 //!   [`thread::sync_threads`];
-//! * [`slice`]: device slices, [`Slice`] and [`SliceMut`], the kernel-parameter form of `&[T]` and
+//! * [`slice`](mod@slice): device slices, [`Slice`] and [`SliceMut`], the kernel-parameter form of `&[T]` and
 //!   `&mut [T]`, with bounds-checked indexing;
 //! * [`shared`]: the launch-sized (dynamic) shared memory as typed arrays, placed by a
 //!   [`shared::Allocator`] whose [`shared::Layout`] the host sizes launches with;
