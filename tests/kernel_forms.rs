@@ -5,7 +5,7 @@
 mod common;
 
 use kernel_suite::{Device, Dim3, LaunchConfig};
-use kernels::{Float, kernel, shared, thread};
+use kernels::{Float, Slice, SliceMut, kernel, shared, thread};
 
 /// `y[i] = x[i + shift]` for every `i < y.len()`: reads past the end of `x` when `shift` is too large.
 #[kernel]
@@ -13,6 +13,17 @@ pub fn shifted_copy(x: &[f32], shift: u32, y: &mut [f32]) {
     let i = thread::index_1d() as usize;
     if i < y.len() {
         y[i] = x[i + shift as usize];
+    }
+}
+
+/// `y[i] += x[i]`, with the device slice types written out instead of `&[T]` / `&mut [T]`.
+#[kernel]
+pub fn add_into(x: Slice<f32>, mut y: SliceMut<f32>) {
+    let i = thread::index_1d() as usize;
+    if let Some(v) = x.get(i)
+        && i < y.len()
+    {
+        y[i] += v;
     }
 }
 
@@ -115,6 +126,19 @@ fn slice_index_past_the_end_names_kernel_thread_and_line() {
         "unexpected message: {message}"
     );
     assert!(message.contains(&format!("kernel_forms.rs:{line}:")), "not the indexing line {line}: {message}");
+}
+
+#[test]
+fn slice_types_written_out_work_like_references() {
+    let device = Device::simulator();
+    let mut rng = common::rng(21);
+    let (x, y) = (common::random_vec(&mut rng, 77, -1.0, 1.0), common::random_vec(&mut rng, 77, -1.0, 1.0));
+    let dx = device.upload(&x).unwrap();
+    let mut dy = device.upload(&y).unwrap();
+    // SAFETY: one thread per element of `y`.
+    unsafe { device.launch(&ADD_INTO, LaunchConfig::for_1d(77, 32), (&dx, &mut dy)).unwrap() };
+    let expected: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a + b).collect();
+    assert_eq!(device.download(&dy).unwrap(), expected);
 }
 
 #[test]

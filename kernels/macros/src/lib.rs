@@ -21,6 +21,8 @@ use syn::{Expr, FnArg, Ident, ItemFn, Pat, Token, Type, parse_macro_input, spann
 /// * `x: &[T]` and `y: &mut [T]` are device slices: the function receives `kernels::Slice<T>` and
 ///   `kernels::SliceMut<T>` (pointer and `u32` length, bounds-checked indexing), and the host
 ///   launcher takes `&Buffer<T>` / `&mut Buffer<T>` for them;
+/// * `kernels::Slice<T>` / `kernels::SliceMut<T>` written out are the same (name them `mut` to
+///   index-assign);
 /// * raw pointers (`*const T`, `*mut T`) are allowed, and then the function must be `unsafe fn`.
 ///   Without them it may be a safe `fn`.
 ///
@@ -118,6 +120,15 @@ fn rewrite_inputs(inputs: &mut Punctuated<FnArg, Token![,]>) -> syn::Result<(Vec
         passing.push(Passing::Value);
         match &*pat_type.ty {
             Type::Ptr(_) => raw_pointers = true,
+            // Written out as `Slice<T>` / `SliceMut<T>`: passed the same way as `&[T]` / `&mut [T]`.
+            Type::Path(p) if p.qself.is_none() => {
+                let last = p.path.segments.last().map(|s| s.ident.to_string());
+                match last.as_deref() {
+                    Some("Slice") => *passing.last_mut().unwrap() = Passing::Slice { mutable: false },
+                    Some("SliceMut") => *passing.last_mut().unwrap() = Passing::Slice { mutable: true },
+                    _ => {}
+                }
+            }
             Type::Reference(r) => {
                 let Type::Slice(slice) = &*r.elem else {
                     return Err(syn::Error::new(
