@@ -19,7 +19,7 @@
 //! Host side: `host/src/conv.rs`; tests: `tests/conv.rs`; benchmark: `benches/conv.rs`.
 
 use crate::math::{self, Float};
-use crate::{Slice, SliceMut, kernel, shared, thread};
+use crate::{Matrix, MatrixMut, kernel, shared, thread};
 
 /// Largest mask height or width the kernels accept.
 pub const MAX_MASK_SIDE: u32 = 31;
@@ -111,6 +111,10 @@ pub fn conv2d_naive<F: Float>(
     mask_cols: u32,
     out: &mut [F],
 ) {
+    // One check per launch each: every index below is compared with `rows`/`cols` or
+    // `mask_rows`/`mask_cols` first, which proves the views' checks.
+    let (image, mask, mut out) =
+        (image.matrix(rows, cols), mask.matrix(mask_rows, mask_cols), out.matrix(rows, cols));
     let (x, y) = thread::index_2d();
     if x >= cols || y >= rows {
         return;
@@ -123,9 +127,7 @@ pub fn conv2d_naive<F: Float>(
         if iy >= rows {
             continue;
         }
-        // One bounds check per row: the indices below are provably inside these rows.
-        let image_row = image.sub(iy as usize * cols as usize, cols as usize);
-        let mask_row = mask.sub((k * mask_cols) as usize, mask_cols as usize);
+        let (image_row, mask_row) = (image.row(iy), mask.row(k));
         for l in 0..mask_cols {
             let ix = (x + dc).wrapping_sub(l);
             if ix < cols {
@@ -133,7 +135,7 @@ pub fn conv2d_naive<F: Float>(
             }
         }
     }
-    out[y as usize * cols as usize + x as usize] = acc;
+    out[(y, x)] = acc;
 }
 
 /// Tiled convolution: each block computes a [`TILED_TILE_COLS`] × [`TILED_TILE_ROWS`] tile of the
@@ -161,12 +163,13 @@ pub fn conv2d_tiled(
     mask_cols: u32,
     out: &mut [f32],
 ) {
-    // Checked once here, so that the staging loop and the stores go without a check per pixel.
-    let pixels = rows as usize * cols as usize;
-    let (image, out) = (image.sub(0, pixels), out.sub(0, pixels));
+    // Checked once here; the staging loop and the stores compare every index with `rows` and
+    // `cols` first, which proves the views' checks.
+    let (image, mask, out) =
+        (image.matrix(rows, cols), mask.matrix(mask_rows, mask_cols), out.matrix(rows, cols));
     // The mask height is a compile-time constant inside `tiled`, so that the per-column input
     // window and the loops over mask rows and output rows unroll into registers.
-    let tile = Tile { image, rows, cols, mask, mask_cols, out };
+    let tile = Tile { image, rows, cols, mask, out };
     match mask_rows {
         1 => tile.run::<1>(),
         3 => tile.run::<3>(),
@@ -192,12 +195,11 @@ pub fn conv2d_tiled(
 /// `rows·cols` values.
 #[derive(Clone, Copy)]
 struct Tile {
-    image: Slice<f32>,
+    image: Matrix<f32>,
     rows: u32,
     cols: u32,
-    mask: Slice<f32>,
-    mask_cols: u32,
-    out: SliceMut<f32>,
+    mask: Matrix<f32>,
+    out: MatrixMut<f32>,
 }
 
 /// Reads 4 consecutive f32 of shared memory starting at element `i` (a multiple of 4, in a
@@ -229,7 +231,8 @@ impl Tile {
         // SAFETY: shared-memory indices stay inside the arrays sized from the same mask
         // dimensions; each element is written before the barrier and only read after it.
         unsafe {
-            let Tile { image, rows, cols, mask, mask_cols, mut out } = self;
+            let Tile { image, rows, cols, mask, mut out } = self;
+            let mask_cols = mask.cols();
             let mw = mask_cols as usize;
             let mh_padded = padded_mask_rows(MH as u32) as usize;
             let stride = tile_column_stride(MH as u32) as usize;
@@ -249,7 +252,7 @@ impl Tile {
             let mut i = tid;
             while i < mask_len {
                 let (l, k) = (i / mh_padded, i % mh_padded);
-                let v = if k < MH { mask[(MH - 1 - k) * mw + (mw - 1 - l)] } else { 0.0 };
+                let v = if k < MH { mask[((MH - 1 - k) as u32, (mw - 1 - l) as u32)] } else { 0.0 };
                 flipped.write(i, v);
                 i += TILED_THREADS;
             }
@@ -257,6 +260,8 @@ impl Tile {
             let x0 = thread::block_idx_x() * TILED_TILE_COLS;
             let y0 = thread::block_idx_y() * TILED_TILE_ROWS;
             let (dr, dc) = (MH as u32 / 2, mask_cols / 2);
+            // Each thread stages columns tx and tx + BLOCK_X of rows ty, ty + TILED_BLOCK_Y, …: the
+            // trip counts are constants, so the loops unroll and the loads overlap.
             let mut r = ty;
             while r < tile_rows {
                 // Below zero the subtraction wraps to a huge value and fails the bound.
@@ -264,12 +269,7 @@ impl Tile {
                 let mut c = tx;
                 while c < tile_cols {
                     let gx = (x0 + c as u32).wrapping_sub(dc);
-                    let v = if gy < rows && gx < cols {
-                        // In range: gy < rows, gx < cols, and `image` holds rows·cols values.
-                        image.get_unchecked(gy as usize * cols as usize + gx as usize)
-                    } else {
-                        0.0
-                    };
+                    let v = if gy < rows && gx < cols { image[(gy, gx)] } else { 0.0 };
                     tile.write(c * stride + r, v);
                     c += BLOCK_X as usize;
                 }
@@ -313,8 +313,7 @@ impl Tile {
                 unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31] {
                     let y = y0 + (first_row + r) as u32;
                     if r < ROWS_PER_THREAD && y < rows {
-                        // In range: y < rows, x < cols, and `out` holds rows·cols values.
-                        out.set_unchecked(y as usize * cols as usize + x as usize, acc[r]);
+                        out[(y, x)] = acc[r];
                     }
                 });
             }

@@ -40,7 +40,9 @@
 //! check where a comparison already proves the index (`i < y.len()` above). Hot loops where it
 //! cannot can use the unsafe [`Slice::get_unchecked`] / [`SliceMut::set_unchecked`], still
 //! checked in the simulator. `sub(start, len)` and `tail(start)` give sub-slices (one image of a
-//! batch), `as_ptr` the address for vector loads. A kernel with raw-pointer arguments
+//! batch), `as_ptr` the address for vector loads. Row-major images: `image.matrix(rows, cols)`
+//! checks `rows·cols ≤ len` once, then `m[(row, col)]` and `m.row(r)` are checked against `rows`
+//! and `cols`, which the kernel's own guard (`if row < rows && col < cols`) already proves. A kernel with raw-pointer arguments
 //! (`*const T`) must be an `unsafe fn`; one without may be safe.
 //!
 //! A generic kernel lists its types; each becomes a PTX entry `name_TYPE` with a host descriptor
@@ -104,7 +106,7 @@ pub mod thread;
 pub mod warp;
 
 pub use math::Float;
-pub use slice::{Slice, SliceMut};
+pub use slice::{Matrix, MatrixMut, Slice, SliceMut};
 
 #[cfg(not(target_arch = "nvptx64"))]
 mod kernel_fn;

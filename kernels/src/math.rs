@@ -48,6 +48,9 @@ pub trait Float:
     fn to_f32(self) -> f32;
     /// This value truncated to an integer, saturating like `as u32` (NaN gives 0).
     fn to_u32(self) -> u32;
+    /// This value truncated to a byte, saturating like `as u8` (NaN gives 0): one clamp and a
+    /// 16-bit conversion on the GPU, cheaper than `to_u32() as u8`.
+    fn to_u8(self) -> u8;
     /// Sine (radians).
     fn sin(self) -> Self;
     /// Cosine (radians).
@@ -106,6 +109,10 @@ macro_rules! float_conversions {
         #[inline(always)]
         fn to_u32(self) -> u32 {
             self as u32
+        }
+        #[inline(always)]
+        fn to_u8(self) -> u8 {
+            self as u8
         }
     };
 }

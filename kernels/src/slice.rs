@@ -20,6 +20,13 @@
 //! [`SliceMut::set_unchecked`] skip it on the GPU — still checked in the simulator, so the tests
 //! catch a broken promise.
 //!
+//! Images and matrices are row-major: [`Slice::matrix`] / [`SliceMut::matrix`] view a slice as
+//! `rows × cols` ([`Matrix`], [`MatrixMut`]) after one check (`rows·cols ≤ len`), and then index
+//! with `m[(row, col)]` (`u32`, like the thread indices) or take whole rows (`m.row(r)`). Their
+//! checks compare with the `rows` and `cols` the kernel passed, so the usual guard
+//! `if row < rows && col < cols` proves them and LLVM drops them: a per-pixel kernel pays for its
+//! bounds once per launch, not once per access.
+//!
 //! Both types are `Copy`, like the pointers they replace: threads of a launch share them, and which
 //! thread writes which element is the kernel's contract, as in CUDA.
 
@@ -258,5 +265,148 @@ impl<T: Copy> IndexMut<usize> for SliceMut<T> {
         }
         // SAFETY: in range, checked above.
         unsafe { &mut *self.ptr.add(i) }
+    }
+}
+
+/// Read-only row-major `rows × cols` view of a [`Slice`]: element `(r, c)` is `r·cols + c`. Made by
+/// [`Slice::matrix`]; see the module documentation.
+#[derive(Clone, Copy)]
+pub struct Matrix<T> {
+    data: Slice<T>,
+    rows: u32,
+    cols: u32,
+}
+
+/// Writable row-major `rows × cols` view of a [`SliceMut`]. Made by [`SliceMut::matrix`].
+#[derive(Clone, Copy)]
+pub struct MatrixMut<T> {
+    data: SliceMut<T>,
+    rows: u32,
+    cols: u32,
+}
+
+/// `rows·cols ≤ len` as the `u32` element count of the view.
+#[inline(always)]
+#[track_caller]
+fn checked_matrix(rows: u32, cols: u32, len: u32) -> u32 {
+    let count = rows as usize * cols as usize;
+    if count > len as usize {
+        range_out_of_range(0, count, len);
+    }
+    count as u32
+}
+
+/// Stops the kernel: `(row, col)` is outside the `rows × cols` view.
+#[cold]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
+#[track_caller]
+fn element_out_of_range(row: u32, col: u32, rows: u32, cols: u32) -> ! {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let _ = (row, col, rows, cols);
+        // SAFETY: as in `out_of_range`.
+        unsafe { core::arch::nvptx::trap() }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let at = core::panic::Location::caller();
+        panic!("element ({row}, {col}) out of range for a {rows} × {cols} matrix at {at}")
+    }
+}
+
+impl<T: Copy> Slice<T> {
+    /// This slice as a row-major `rows × cols` matrix (`rows·cols ≤ len`, checked once here).
+    #[inline(always)]
+    #[track_caller]
+    pub fn matrix(self, rows: u32, cols: u32) -> Matrix<T> {
+        let len = checked_matrix(rows, cols, self.len);
+        Matrix { data: Slice { ptr: self.ptr, len, _marker: PhantomData }, rows, cols }
+    }
+}
+
+impl<T: Copy> SliceMut<T> {
+    /// This slice as a writable row-major `rows × cols` matrix (`rows·cols ≤ len`, checked once
+    /// here).
+    #[inline(always)]
+    #[track_caller]
+    pub fn matrix(self, rows: u32, cols: u32) -> MatrixMut<T> {
+        let len = checked_matrix(rows, cols, self.len);
+        MatrixMut { data: SliceMut { ptr: self.ptr, len, _marker: PhantomData }, rows, cols }
+    }
+}
+
+macro_rules! matrix_methods {
+    ($name:ident, $slice:ident) => {
+        impl<T: Copy> $name<T> {
+            /// Number of rows.
+            #[inline(always)]
+            pub fn rows(&self) -> u32 {
+                self.rows
+            }
+
+            /// Number of columns (the row stride, in elements).
+            #[inline(always)]
+            pub fn cols(&self) -> u32 {
+                self.cols
+            }
+
+            /// Row `r` as a slice of `cols` elements (`r < rows`, checked).
+            #[inline(always)]
+            #[track_caller]
+            pub fn row(&self, r: u32) -> $slice<T> {
+                if r >= self.rows {
+                    element_out_of_range(r, 0, self.rows, self.cols);
+                }
+                // SAFETY: row `r` lies inside the view, which lies inside the slice.
+                $slice {
+                    ptr: unsafe { self.data.ptr.add(r as usize * self.cols as usize) },
+                    len: self.cols,
+                    _marker: PhantomData,
+                }
+            }
+
+            /// All `rows·cols` elements, row-major, as one slice.
+            #[inline(always)]
+            pub fn as_slice(&self) -> Slice<T> {
+                Slice { ptr: self.data.ptr, len: self.data.len, _marker: PhantomData }
+            }
+
+            /// The element offset of `(r, c)`, checked against the view's shape.
+            #[inline(always)]
+            #[track_caller]
+            fn offset(&self, (r, c): (u32, u32)) -> usize {
+                if r >= self.rows || c >= self.cols {
+                    element_out_of_range(r, c, self.rows, self.cols);
+                }
+                r as usize * self.cols as usize + c as usize
+            }
+        }
+
+        impl<T: Copy> Index<(u32, u32)> for $name<T> {
+            type Output = T;
+            /// Element `(row, col)`.
+            #[inline(always)]
+            #[track_caller]
+            fn index(&self, at: (u32, u32)) -> &T {
+                let i = self.offset(at);
+                // SAFETY: inside the view, checked by `offset`.
+                unsafe { &*self.data.ptr.add(i) }
+            }
+        }
+    };
+}
+
+matrix_methods!(Matrix, Slice);
+matrix_methods!(MatrixMut, SliceMut);
+
+impl<T: Copy> IndexMut<(u32, u32)> for MatrixMut<T> {
+    /// Element `(row, col)`, writable.
+    #[inline(always)]
+    #[track_caller]
+    fn index_mut(&mut self, at: (u32, u32)) -> &mut T {
+        let i = self.offset(at);
+        // SAFETY: inside the view, checked by `offset`.
+        unsafe { &mut *self.data.ptr.add(i) }
     }
 }

@@ -83,7 +83,7 @@ fn level<T: Float>(
         value = T::from_f64(255.0) - value;
     }
     // An integer in 0..=255 (a saturating cast: NaN would give 0).
-    value.to_u32() as u8
+    value.to_u8()
 }
 
 /// One thread per pixel, computed in `F` (`spiral_f32`, `spiral_f64`): writes
@@ -105,9 +105,10 @@ pub fn spiral<F: Float>(
     multiplier: u32,
     symmetry: u32,
 ) {
+    // Checked once here; the guard below proves the per-pixel check.
+    let mut image = image.matrix(height, width);
     let (col, row) = thread::index_2d();
     if col < width && row < height {
-        let v = level(col, row, center_x, center_y, max_radius, curl, multiplier, symmetry);
-        image[row as usize * width as usize + col as usize] = v;
+        image[(row, col)] = level(col, row, center_x, center_y, max_radius, curl, multiplier, symmetry);
     }
 }
