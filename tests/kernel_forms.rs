@@ -54,6 +54,19 @@ pub fn row_sums(x: &[f64], cols: u32, sums: &mut [f64]) {
     sums[r] = acc + row.tail(cols - 1)[0] + past_end;
 }
 
+/// `out[r, c] = x[r, c] + 10·x[r, (c + 1) mod cols]` over row-major `rows × cols` views, through
+/// `(row, col)` indexing and `row(r)`; `extra_rows` makes the output view taller than the launch
+/// checked, to show the one check a view makes.
+#[kernel]
+pub fn matrix_neighbours(x: &[f32], rows: u32, cols: u32, extra_rows: u32, out: &mut [f32]) {
+    let (x, mut out) = (x.matrix(rows, cols), out.matrix(rows + extra_rows, cols));
+    let (c, r) = thread::index_2d();
+    if r < rows && c < cols {
+        let next = x.row(r)[((c + 1) % cols) as usize];
+        out[(r, c)] = x[(r, c)] + 10.0 * next;
+    }
+}
+
 /// The layout of [`shared_arrays`]: `n` bytes, then 2 f64, then 3 u16.
 const fn probe_layout(n: usize) -> shared::Layout {
     shared::Layout::new().array::<u8>(n).array::<f64>(2).array::<u16>(3)
@@ -241,4 +254,37 @@ fn shared_allocator_past_the_launch_size_is_reported() {
         )),
         "unexpected message: {message}"
     );
+}
+
+#[test]
+fn matrix_views_index_rows_and_columns_and_check_their_shape_once() {
+    let device = Device::simulator();
+    device.set_poison_allocations(true);
+    let (rows, cols) = (23usize, 13usize);
+    let mut rng = common::rng(8);
+    let x = common::random_vec(&mut rng, rows * cols, -1.0, 1.0);
+    let dx = device.upload(&x).unwrap();
+    let mut out = device.alloc::<f32>(rows * cols).unwrap();
+    let cfg = LaunchConfig::for_2d(cols, rows, 8, 8);
+    // SAFETY: the views check their own shapes.
+    unsafe {
+        device.launch(&MATRIX_NEIGHBOURS, cfg, (&dx, rows as u32, cols as u32, 0u32, &mut out)).unwrap()
+    };
+    let got = device.download(&out).unwrap();
+    for r in 0..rows {
+        for c in 0..cols {
+            let expected = x[r * cols + c] + 10.0 * x[r * cols + (c + 1) % cols];
+            assert_eq!(got[r * cols + c], expected, "element ({r}, {c})");
+        }
+    }
+
+    let mut out = device.alloc::<f32>(rows * cols).unwrap();
+    let args = (&dx, rows as u32, cols as u32, 1u32, &mut out);
+    let message = panic_message(|| unsafe { device.launch(&MATRIX_NEIGHBOURS, cfg, args).unwrap() });
+    let expected = format!(
+        "sub-slice of {} elements at 0 out of range for a slice of {} elements",
+        (rows + 1) * cols,
+        rows * cols
+    );
+    assert!(message.contains(&expected), "unexpected message: {message}");
 }

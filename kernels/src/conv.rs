@@ -19,7 +19,7 @@
 //! Host side: `host/src/conv.rs`; tests: `tests/conv.rs`; benchmark: `benches/conv.rs`.
 
 use crate::math::{self, Float};
-use crate::{Matrix, MatrixMut, kernel, shared, thread};
+use crate::{Slice, SliceMut, kernel, shared, thread};
 
 /// Largest mask height or width the kernels accept.
 pub const MAX_MASK_SIDE: u32 = 31;
@@ -60,34 +60,36 @@ macro_rules! unroll {
 
 /// Mask rows rounded up to a multiple of 4: the shared-memory mask is read 4 rows (16 bytes) at a
 /// time.
-const fn padded_mask_rows(mask_rows: u32) -> u32 {
+const fn padded_mask_rows(mask_rows: usize) -> usize {
     mask_rows.div_ceil(4) * 4
 }
 
 /// Stride in f32 elements between two columns of the shared input tile, which is stored
 /// column-major: the tile's rows (`TILED_TILE_ROWS + mask_rows − 1`) plus one, which makes it odd
 /// so that the 32 threads of a warp, reading 32 consecutive columns, hit 32 different banks.
-const fn tile_column_stride(mask_rows: u32) -> u32 {
-    TILED_TILE_ROWS + mask_rows
+const fn tile_column_stride(mask_rows: usize) -> usize {
+    TILED_TILE_ROWS as usize + mask_rows
 }
 
-/// f32 elements of the flipped mask in shared memory: `mask_cols × padded rows`.
-const fn tiled_mask_len(mask_rows: u32, mask_cols: u32) -> usize {
-    (mask_cols * padded_mask_rows(mask_rows)) as usize
+/// f32 elements of the flipped mask in shared memory: `mask_cols × padded rows`. In `usize`, as
+/// the kernel indexes: computed in `u32` and widened, LLVM loses what it knows of the products
+/// and the kernel's staging loops compile differently (2.7% slower on the H100).
+const fn tiled_mask_len(mask_rows: usize, mask_cols: usize) -> usize {
+    mask_cols * padded_mask_rows(mask_rows)
 }
 
 /// f32 elements of the input tile with its halo in shared memory: `TILED_TILE_COLS + mask_cols − 1`
 /// columns of [`tile_column_stride`] values.
-const fn tiled_tile_len(mask_rows: u32, mask_cols: u32) -> usize {
-    ((TILED_TILE_COLS + mask_cols - 1) * tile_column_stride(mask_rows)) as usize
+const fn tiled_tile_len(mask_rows: usize, mask_cols: usize) -> usize {
+    (TILED_TILE_COLS as usize + mask_cols - 1) * tile_column_stride(mask_rows)
 }
 
 /// The dynamic shared memory of [`conv2d_tiled`] for a `mask_rows × mask_cols` mask: the flipped
 /// mask, then the input tile with its halo, both f32 (the kernel allocates them in this order).
 pub const fn tiled_shared_layout(mask_rows: u32, mask_cols: u32) -> shared::Layout {
     shared::Layout::new()
-        .array::<f32>(tiled_mask_len(mask_rows, mask_cols))
-        .array::<f32>(tiled_tile_len(mask_rows, mask_cols))
+        .array::<f32>(tiled_mask_len(mask_rows as usize, mask_cols as usize))
+        .array::<f32>(tiled_tile_len(mask_rows as usize, mask_cols as usize))
 }
 
 /// Bytes of [`tiled_shared_layout`]: what a launch of [`conv2d_tiled`] must give.
@@ -149,12 +151,16 @@ pub fn conv2d_naive<F: Float>(
 /// for up to `mask_rows` outputs.
 ///
 /// Arguments as for [`conv2d_naive`], in f32; `mask_rows` and `mask_cols` odd and at most
-/// [`MAX_MASK_SIDE`] (another `mask_rows` writes nothing: the host wrapper validates). `image`
-/// shorter than `rows·cols` stops the kernel. Launch with [`BLOCK_X`] × [`TILED_BLOCK_Y`] threads, a
+/// [`MAX_MASK_SIDE`] (another `mask_rows` writes nothing: the host wrapper validates). Launch with [`BLOCK_X`] × [`TILED_BLOCK_Y`] threads, a
 /// grid of `⌈cols / TILED_TILE_COLS⌉ × ⌈rows / TILED_TILE_ROWS⌉` blocks and
 /// [`tiled_shared_bytes`]`(mask_rows, mask_cols)` bytes of dynamic shared memory.
+///
+/// # Safety
+/// `image` and `out` hold at least `rows·cols` values and `mask` `mask_rows·mask_cols`: the
+/// kernel's global accesses are unchecked on the GPU (the checks cost 3%; the simulator keeps
+/// them).
 #[kernel]
-pub fn conv2d_tiled(
+pub unsafe fn conv2d_tiled(
     image: &[f32],
     rows: u32,
     cols: u32,
@@ -163,31 +169,30 @@ pub fn conv2d_tiled(
     mask_cols: u32,
     out: &mut [f32],
 ) {
-    // Checked once here; the staging loop and the stores compare every index with `rows` and
-    // `cols` first, which proves the views' checks.
-    let (image, mask, out) =
-        (image.matrix(rows, cols), mask.matrix(mask_rows, mask_cols), out.matrix(rows, cols));
     // The mask height is a compile-time constant inside `tiled`, so that the per-column input
     // window and the loops over mask rows and output rows unroll into registers.
-    let tile = Tile { image, rows, cols, mask, out };
-    match mask_rows {
-        1 => tile.run::<1>(),
-        3 => tile.run::<3>(),
-        5 => tile.run::<5>(),
-        7 => tile.run::<7>(),
-        9 => tile.run::<9>(),
-        11 => tile.run::<11>(),
-        13 => tile.run::<13>(),
-        15 => tile.run::<15>(),
-        17 => tile.run::<17>(),
-        19 => tile.run::<19>(),
-        21 => tile.run::<21>(),
-        23 => tile.run::<23>(),
-        25 => tile.run::<25>(),
-        27 => tile.run::<27>(),
-        29 => tile.run::<29>(),
-        31 => tile.run::<31>(),
-        _ => {}
+    let tile = Tile { image, rows, cols, mask, mask_cols, out };
+    // SAFETY: forwarded from the kernel's contract.
+    unsafe {
+        match mask_rows {
+            1 => tile.run::<1>(),
+            3 => tile.run::<3>(),
+            5 => tile.run::<5>(),
+            7 => tile.run::<7>(),
+            9 => tile.run::<9>(),
+            11 => tile.run::<11>(),
+            13 => tile.run::<13>(),
+            15 => tile.run::<15>(),
+            17 => tile.run::<17>(),
+            19 => tile.run::<19>(),
+            21 => tile.run::<21>(),
+            23 => tile.run::<23>(),
+            25 => tile.run::<25>(),
+            27 => tile.run::<27>(),
+            29 => tile.run::<29>(),
+            31 => tile.run::<31>(),
+            _ => {}
+        }
     }
 }
 
@@ -195,11 +200,12 @@ pub fn conv2d_tiled(
 /// `rows·cols` values.
 #[derive(Clone, Copy)]
 struct Tile {
-    image: Matrix<f32>,
+    image: Slice<f32>,
     rows: u32,
     cols: u32,
-    mask: Matrix<f32>,
-    out: MatrixMut<f32>,
+    mask: Slice<f32>,
+    mask_cols: u32,
+    out: SliceMut<f32>,
 }
 
 /// Reads 4 consecutive f32 of shared memory starting at element `i` (a multiple of 4, in a
@@ -227,23 +233,27 @@ unsafe fn read_f32x4(region: shared::DynamicShared<f32>, i: usize) -> [f32; 4] {
 
 impl Tile {
     #[inline(always)]
-    fn run<const MH: usize>(self) {
-        // SAFETY: shared-memory indices stay inside the arrays sized from the same mask
-        // dimensions; each element is written before the barrier and only read after it.
+    /// # Safety
+    /// As for [`conv2d_tiled`].
+    unsafe fn run<const MH: usize>(self) {
+        // SAFETY: global indices are in range by the caller's contract (`image` and `out` hold
+        // rows·cols values, `mask` mask_rows·mask_cols) and the comparisons before each access;
+        // shared-memory indices stay inside the arrays sized from the same mask dimensions, each
+        // element written before the barrier and read after it. Unchecked on the GPU because the
+        // checks cost 3% here (docs/benchmarks/kernel-forms.md); the simulator checks them all.
         unsafe {
-            let Tile { image, rows, cols, mask, mut out } = self;
-            let mask_cols = mask.cols();
+            let Tile { image, rows, cols, mask, mask_cols, mut out } = self;
             let mw = mask_cols as usize;
-            let mh_padded = padded_mask_rows(MH as u32) as usize;
-            let stride = tile_column_stride(MH as u32) as usize;
+            let mh_padded = padded_mask_rows(MH);
+            let stride = tile_column_stride(MH);
             let tile_cols = TILED_TILE_COLS as usize + mw - 1;
             let tile_rows = TILED_TILE_ROWS as usize + MH - 1;
 
             // Shared layout: flipped[l·mh_padded + k] = mask[MH−1−k, mw−1−l] (0 for k ≥ MH), then the
             // tile, column-major: tile[c·stride + r] = image[y0 − dr + r, x0 − dc + c].
             let mut smem = shared::Allocator::new();
-            let flipped = smem.array::<f32>(tiled_mask_len(MH as u32, mask_cols));
-            let tile = smem.array::<f32>(tiled_tile_len(MH as u32, mask_cols));
+            let (flipped, tile) =
+                (smem.array::<f32>(tiled_mask_len(MH, mw)), smem.array::<f32>(tiled_tile_len(MH, mw)));
             let mask_len = flipped.len();
 
             let (tx, ty) = (thread::thread_idx_x() as usize, thread::thread_idx_y() as usize);
@@ -252,7 +262,7 @@ impl Tile {
             let mut i = tid;
             while i < mask_len {
                 let (l, k) = (i / mh_padded, i % mh_padded);
-                let v = if k < MH { mask[((MH - 1 - k) as u32, (mw - 1 - l) as u32)] } else { 0.0 };
+                let v = if k < MH { mask.get_unchecked((MH - 1 - k) * mw + (mw - 1 - l)) } else { 0.0 };
                 flipped.write(i, v);
                 i += TILED_THREADS;
             }
@@ -260,8 +270,6 @@ impl Tile {
             let x0 = thread::block_idx_x() * TILED_TILE_COLS;
             let y0 = thread::block_idx_y() * TILED_TILE_ROWS;
             let (dr, dc) = (MH as u32 / 2, mask_cols / 2);
-            // Each thread stages columns tx and tx + BLOCK_X of rows ty, ty + TILED_BLOCK_Y, …: the
-            // trip counts are constants, so the loops unroll and the loads overlap.
             let mut r = ty;
             while r < tile_rows {
                 // Below zero the subtraction wraps to a huge value and fails the bound.
@@ -269,7 +277,11 @@ impl Tile {
                 let mut c = tx;
                 while c < tile_cols {
                     let gx = (x0 + c as u32).wrapping_sub(dc);
-                    let v = if gy < rows && gx < cols { image[(gy, gx)] } else { 0.0 };
+                    let v = if gy < rows && gx < cols {
+                        image.get_unchecked(gy as usize * cols as usize + gx as usize)
+                    } else {
+                        0.0
+                    };
                     tile.write(c * stride + r, v);
                     c += BLOCK_X as usize;
                 }
@@ -313,7 +325,7 @@ impl Tile {
                 unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31] {
                     let y = y0 + (first_row + r) as u32;
                     if r < ROWS_PER_THREAD && y < rows {
-                        out[(y, x)] = acc[r];
+                        out.set_unchecked(y as usize * cols as usize + x as usize, acc[r]);
                     }
                 });
             }
