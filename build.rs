@@ -1,13 +1,16 @@
-//! The builder: compiles the device crate `kernels/` to PTX for `nvptx64-nvidia-cuda`, assembles an
-//! sm_90 cubin with `ptxas` when one is available, and embeds both in the host library.
+//! The builder: compiles the device crate `kernels/` to PTX for `nvptx64-nvidia-cuda` twice — a
+//! portable module (`.target sm_80`, JIT-compiled by the driver of any newer GPU) and a Hopper
+//! module (`.target sm_90a`, which adds the kernels that use `wgmma`) — assembles the Hopper one
+//! into an sm_90a cubin with `ptxas` when one is available, and embeds the PTX and the cubin in
+//! the host library.
 //!
 //! It plays the role of rust-cuda's `cuda_builder` with rustc's own NVPTX backend:
 //! `cargo rustc --crate-type cdylib -Zbuild-std=core --target nvptx64-nvidia-cuda`, linked by
 //! `llvm-bitcode-linker` together with CUDA's libdevice (so `__nv_sinf` and friends resolve).
 //!
 //! Outputs (besides the generated `kernels_embed.rs` in `OUT_DIR`) go to `target/<profile>/kernels/`:
-//! `kernels.ptx`, `kernels.sm_90.cubin` and `ptxas-report.txt` (registers, stack, spills and shared
-//! memory per kernel).
+//! `kernels.ptx`, `kernels.sm_90a.ptx`, `kernels.sm_90a.cubin` and `ptxas-report.txt` (registers,
+//! stack, spills and shared memory per kernel of the cubin).
 
 use std::env;
 use std::fmt::Write as _;
@@ -18,8 +21,9 @@ use std::process::{Command, exit};
 /// PTX `.target` of the embedded PTX: compute capability 8.0 (Ampere) and newer GPUs JIT it; the
 /// tensor-core kernels (`mma.sync` with tf32, `cp.async`) need sm_80.
 const PTX_TARGET: &str = "sm_80";
-/// Architecture of the embedded cubin (H100); other GPUs load the PTX.
-const CUBIN_ARCH: &str = "sm_90";
+/// Architecture of the embedded cubin (H100, H200; `a`: with the arch-specific `wgmma`); other
+/// GPUs load the PTX. Kernels declared under `#[cfg(… target_feature = "sm_90a" …)]` exist only here.
+const CUBIN_ARCH: &str = "sm_90a";
 /// Toolchain that provides the `llvm-bitcode-linker` component (the pinned nightly lacks it).
 /// `scripts/setup.sh` installs this same version.
 const LINKER_TOOLCHAIN: &str = "1.95.0";
@@ -41,17 +45,26 @@ fn main() {
 
     let cuda = find_cuda(&root).unwrap_or_else(|msg| fail(&msg));
     let linker = find_bitcode_linker().unwrap_or_else(|msg| fail(&msg));
-    let ptx_path =
-        compile_kernels(&root, &nested_target, &linker, &cuda.libdevice).unwrap_or_else(|msg| fail(&msg));
+    let compile = |cpu: &str| {
+        compile_kernels(&root, &nested_target.join(cpu), cpu, &linker, &cuda.libdevice)
+            .unwrap_or_else(|msg| fail(&msg))
+    };
 
     fs::create_dir_all(&artifacts).unwrap();
     let declared = declared_kernels(&root.join("kernels/src"));
-    let ptx = with_launch_bounds(&fs::read_to_string(&ptx_path).unwrap(), &declared)
+    let portable: Vec<&Declared> = declared.iter().filter(|k| !k.hopper_only).collect();
+    let ptx = with_launch_bounds(&fs::read_to_string(compile(PTX_TARGET)).unwrap(), &portable)
         .unwrap_or_else(|msg| fail(&msg));
     fs::write(artifacts.join("kernels.ptx"), &ptx).unwrap();
-    let declared: Vec<String> = declared.into_iter().map(|k| k.name).collect();
     let cubin = match &cuda.ptxas {
-        Some(ptxas) => Some(assemble(ptxas, &artifacts).unwrap_or_else(|msg| fail(&msg))),
+        Some(ptxas) => {
+            let all: Vec<&Declared> = declared.iter().collect();
+            let hopper = with_launch_bounds(&fs::read_to_string(compile(CUBIN_ARCH)).unwrap(), &all)
+                .unwrap_or_else(|msg| fail(&msg));
+            let hopper_ptx = artifacts.join(format!("kernels.{CUBIN_ARCH}.ptx"));
+            fs::write(&hopper_ptx, &hopper).unwrap();
+            Some(assemble(ptxas, &hopper_ptx, &artifacts).unwrap_or_else(|msg| fail(&msg)))
+        }
         None => {
             println!(
                 "cargo:warning=ptxas not found: no cubin embedded (GPUs will JIT the PTX) and no \
@@ -124,15 +137,17 @@ fn find_bitcode_linker() -> Result<PathBuf, String> {
     }
 }
 
-/// Runs the nested cargo build of `kernels/` for NVPTX and returns the PTX file.
+/// Runs the nested cargo build of `kernels/` for NVPTX with `.target` `cpu` and returns the PTX
+/// file.
 fn compile_kernels(
     root: &Path,
     target_dir: &Path,
+    cpu: &str,
     linker: &Path,
     libdevice: &Path,
 ) -> Result<PathBuf, String> {
     let flags = [
-        format!("-Ctarget-cpu={PTX_TARGET}"),
+        format!("-Ctarget-cpu={cpu}"),
         format!("-Clinker={}", linker.display()),
         format!("-Clink-arg={}", libdevice.display()),
         "-Alinker_messages".to_string(),
@@ -164,7 +179,7 @@ fn compile_kernels(
     let output = cmd.output().map_err(|e| format!("could not run cargo for the kernels: {e}"))?;
     if !output.status.success() {
         return Err(format!(
-            "the GPU kernels in kernels/ failed to compile for nvptx64-nvidia-cuda:\n\n{}",
+            "the GPU kernels in kernels/ failed to compile for nvptx64-nvidia-cuda ({cpu}):\n\n{}",
             String::from_utf8_lossy(&output.stderr)
         ));
     }
@@ -188,13 +203,12 @@ struct Cubin {
     resources: Vec<Resources>,
 }
 
-fn assemble(ptxas: &Path, artifacts: &Path) -> Result<Cubin, String> {
-    let ptx = artifacts.join("kernels.ptx");
+fn assemble(ptxas: &Path, ptx: &Path, artifacts: &Path) -> Result<Cubin, String> {
     let cubin = artifacts.join(format!("kernels.{CUBIN_ARCH}.cubin"));
     let output = Command::new(ptxas)
         .arg(format!("-arch={CUBIN_ARCH}"))
         .arg("-v")
-        .arg(&ptx)
+        .arg(ptx)
         .arg("-o")
         .arg(&cubin)
         .output()
@@ -239,6 +253,8 @@ struct Declared {
     name: String,
     /// `(max threads per block, min blocks per SM)` from `#[kernel(launch_bounds(…))]`.
     launch_bounds: Option<(u32, u32)>,
+    /// Declared under a `#[cfg(…)]` naming `target_feature = "sm_90a"`: only in the Hopper module.
+    hopper_only: bool,
 }
 
 /// What a `#[kernel(…)]` line lists: the types of a generic kernel and its launch bounds.
@@ -286,8 +302,11 @@ fn declared_kernels(src: &Path) -> Vec<Declared> {
     for file in files.iter().filter(|p| p.extension().is_some_and(|e| e == "rs")) {
         let text = fs::read_to_string(file).unwrap();
         let mut marked: Option<KernelAttribute> = None;
+        let mut hopper_only = false;
         for line in text.lines().map(str::trim) {
-            if let Some(attribute) = parse_kernel_attribute(line) {
+            if line.starts_with("#[cfg(") && line.contains("target_feature = \"sm_90a\"") {
+                hopper_only = true;
+            } else if let Some(attribute) = parse_kernel_attribute(line) {
                 let attribute =
                     attribute.unwrap_or_else(|e| fail(&format!("{}: `{line}`: {e}", file.display())));
                 marked = Some(attribute);
@@ -296,11 +315,14 @@ fn declared_kernels(src: &Path) -> Vec<Declared> {
                 let name = after.split(['(', '<', ' ']).next().unwrap().to_string();
                 let launch_bounds = attribute.launch_bounds;
                 for ty in &attribute.types {
-                    kernels.push(Declared { name: format!("{name}_{ty}"), launch_bounds });
+                    kernels.push(Declared { name: format!("{name}_{ty}"), launch_bounds, hopper_only });
                 }
                 if attribute.types.is_empty() {
-                    kernels.push(Declared { name, launch_bounds });
+                    kernels.push(Declared { name, launch_bounds, hopper_only });
                 }
+                hopper_only = false;
+            } else if marked.is_none() && !line.starts_with("#[") && !line.starts_with("///") {
+                hopper_only = false;
             }
         }
     }
@@ -309,7 +331,7 @@ fn declared_kernels(src: &Path) -> Vec<Declared> {
 
 /// Adds `.maxntid` and `.minnctapersm` (CUDA's `__launch_bounds__`) after the parameter list of each
 /// entry declared with launch bounds.
-fn with_launch_bounds(ptx: &str, declared: &[Declared]) -> Result<String, String> {
+fn with_launch_bounds(ptx: &str, declared: &[&Declared]) -> Result<String, String> {
     let mut out = ptx.to_string();
     for k in declared {
         let Some((threads, blocks)) = k.launch_bounds else { continue };
@@ -325,10 +347,15 @@ fn with_launch_bounds(ptx: &str, declared: &[Declared]) -> Result<String, String
     Ok(out)
 }
 
-fn write_embed(out_dir: &Path, artifacts: &Path, declared: &[String], cubin: Option<&Cubin>) {
+fn write_embed(out_dir: &Path, artifacts: &Path, declared: &[Declared], cubin: Option<&Cubin>) {
     let mut code = String::new();
     let ptx = artifacts.join("kernels.ptx");
-    writeln!(code, "/// PTX of every kernel (`.target {PTX_TARGET}`), JIT-compiled by the driver.").unwrap();
+    writeln!(
+        code,
+        "/// PTX of every kernel but the [`HOPPER_KERNELS`] (`.target {PTX_TARGET}`), JIT-compiled by the \
+         driver."
+    )
+    .unwrap();
     writeln!(code, "pub const PTX: &str = include_str!({:?});", ptx.display().to_string()).unwrap();
     writeln!(code, "/// PTX `.target` of [`PTX`].\npub const PTX_TARGET: &str = {PTX_TARGET:?};").unwrap();
     let min_arch: u32 = PTX_TARGET.trim_start_matches("sm_").parse().unwrap();
@@ -338,7 +365,7 @@ fn write_embed(out_dir: &Path, artifacts: &Path, declared: &[String], cubin: Opt
          pub const MIN_COMPUTE_CAPABILITY: u32 = {min_arch};"
     )
     .unwrap();
-    let arch: u32 = CUBIN_ARCH.trim_start_matches("sm_").parse().unwrap();
+    let arch: u32 = CUBIN_ARCH.trim_start_matches("sm_").trim_end_matches('a').parse().unwrap();
     writeln!(
         code,
         "/// Compute capability of [`CUBIN`] as major·10 + minor.\npub const CUBIN_ARCH: u32 = {arch};"
@@ -347,7 +374,7 @@ fn write_embed(out_dir: &Path, artifacts: &Path, declared: &[String], cubin: Opt
     match cubin {
         Some(c) => writeln!(
             code,
-            "/// The kernels assembled by ptxas for [`CUBIN_ARCH`].\n\
+            "/// Every kernel, assembled by ptxas for {CUBIN_ARCH} (loads on [`CUBIN_ARCH`] only).\n\
              pub const CUBIN: Option<&[u8]> = Some(include_bytes!({:?}));",
             c.path.display().to_string()
         ),
@@ -358,7 +385,15 @@ fn write_embed(out_dir: &Path, artifacts: &Path, declared: &[String], cubin: Opt
     }
     .unwrap();
     writeln!(code, "/// Kernels declared with `#[kernel]` in `kernels/src`.").unwrap();
-    writeln!(code, "pub const DECLARED_KERNELS: &[&str] = &{declared:?};").unwrap();
+    let all: Vec<&str> = declared.iter().map(|k| k.name.as_str()).collect();
+    writeln!(code, "pub const DECLARED_KERNELS: &[&str] = &{all:?};").unwrap();
+    let hopper: Vec<&str> = declared.iter().filter(|k| k.hopper_only).map(|k| k.name.as_str()).collect();
+    writeln!(
+        code,
+        "/// Kernels only in [`CUBIN`] (they use sm_90a instructions such as `wgmma`), not in [`PTX`]."
+    )
+    .unwrap();
+    writeln!(code, "pub const HOPPER_KERNELS: &[&str] = &{hopper:?};").unwrap();
     writeln!(code, "/// `ptxas -v` resources per kernel; empty without ptxas.").unwrap();
     writeln!(code, "pub const PTXAS_RESOURCES: &[KernelResources] = &[").unwrap();
     for r in cubin.map(|c| c.resources.as_slice()).unwrap_or_default() {

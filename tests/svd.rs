@@ -89,10 +89,16 @@ fn tensor_core_variants_match_reference_on_odd_shapes() {
             let what = |v: Variant| format!("{}, {m}×{n} k={k} on {}", v.name(), device.describe());
             // One pass of TF32: within the rounding bound element by element, and (for k > 1, where
             // errors of random sign average) within 1e-3 of max |out|.
-            let (got, _) = reconstruct(&device, &op, Variant::Tf32, 16).unwrap();
-            let err = max_error(&got, &want);
-            check_tf32_bound(&got, &want, &op, &what(Variant::Tf32));
-            assert!(err <= 1e-3, "{}: max error {err:e} of max |out|", what(Variant::Tf32));
+            for variant in [Variant::Tf32, Variant::Tf32Wgmma] {
+                if !variant.available_on(&device) {
+                    eprintln!("SKIPPED {}: {} has no sm_90a cubin", what(variant), device.describe());
+                    continue;
+                }
+                let (got, _) = reconstruct(&device, &op, variant, 16).unwrap();
+                let err = max_error(&got, &want);
+                check_tf32_bound(&got, &want, &op, &what(variant));
+                assert!(err <= 1e-3, "{}: max error {err:e} of max |out|", what(variant));
+            }
             // 3xTF32: f32-level accuracy.
             let (got, _) = reconstruct(&device, &op, Variant::Tf32x3, 16).unwrap();
             let err = max_error(&got, &want);
@@ -166,18 +172,27 @@ fn batch_pipeline_matches_reference_in_order() {
     use kernel_suite::svd_batch::reconstruct_batch;
     let jobs: Vec<RankK> = (0..5).map(|i| random_operands(20 + i, 37, 53, 7)).collect();
     for device in common::devices("batch_pipeline_matches_reference_in_order") {
-        for slots in [1, 3] {
-            let mut outputs: Vec<_> =
-                (0..jobs.len()).map(|_| device.pinned::<f32>(37 * 53).unwrap()).collect();
-            for o in &mut outputs {
-                o.fill(f32::NAN);
+        // tf32-wgmma takes temporaries on each slot's queue; one TF32 pass is ~1e-4 accurate.
+        for (variant, tolerance) in [(Variant::Regtiled, 1e-5), (Variant::Tf32Wgmma, 1e-3)] {
+            if !variant.available_on(&device) {
+                eprintln!("SKIPPED batch of {} on {}: no sm_90a cubin", variant.name(), device.describe());
+                continue;
             }
-            let run = reconstruct_batch(&device, &jobs, &mut outputs, Variant::Regtiled, 16, slots).unwrap();
-            assert_eq!((run.images, run.slots), (5, slots));
-            for (i, (got, job)) in outputs.iter().zip(&jobs).enumerate() {
-                let got = Array2::from_shape_vec((37, 53), got.to_vec()).unwrap();
-                let err = relative_error(got.view(), reconstruct_reference_f32(job).view());
-                assert!(err <= 1e-5, "image {i}, {slots} slots: {err:e} on {}", device.describe());
+            for slots in [1, 3] {
+                let mut outputs: Vec<_> =
+                    (0..jobs.len()).map(|_| device.pinned::<f32>(37 * 53).unwrap()).collect();
+                for o in &mut outputs {
+                    o.fill(f32::NAN);
+                }
+                let run = reconstruct_batch(&device, &jobs, &mut outputs, variant, 16, slots).unwrap();
+                assert_eq!((run.images, run.slots), (5, slots));
+                for (i, (got, job)) in outputs.iter().zip(&jobs).enumerate() {
+                    let got = Array2::from_shape_vec((37, 53), got.to_vec()).unwrap();
+                    let err = relative_error(got.view(), reconstruct_reference_f32(job).view());
+                    let what =
+                        format!("{} image {i}, {slots} slots on {}", variant.name(), device.describe());
+                    assert!(err <= tolerance, "{what}: {err:e}");
+                }
             }
         }
     }
@@ -188,4 +203,59 @@ fn batch_pipeline_matches_reference_in_order() {
         reconstruct_batch(&device, &mixed, &mut outputs, Variant::Naive, 16, 2).unwrap_err().to_string(),
         "invalid input: batch image 1 is 9×8 with k = 2; the batch is 8×8 with k = 2"
     );
+}
+
+/// One launch for several images (`gridDim.z`), `U` with a leading dimension above `k` (as the job
+/// passes its factors): every variant, each image against its own reference.
+#[test]
+fn one_launch_reconstructs_a_batch_of_images() {
+    use kernel_suite::svd::{BatchShape, launch_reconstruct_batch};
+    let (images, m, n, k, ldu) = (3usize, 37usize, 45usize, 11usize, 14usize);
+    let jobs: Vec<RankK> = (0..images).map(|i| random_operands(40 + i as u64, m, n, ldu)).collect();
+    let (u, s, vt): (Vec<f32>, Vec<f32>, Vec<f32>) = (
+        jobs.iter().flat_map(|j| j.u.iter().copied()).collect(),
+        jobs.iter().flat_map(|j| j.s.iter().copied()).collect(),
+        jobs.iter().flat_map(|j| j.vt.iter().copied()).collect(),
+    );
+    let strides =
+        kernels::svd::Batch { u: (m * ldu) as u32, s: ldu as u32, vt: (ldu * n) as u32, out: (m * n) as u32 };
+    for device in common::devices("one_launch_reconstructs_a_batch_of_images") {
+        let (du, ds, dvt) =
+            (device.upload(&u).unwrap(), device.upload(&s).unwrap(), device.upload(&vt).unwrap());
+        for variant in Variant::ALL {
+            if !variant.available_on(&device) {
+                eprintln!(
+                    "SKIPPED batch launch of {} on {}: no sm_90a cubin",
+                    variant.name(),
+                    device.describe()
+                );
+                continue;
+            }
+            let mut out = device.alloc::<f32>(images * m * n).unwrap();
+            let ptrs = (du.as_kernel_ptr(), ds.as_kernel_ptr(), dvt.as_kernel_ptr(), out.as_kernel_mut_ptr());
+            let shape = BatchShape { images, ldu, strides };
+            // SAFETY: the buffers hold `images` blocks of the strides' sizes.
+            unsafe { launch_reconstruct_batch(&device, device.queue(), variant, 16, ptrs, (m, n, k), shape) }
+                .unwrap();
+            let got = device.download(&out).unwrap();
+            for (z, job) in jobs.iter().enumerate() {
+                let first_k = RankK {
+                    u: job.u.slice(ndarray::s![.., ..k]).to_owned(),
+                    s: job.s[..k].to_vec(),
+                    vt: job.vt.slice(ndarray::s![..k, ..]).to_owned(),
+                };
+                let want = reconstruct_reference_f32(&first_k);
+                let got = Array2::from_shape_vec((m, n), got[z * m * n..(z + 1) * m * n].to_vec()).unwrap();
+                let err = max_error(&got, &want);
+                let tolerance =
+                    if matches!(variant, Variant::Tf32 | Variant::Tf32Wgmma) { 1e-3 } else { 1e-5 };
+                assert!(
+                    err <= tolerance,
+                    "{} image {z} on {}: max error {err:e}",
+                    variant.name(),
+                    device.describe()
+                );
+            }
+        }
+    }
 }

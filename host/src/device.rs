@@ -72,7 +72,7 @@ impl fmt::Display for Backend {
 /// Which image of the embedded kernels the GPU loaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModuleImage {
-    /// The sm_90 cubin (no JIT): the device's compute capability matched.
+    /// The sm_90a cubin (no JIT): the device's compute capability matched.
     Cubin,
     /// The PTX, JIT-compiled by the driver for this device.
     Ptx,
@@ -202,6 +202,22 @@ impl Device {
         }
         let t = Instant::now();
         let context = Context::new(device).map_err(cuda("cuDevicePrimaryCtxRetain"))?;
+        // The pool of `alloc_temporary` keeps freed memory for the next call (by default it gives
+        // it back to the system at every synchronization).
+        let mut pool: cust::sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: a valid device; the pool handle is written by the call.
+        raw("cuDeviceGetDefaultMemPool", unsafe {
+            cust::sys::cuDeviceGetDefaultMemPool(&mut pool, device.as_raw())
+        })?;
+        let keep_all = u64::MAX;
+        // SAFETY: a valid pool; the attribute takes a u64.
+        raw("cuMemPoolSetAttribute", unsafe {
+            cust::sys::cuMemPoolSetAttribute(
+                pool,
+                cust::sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &keep_all as *const u64 as *mut std::ffi::c_void,
+            )
+        })?;
         let context_ms = ms(t);
         let t = Instant::now();
         let load = Phase::new("module load");
@@ -239,6 +255,15 @@ impl Device {
                 Ok(Some(registers as u32))
             }
             Inner::Simulator => Ok(None),
+        }
+    }
+
+    /// Whether the loaded module has kernel `name`: the [`module::HOPPER_KERNELS`] exist only in
+    /// the sm_90a cubin (an H100 or H200 that loaded it, not a PTX JIT); the simulator has all.
+    pub fn has_kernel(&self, name: &str) -> bool {
+        match &self.inner {
+            Inner::Gpu(g) => g.module.get_function(name).is_ok(),
+            Inner::Simulator => true,
         }
     }
 
@@ -417,6 +442,29 @@ impl Device {
             }
         };
         Ok(Buffer { inner })
+    }
+
+    /// `len` uninitialised elements for temporaries of the work on `queue`, allocated and later
+    /// freed in the queue's order (`cuMemAllocAsync`/`cuMemFreeAsync` from the device's memory
+    /// pool): unlike [`Device::alloc`] neither synchronizes the device, and after the first use the
+    /// pool hands the same memory back, so a launcher can take scratch space on every call. Drop
+    /// the buffer before `queue`.
+    pub fn alloc_temporary<T: Element>(&self, queue: &Queue, len: usize) -> Result<Buffer<T>> {
+        match (&self.inner, &queue.stream) {
+            (Inner::Gpu(_), Some(stream)) => {
+                let mut ptr: cust::sys::CUdeviceptr = 0;
+                let bytes = (len * std::mem::size_of::<T>()).max(1);
+                // SAFETY: a valid stream; the pointer is written by the call.
+                raw("cuMemAllocAsync", unsafe {
+                    cust::sys::cuMemAllocAsync(&mut ptr, bytes, stream.as_inner())
+                })?;
+                let inner =
+                    Ordered { ptr, len, stream: stream.as_inner(), element: std::marker::PhantomData };
+                Ok(Buffer { inner: BufferInner::Ordered(inner) })
+            }
+            (Inner::Simulator, None) => self.alloc(len),
+            _ => Err(mixed_devices()),
+        }
     }
 
     /// A buffer holding a copy of `data`. The copy is queued on the device's queue and has
@@ -847,7 +895,28 @@ pub struct Buffer<T: Element> {
 
 enum BufferInner<T: Element> {
     Gpu(DeviceBuffer<T>),
+    Ordered(Ordered<T>),
     Host(Vec<T>),
+}
+
+/// Memory from [`Device::alloc_temporary`], given back to the pool in its queue's order when
+/// dropped.
+struct Ordered<T> {
+    ptr: cust::sys::CUdeviceptr,
+    len: usize,
+    stream: cust::sys::CUstream,
+    element: std::marker::PhantomData<T>,
+}
+
+impl<T> Drop for Ordered<T> {
+    fn drop(&mut self) {
+        // SAFETY: the allocation of `cuMemAllocAsync` on this stream, freed once.
+        let result = unsafe { cust::sys::cuMemFreeAsync(self.ptr, self.stream) };
+        if result != cust::sys::cudaError_enum::CUDA_SUCCESS {
+            // Drop cannot return the error; the memory stays allocated until the context goes.
+            eprintln!("warning: cuMemFreeAsync failed ({result:?}): a temporary buffer leaked");
+        }
+    }
 }
 
 impl<T: Element> Buffer<T> {
@@ -855,6 +924,7 @@ impl<T: Element> Buffer<T> {
     pub fn len(&self) -> usize {
         match &self.inner {
             BufferInner::Gpu(b) => b.len(),
+            BufferInner::Ordered(b) => b.len,
             BufferInner::Host(v) => v.len(),
         }
     }
@@ -868,6 +938,7 @@ impl<T: Element> Buffer<T> {
     pub fn as_kernel_ptr(&self) -> *const T {
         match &self.inner {
             BufferInner::Gpu(b) => b.as_device_ptr().as_raw() as *const T,
+            BufferInner::Ordered(b) => b.ptr as *const T,
             BufferInner::Host(v) => v.as_ptr(),
         }
     }
@@ -876,6 +947,7 @@ impl<T: Element> Buffer<T> {
     pub fn as_kernel_mut_ptr(&mut self) -> *mut T {
         match &mut self.inner {
             BufferInner::Gpu(b) => b.as_device_ptr().as_raw() as *mut T,
+            BufferInner::Ordered(b) => b.ptr as *mut T,
             BufferInner::Host(v) => v.as_mut_ptr(),
         }
     }

@@ -27,12 +27,23 @@ pub enum Variant {
     Tf32,
     /// Tensor cores with 3xTF32 error compensation (f32-level accuracy), otherwise as `Tf32`.
     Tf32x3,
+    /// As `Tf32`, through Hopper's asynchronous warpgroup MMA (`wgmma`, operands straight from
+    /// shared memory). Needs an sm_90 GPU (H100, H200) running the embedded sm_90a cubin.
+    #[value(name = "tf32-wgmma")]
+    #[serde(rename = "tf32-wgmma")]
+    Tf32Wgmma,
 }
 
 impl Variant {
     /// All variants, in order of sophistication.
-    pub const ALL: [Variant; 5] =
-        [Variant::Naive, Variant::Tiled, Variant::Regtiled, Variant::Tf32, Variant::Tf32x3];
+    pub const ALL: [Variant; 6] = [
+        Variant::Naive,
+        Variant::Tiled,
+        Variant::Regtiled,
+        Variant::Tf32,
+        Variant::Tf32x3,
+        Variant::Tf32Wgmma,
+    ];
 
     /// Name as used on the command line and in reports.
     pub fn name(self) -> &'static str {
@@ -42,6 +53,7 @@ impl Variant {
             Variant::Regtiled => "regtiled",
             Variant::Tf32 => "tf32",
             Variant::Tf32x3 => "tf32x3",
+            Variant::Tf32Wgmma => "tf32-wgmma",
         }
     }
 
@@ -57,6 +69,7 @@ impl Variant {
             Variant::Regtiled => "16×16 (128² tile)".into(),
             Variant::Tf32 => format!("{} (128² tile)", k::MMA_TF32_THREADS),
             Variant::Tf32x3 => format!("{} (128² tile)", k::MMA_TF32X3_THREADS),
+            Variant::Tf32Wgmma => format!("{} (128² tile)", k::WGMMA_THREADS),
         }
     }
 
@@ -88,7 +101,21 @@ impl Variant {
                 }),
                 shared_bytes: k::MMA_SHARED_BYTES,
             },
+            Variant::Tf32Wgmma => LaunchConfig {
+                grid: Dim3::xy(
+                    n.div_ceil(k::MMA_TILE_N as usize) as u32,
+                    m.div_ceil(k::MMA_TILE_M as usize) as u32,
+                ),
+                block: Dim3::x(k::WGMMA_THREADS),
+                shared_bytes: k::WGMMA_SHARED_BYTES,
+            },
         }
+    }
+
+    /// Whether `device` can run this variant: all but `tf32-wgmma` (sm_90a cubin only) run
+    /// everywhere.
+    pub fn available_on(self, device: &Device) -> bool {
+        self != Variant::Tf32Wgmma || device.has_kernel(k::SVD_RECONSTRUCT_TF32_WGMMA.name())
     }
 }
 
@@ -253,6 +280,8 @@ pub unsafe fn launch_reconstruct_batch(
         Variant::Regtiled => &k::SVD_RECONSTRUCT_REGTILED,
         Variant::Tf32 => &k::SVD_RECONSTRUCT_TF32,
         Variant::Tf32x3 => &k::SVD_RECONSTRUCT_TF32X3,
+        // SAFETY: forwarded from the caller.
+        Variant::Tf32Wgmma => return unsafe { launch_wgmma(device, queue, args, (m, n, kk), shape) },
     };
     let images = shape.images as f64;
     let work = Work {
@@ -263,6 +292,62 @@ pub unsafe fn launch_reconstruct_batch(
     cfg.grid.z = shape.images as u32;
     // SAFETY: forwarded from the caller.
     unsafe { device.launch_counted(queue, kernel, cfg, args, Some(work)) }
+}
+
+/// The `tf32-wgmma` variant: prepares the operands in temporaries of `queue` ([`k::tf32_prepare`]),
+/// then multiplies them
+/// ([`k::svd_reconstruct_tf32_wgmma`]).
+///
+/// # Safety
+/// As for [`launch_reconstruct_batch`].
+unsafe fn launch_wgmma(
+    device: &Device,
+    queue: &crate::Queue,
+    (u, sv, vt, out, ..): (*const f32, *const f32, *const f32, *mut f32, u32, u32, u32, u32, k::Batch),
+    (m, n, kk): (usize, usize, usize),
+    shape: BatchShape,
+) -> Result<()> {
+    let kernel = &k::SVD_RECONSTRUCT_TF32_WGMMA;
+    ensure(device.has_kernel(kernel.name()), || {
+        format!(
+            "variant tf32-wgmma needs an sm_90 GPU (H100, H200) running the embedded sm_90a cubin; \
+             {} has no `{}` (use tf32 or tf32x3)",
+            device.describe(),
+            kernel.name()
+        )
+    })?;
+    let (images, kp) = (shape.images, k::prepared_row(kk as u32) as usize);
+    let mut a = device.alloc_temporary::<f32>(queue, images * m * kp)?;
+    let mut b = device.alloc_temporary::<f32>(queue, images * n * kp)?;
+    let (a, b) = (a.as_kernel_mut_ptr(), b.as_kernel_mut_ptr());
+    let (m32, n32, k32) = (m as u32, n as u32, kk as u32);
+    let (_, blocks) = k::prepare_blocks(m32, n32, k32);
+    let prepare = LaunchConfig {
+        grid: Dim3 { x: blocks, y: 1, z: images as u32 },
+        block: Dim3::x(k::PREPARE_THREADS),
+        shared_bytes: k::PREPARE_SHARED_BYTES,
+    };
+    let prepare_args = (u, sv, vt, a, b, m32, n32, k32, shape.ldu as u32, shape.strides);
+    let moved = Work { bytes: (images * 4 * (m * kk + kk + kk * n + (m + n) * kp)) as f64, flops: 0.0 };
+    let mut product = Variant::Tf32Wgmma.launch_config(m, n, 16);
+    product.grid.z = images as u32;
+    let work = Work {
+        bytes: (images * 4 * (m * kp + n * kp + m * n)) as f64,
+        flops: (images * 2 * m * n * kk) as f64,
+    };
+    // SAFETY: `u`, `sv`, `vt` and `out` hold the batch (the caller's contract); `a` and `b` were
+    // allocated above for it and live until the queued work is done (their frees are queued after it).
+    unsafe {
+        device.launch_counted(queue, &k::TF32_PREPARE, prepare, prepare_args, Some(moved))?;
+        let (a, b) = (a as *const f32, b as *const f32);
+        device.launch_counted(
+            queue,
+            kernel,
+            product,
+            (a, b, out, m32, n32, kp as u32, shape.strides.out),
+            Some(work),
+        )
+    }
 }
 
 /// Reconstructs `(U·diag(s))·Vᵀ` from `op` on `device`, timing each phase.

@@ -710,6 +710,245 @@ pub unsafe fn svd_reconstruct_tf32x3(
     reconstruct_mma::<true, TF32X3_FRAGS_N>(u, s, vt, out, m, n, k, ldu, batch);
 }
 
+/// Threads per block of [`svd_reconstruct_tf32_wgmma`]: two warpgroups, each computing 64 rows ×
+/// 128 columns of the block's 128 × 128 tile.
+pub const WGMMA_THREADS: u32 = 256;
+/// Bytes of a stage's tile of either operand: 128 rows × 32 of `k`, K-major with 128-byte swizzle.
+const WGMMA_TILE_BYTES: u32 = MMA_TILE_M * mma::WGMMA_ROW_BYTES;
+const WGMMA_STAGE_BYTES: u32 = 2 * WGMMA_TILE_BYTES;
+/// Dynamic shared memory of [`svd_reconstruct_tf32_wgmma`], bytes: [`MMA_STAGES`] stages of
+/// 32 KiB, plus one swizzle atom so that the kernel can start its tiles on a 1024-byte boundary
+/// (97 KiB: two blocks per SM).
+pub const WGMMA_SHARED_BYTES: u32 = MMA_STAGES * WGMMA_STAGE_BYTES + mma::WGMMA_ATOM_BYTES;
+/// Row length (elements) of the prepared operands of [`svd_reconstruct_tf32_wgmma`] for rank
+/// `k`: `k` rounded up to a multiple of 4, so that every row starts on 16 bytes.
+pub const fn prepared_row(k: u32) -> u32 {
+    k.div_ceil(4) * 4
+}
+
+/// Threads per block of [`tf32_prepare`].
+pub const PREPARE_THREADS: u32 = 256;
+/// Side of the square tiles in which [`tf32_prepare`] transposes `Vᵀ`.
+const TRANSPOSE_TILE: u32 = 32;
+/// Dynamic shared memory of [`tf32_prepare`], bytes: one 32 × 33 tile.
+pub const PREPARE_SHARED_BYTES: u32 = TRANSPOSE_TILE * (TRANSPOSE_TILE + 1) * 4;
+
+/// Blocks of [`tf32_prepare`] per image: first those that scale `U` (4 elements of a row per
+/// thread), then one per 32 × 32 tile of `Vᵀ`. Returns `(scale blocks, total)`.
+pub const fn prepare_blocks(m: u32, n: u32, k: u32) -> (u32, u32) {
+    let scale = (m * (prepared_row(k) / 4)).div_ceil(PREPARE_THREADS);
+    (scale, scale + n.div_ceil(TRANSPOSE_TILE) * prepared_row(k).div_ceil(TRANSPOSE_TILE))
+}
+
+/// Prepares the operands of [`svd_reconstruct_tf32_wgmma`], which reads both K-major and rounded:
+/// `a[i, p] = tf32(U[i, p]·s[p])` (`m × kp`, `kp =` [`prepared_row`]`(k)`) and
+/// `b[j, p] = tf32(Vᵀ[p, j])` (`n × kp`, `Vᵀ` transposed), columns `k..kp` zero, rounded with
+/// [`mma::round_tf32`]. The first blocks ([`prepare_blocks`]) scale `U`, each thread 4 elements
+/// of a row and one 16-byte store; the others move a 32 × 32 tile of `Vᵀ` through shared memory
+/// (padded rows: no bank conflicts), reading and writing 128-byte rows. Image `z = blockIdx.z`
+/// reads `u + z·batch.u`, `s + z·batch.s`, `vt + z·batch.vt` and writes `a + z·m·kp`,
+/// `b + z·n·kp`.
+///
+/// Launch: block [`PREPARE_THREADS`] × 1, grid `prepare_blocks(m, n, k).1 × 1 × images`,
+/// [`PREPARE_SHARED_BYTES`] of dynamic shared memory; `a` and `b` 16-byte aligned.
+#[kernel]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn tf32_prepare(
+    u: *const f32,
+    s: *const f32,
+    vt: *const f32,
+    a: *mut f32,
+    b: *mut f32,
+    m: u32,
+    n: u32,
+    k: u32,
+    ldu: u32,
+    batch: Batch,
+) {
+    const T: u32 = TRANSPOSE_TILE;
+    let kp = prepared_row(k);
+    let z = thread::block_idx_z() as usize;
+    let tid = thread::thread_idx_x();
+    let (scale_blocks, _) = prepare_blocks(m, n, k);
+    let block = thread::block_idx_x();
+    // SAFETY: the kernel's contract: image z's `u` (m × ldu), `s` (k), `vt` (k × n), `a` (m × kp)
+    // and `b` (n × kp); shared indices stay in the 32 × 33 tile.
+    unsafe {
+        if block < scale_blocks {
+            let (u, s, a) =
+                (u.add(z * batch.u as usize), s.add(z * batch.s as usize), a.add(z * (m * kp) as usize));
+            let e = block * PREPARE_THREADS + tid;
+            let chunks = kp / 4;
+            if e < m * chunks {
+                let (i, p) = (e / chunks, 4 * (e % chunks));
+                let value = |q: u32| {
+                    let p = p + q;
+                    if p < k {
+                        mma::round_tf32(*u.add((i * ldu + p) as usize) * *s.add(p as usize))
+                    } else {
+                        0.0
+                    }
+                };
+                *(a.add((i * kp + p) as usize) as *mut Float4) =
+                    Float4([value(0), value(1), value(2), value(3)]);
+            }
+        } else {
+            let (vt, b) = (vt.add(z * batch.vt as usize), b.add(z * (n * kp) as usize));
+            let t = block - scale_blocks;
+            let tiles_n = n.div_ceil(T);
+            let (j0, p0) = (t % tiles_n * T, t / tiles_n * T);
+            let (tx, ty) = (tid % T, tid / T);
+            let tile = shared::region::<f32>(0, (T * (T + 1)) as usize);
+            let mut r = ty;
+            while r < T {
+                let (p, j) = (p0 + r, j0 + tx);
+                let value = if p < k && j < n { *vt.add((p * n + j) as usize) } else { 0.0 };
+                tile.write((r * (T + 1) + tx) as usize, value);
+                r += PREPARE_THREADS / T;
+            }
+            thread::sync_threads();
+            let mut r = ty;
+            while r < T {
+                let (j, p) = (j0 + r, p0 + tx);
+                if j < n && p < kp {
+                    *b.add((j * kp + p) as usize) = mma::round_tf32(tile.read((tx * (T + 1) + r) as usize));
+                }
+                r += PREPARE_THREADS / T;
+            }
+        }
+    }
+}
+
+/// Tensor cores through Hopper's warpgroup MMA (`wgmma`, sm_90a), one pass of TF32, on operands
+/// prepared by [`tf32_prepare`] (`a`, `m × kp`; `b`, `n × kp`):
+/// `out = a·bᵀ`. A block computes a 128 × 128 tile of `out`; its two warpgroups each issue one
+/// asynchronous `m64n128k8` MMA per step of 8 along `k`, reading both operands straight from
+/// shared memory — no fragment loads and no per-element work in the main loop, which is 16-byte
+/// `cp.async` copies into the 128-byte-swizzled layout ([`mma::sw128_offset`]) through a 3-stage
+/// pipeline, and the MMAs. (Preparing the operands in the kernel instead, as
+/// [`svd_reconstruct_tf32`] does, kept the shared-memory pipe the bottleneck: 75% busy with the
+/// tensor cores mostly idle.) Image `z = blockIdx.z` reads `a + z·m·kp`, `b + z·n·kp` and writes
+/// `out + z·out_stride`.
+///
+/// Launch: block [`WGMMA_THREADS`] × 1, grid `⌈n/128⌉ × ⌈m/128⌉ × images`,
+/// [`WGMMA_SHARED_BYTES`] of dynamic shared memory; `a` and `b` 16-byte aligned. Only in the sm_90a
+/// module (H100, H200): the host falls back to [`svd_reconstruct_tf32`] elsewhere. Launch bounds:
+/// 256 threads, 2 blocks per SM.
+#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))]
+#[kernel(launch_bounds(256, 2))]
+pub unsafe fn svd_reconstruct_tf32_wgmma(
+    a: *const f32,
+    b: *const f32,
+    out: *mut f32,
+    m: u32,
+    n: u32,
+    kp: u32,
+    out_stride: u32,
+) {
+    const BK: u32 = MMA_TILE_K;
+    // SAFETY (whole body): the kernel's contract — `a`, `b` and `out` hold the batch's images;
+    // every global access below is guarded by `m`, `n` and `kp`, every shared one stays in the
+    // launch's `WGMMA_SHARED_BYTES`.
+    unsafe {
+        let z = thread::block_idx_z() as usize;
+        let a = a.add(z * (m * kp) as usize);
+        let b = b.add(z * (n * kp) as usize);
+        let out = out.add(z * out_stride as usize);
+        let smem = shared::region::<u8>(0, WGMMA_SHARED_BYTES as usize);
+        // Stage 0 on a swizzle-atom boundary.
+        let raw = mma::shared_address(smem.as_ptr());
+        let base = raw + raw.wrapping_neg() % mma::WGMMA_ATOM_BYTES;
+        let tid = thread::thread_idx_x();
+        let row0 = thread::block_idx_y() * MMA_TILE_M;
+        let col0 = thread::block_idx_x() * MMA_TILE_N;
+        let ktiles = kp.div_ceil(BK);
+        // A thread copies 16-byte chunk tid % 8 (elements 4·chunk..+4 along k) of rows
+        // tid / 8 + 32·q, q = 0..4, of both operands' tiles: each 8 threads fill a 128-byte row.
+        let (row, chunk) = (tid / 8, tid % 8);
+        let dst = |q: u32| mma::sw128_offset(row + 32 * q, 4 * chunk);
+
+        // Starts the copies of k-tile `kt` into `stage`, zero-filling rows past m or n and
+        // columns past kp (kp is a multiple of 4: a chunk is wholly inside or outside).
+        let load_tile = #[inline(always)]
+        |kt: u32, stage: u32| {
+            let p = kt * BK + 4 * chunk;
+            let st = base + stage * WGMMA_STAGE_BYTES;
+            for q in 0..4 {
+                let (i, j) = (row0 + row + 32 * q, col0 + row + 32 * q);
+                let (src, bytes) = if i < m && p < kp { (a.add((i * kp + p) as usize), 16) } else { (a, 0) };
+                mma::cp_async_16(st + dst(q), src, bytes);
+                let (src, bytes) = if j < n && p < kp { (b.add((j * kp + p) as usize), 16) } else { (b, 0) };
+                mma::cp_async_16(st + WGMMA_TILE_BYTES + dst(q), src, bytes);
+            }
+        };
+
+        // Warpgroup tid / 128 computes rows 64·(tid / 128) .. +64 of the tile, all 128 columns.
+        let warpgroup = tid / 128;
+        let mut acc = [0.0f32; 64];
+        let multiply_tile = #[inline(always)]
+        |acc: &mut [f32; 64], stage: u32| {
+            let st = base + stage * WGMMA_STAGE_BYTES;
+            mma::wgmma_fence();
+            for step in 0..BK / 8 {
+                let a = mma::wgmma_descriptor_sw128(st + warpgroup * 64 * mma::WGMMA_ROW_BYTES + 32 * step);
+                let b = mma::wgmma_descriptor_sw128(st + WGMMA_TILE_BYTES + 32 * step);
+                mma::wgmma_tf32_m64n128k8(acc, a, b);
+            }
+            mma::wgmma_commit_group();
+        };
+
+        // The pipeline: tile kt + 2 is in flight while the tensor cores work on tile kt. The
+        // barrier of iteration kt publishes tile kt (each thread's copies waited for and fenced
+        // for the async proxy) and tells that every warpgroup has finished with tile kt − 1, whose
+        // stage tile kt + 2 then refills.
+        const _: () = assert!(MMA_STAGES == 3);
+        load_tile(0, 0);
+        mma::cp_async_commit_group();
+        if ktiles > 1 {
+            load_tile(1, 1);
+        }
+        mma::cp_async_commit_group();
+        let mut stage = 0u32;
+        for kt in 0..ktiles {
+            mma::cp_async_wait_group::<1>();
+            mma::fence_proxy_async_shared();
+            thread::sync_threads();
+            if kt + 2 < ktiles {
+                load_tile(kt + 2, (stage + 2) % 3);
+            }
+            mma::cp_async_commit_group();
+            multiply_tile(&mut acc, stage);
+            mma::wgmma_wait_group::<0>();
+            stage = (stage + 1) % 3;
+        }
+
+        // Epilogue: each thread's two adjacent columns of a row as one 8-byte store (unrolled, so
+        // that the accumulators stay in registers).
+        let out_vec = n.is_multiple_of(2) && global::is_aligned_8(out);
+        unroll!(block in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+            unroll!(half in [0, 1] {
+                let r = 4 * block + 2 * half;
+                let (i, j) = mma::wgmma_m64_c_coords(tid % 128, r as u32);
+                let (i, j) = (row0 + 64 * warpgroup + i, col0 + j);
+                if i < m {
+                    let at = out.add((i * n) as usize).wrapping_add(j as usize);
+                    let pair = [acc[r], acc[r + 1]];
+                    if out_vec && j + 2 <= n {
+                        global::store_f32x2(at, pair);
+                    } else {
+                        if j < n {
+                            *at = pair[0];
+                        }
+                        if j + 1 < n {
+                            *at.add(1) = pair[1];
+                        }
+                    }
+                }
+            });
+        });
+    }
+}
+
 /// `dst[i] = round(clamp(src[i], 0, 1)·255)` (halves away from zero) for `count` values: the
 /// bytes a PNG of the reconstruction stores, identical to the host's
 /// `image_io::to_gray8(…, Scaling::Clamp)`, so that only a quarter of the bytes cross PCIe when

@@ -155,7 +155,11 @@ fn svd_cases(quick: bool) -> Vec<Case> {
     if !quick {
         for size in [1024, 4096, 8192] {
             for k in [64, 1024] {
-                shapes.push((size, k, &[Variant::Regtiled, Variant::Tf32, Variant::Tf32x3]));
+                shapes.push((
+                    size,
+                    k,
+                    &[Variant::Regtiled, Variant::Tf32, Variant::Tf32x3, Variant::Tf32Wgmma],
+                ));
             }
         }
     }
@@ -371,6 +375,12 @@ fn main() -> ExitCode {
                 s.init_ms, s.context_ms, s.module_load_ms
             );
         }
+        let missing = |c: &Case| kernel_entry(c).is_some_and(|k| !device.has_kernel(k));
+        for case in cases.iter().filter(|c| missing(c)) {
+            println!("SKIPPED {}: this device has no `{}`", case.name(), kernel_entry(case).unwrap_or("?"));
+        }
+        cases.retain(|c| !missing(c));
+        anyhow::ensure!(!cases.is_empty(), "no benchmark case runs on this device");
 
         let progress = ProgressBar::new(cases.len() as u64);
         progress.set_style(
@@ -445,6 +455,7 @@ fn kernel_entry(case: &Case) -> Option<&'static str> {
         ("svd", "regtiled", _) => "svd_reconstruct_regtiled",
         ("svd", "tf32", _) => "svd_reconstruct_tf32",
         ("svd", "tf32x3", _) => "svd_reconstruct_tf32x3",
+        ("svd", "tf32-wgmma", _) => "svd_reconstruct_tf32_wgmma",
         ("conv", "naive", "f32") => "conv2d_naive_f32",
         ("conv", "naive", "f64") => "conv2d_naive_f64",
         ("conv", "tiled", _) => "conv2d_tiled",
