@@ -8,7 +8,6 @@ use std::io::Write;
 fn ptx_contains_every_declared_kernel() {
     assert!(DECLARED_KERNELS.contains(&"saxpy") && DECLARED_KERNELS.contains(&"block_sum"));
     assert!(PTX.contains(&format!(".target {PTX_TARGET}")), "PTX target is not {PTX_TARGET}");
-    assert!(HOPPER_KERNELS.contains(&"svd_reconstruct_tf32_wgmma"));
     for name in DECLARED_KERNELS {
         let entry = PTX.contains(&format!(".visible .entry {name}("));
         if HOPPER_KERNELS.contains(name) {
