@@ -308,7 +308,7 @@ unsafe fn launch_wgmma(
     shape: BatchShape,
 ) -> Result<()> {
     let kernel = &k::SVD_RECONSTRUCT_TF32_WGMMA;
-    ensure(device.has_kernel(kernel.name()), || {
+    ensure(Variant::Tf32Wgmma.available_on(device), || {
         format!(
             "variant tf32-wgmma needs an sm_90 GPU (H100, H200) running the embedded sm_90a cubin; \
              {} has no `{}` (use tf32 or tf32x3)",
