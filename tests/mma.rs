@@ -9,6 +9,7 @@ use kernel_suite::{Device, LaunchConfig};
 use kernels::mma;
 use kernels::mma_probe::{
     CP_ASYNC_PROBE, MMA_BF16_PROBE, MMA_F16_PROBE, MMA_F64_PROBE, MMA_TF32_PROBE, TF32_ROUND_PROBE,
+    WGMMA_PROBE_SHARED_BYTES, WGMMA_TF32_PROBE,
 };
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -115,6 +116,48 @@ fn tf32_mma_matches_reference() {
             let wide = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
             let want = reference(&wide(&a), &wide(&b), &wide(&c), (16, 8, 8));
             check("tf32 m16n8k8", &device, &got, want, integers, 2e-6);
+        }
+    }
+}
+
+/// The warpgroup MMA in both forms (`A` from shared memory, `A` from registers) on operands that
+/// are not tf32 values: the reference truncates them to tf32 as the tensor cores do (exact on small
+/// integers; within f32 accumulation on uniform values).
+#[test]
+fn tf32_wgmma_matches_reference() {
+    let truncate = |x: f64| f32::from_bits((x as f32).to_bits() & !0x1fff) as f64;
+    for device in common::devices("tf32_wgmma_matches_reference") {
+        if !device.has_kernel(WGMMA_TF32_PROBE.name()) {
+            eprintln!("SKIPPED tf32_wgmma_matches_reference on {}: no sm_90a cubin", device.describe());
+            continue;
+        }
+        for (seed, integers) in [(4, true), (5, false), (6, false)] {
+            let mut rng = common::rng(seed);
+            let a: Vec<f32> = values(&mut rng, 64 * 8, integers).into_iter().map(|x| x as f32).collect();
+            let b: Vec<f32> = values(&mut rng, 128 * 8, integers).into_iter().map(|x| x as f32).collect();
+            let c: Vec<f32> = values(&mut rng, 64 * 128, integers).into_iter().map(|x| x as f32).collect();
+            // The reference takes B as k × n: transpose the K-major 128 × 8.
+            let bt: Vec<f64> = (0..8 * 128).map(|e| truncate(b[(e % 128) * 8 + e / 128] as f64)).collect();
+            let at: Vec<f64> = a.iter().map(|&x| truncate(x as f64)).collect();
+            let cw: Vec<f64> = c.iter().map(|&x| x as f64).collect();
+            let (da, db, dc) =
+                (device.upload(&a).unwrap(), device.upload(&b).unwrap(), device.upload(&c).unwrap());
+            for from_registers in [0u32, 1] {
+                let mut dd = device.alloc::<f32>(64 * 128).unwrap();
+                let cfg = LaunchConfig::for_1d(128, 128).with_shared_bytes(WGMMA_PROBE_SHARED_BYTES);
+                let args = (
+                    da.as_kernel_ptr(),
+                    db.as_kernel_ptr(),
+                    dc.as_kernel_ptr(),
+                    dd.as_kernel_mut_ptr(),
+                    from_registers,
+                );
+                unsafe { device.launch(&WGMMA_TF32_PROBE, cfg, args).unwrap() };
+                let got: Vec<f64> = device.download(&dd).unwrap().into_iter().map(f64::from).collect();
+                let what =
+                    if from_registers == 1 { "wgmma m64n128k8, A in registers" } else { "wgmma m64n128k8" };
+                check(what, &device, &got, reference(&at, &bt, &cw, (64, 128, 8)), integers, 2e-6);
+            }
         }
     }
 }

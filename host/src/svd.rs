@@ -32,17 +32,22 @@ pub enum Variant {
     #[value(name = "tf32-wgmma")]
     #[serde(rename = "tf32-wgmma")]
     Tf32Wgmma,
+    /// As `Tf32x3` (f32-level accuracy), through `wgmma`; needs what `tf32-wgmma` needs.
+    #[value(name = "tf32x3-wgmma")]
+    #[serde(rename = "tf32x3-wgmma")]
+    Tf32x3Wgmma,
 }
 
 impl Variant {
     /// All variants, in order of sophistication.
-    pub const ALL: [Variant; 6] = [
+    pub const ALL: [Variant; 7] = [
         Variant::Naive,
         Variant::Tiled,
         Variant::Regtiled,
         Variant::Tf32,
         Variant::Tf32x3,
         Variant::Tf32Wgmma,
+        Variant::Tf32x3Wgmma,
     ];
 
     /// Name as used on the command line and in reports.
@@ -54,6 +59,7 @@ impl Variant {
             Variant::Tf32 => "tf32",
             Variant::Tf32x3 => "tf32x3",
             Variant::Tf32Wgmma => "tf32-wgmma",
+            Variant::Tf32x3Wgmma => "tf32x3-wgmma",
         }
     }
 
@@ -69,7 +75,7 @@ impl Variant {
             Variant::Regtiled => "16×16 (128² tile)".into(),
             Variant::Tf32 => format!("{} (128² tile)", k::MMA_TF32_THREADS),
             Variant::Tf32x3 => format!("{} (128² tile)", k::MMA_TF32X3_THREADS),
-            Variant::Tf32Wgmma => format!("{} (128² tile)", k::WGMMA_THREADS),
+            Variant::Tf32Wgmma | Variant::Tf32x3Wgmma => format!("{} (128² tile)", k::WGMMA_THREADS),
         }
     }
 
@@ -101,21 +107,34 @@ impl Variant {
                 }),
                 shared_bytes: k::MMA_SHARED_BYTES,
             },
-            Variant::Tf32Wgmma => LaunchConfig {
+            Variant::Tf32Wgmma | Variant::Tf32x3Wgmma => LaunchConfig {
                 grid: Dim3::xy(
                     n.div_ceil(k::MMA_TILE_N as usize) as u32,
                     m.div_ceil(k::MMA_TILE_M as usize) as u32,
                 ),
                 block: Dim3::x(k::WGMMA_THREADS),
-                shared_bytes: k::WGMMA_SHARED_BYTES,
+                shared_bytes: if self == Variant::Tf32Wgmma {
+                    k::WGMMA_TF32_SHARED_BYTES
+                } else {
+                    k::WGMMA_TF32X3_SHARED_BYTES
+                },
             },
         }
     }
 
-    /// Whether `device` can run this variant: all but `tf32-wgmma` (sm_90a cubin only) run
+    /// The `wgmma` kernel of a Hopper-only variant (`None` for those that run everywhere).
+    fn wgmma_kernel(self) -> Option<&'static str> {
+        match self {
+            Variant::Tf32Wgmma => Some(k::SVD_RECONSTRUCT_TF32_WGMMA.name()),
+            Variant::Tf32x3Wgmma => Some(k::SVD_RECONSTRUCT_TF32X3_WGMMA.name()),
+            _ => None,
+        }
+    }
+
+    /// Whether `device` can run this variant: all but the `wgmma` ones (sm_90a cubin only) run
     /// everywhere.
     pub fn available_on(self, device: &Device) -> bool {
-        self != Variant::Tf32Wgmma || device.has_kernel(k::SVD_RECONSTRUCT_TF32_WGMMA.name())
+        self.wgmma_kernel().is_none_or(|name| device.has_kernel(name))
     }
 }
 
@@ -281,7 +300,9 @@ pub unsafe fn launch_reconstruct_batch(
         Variant::Tf32 => &k::SVD_RECONSTRUCT_TF32,
         Variant::Tf32x3 => &k::SVD_RECONSTRUCT_TF32X3,
         // SAFETY: forwarded from the caller.
-        Variant::Tf32Wgmma => return unsafe { launch_wgmma(device, queue, args, (m, n, kk), shape) },
+        Variant::Tf32Wgmma | Variant::Tf32x3Wgmma => {
+            return unsafe { launch_wgmma(device, queue, variant, args, (m, n, kk), shape) };
+        }
     };
     let images = shape.images as f64;
     let work = Work {
@@ -294,24 +315,29 @@ pub unsafe fn launch_reconstruct_batch(
     unsafe { device.launch_counted(queue, kernel, cfg, args, Some(work)) }
 }
 
-/// The `tf32-wgmma` variant: prepares the operands in temporaries of `queue` ([`k::tf32_prepare`]),
-/// then multiplies them
-/// ([`k::svd_reconstruct_tf32_wgmma`]).
+/// The `wgmma` variants: prepares the operands in temporaries of `queue` ([`k::tf32_prepare`];
+/// rounded to tf32 for one pass, as they are for the 3xTF32 split), then multiplies them
+/// ([`k::svd_reconstruct_tf32_wgmma`], [`k::svd_reconstruct_tf32x3_wgmma`]).
 ///
 /// # Safety
 /// As for [`launch_reconstruct_batch`].
 unsafe fn launch_wgmma(
     device: &Device,
     queue: &crate::Queue,
+    variant: Variant,
     (u, sv, vt, out, ..): (*const f32, *const f32, *const f32, *mut f32, u32, u32, u32, u32, k::Batch),
     (m, n, kk): (usize, usize, usize),
     shape: BatchShape,
 ) -> Result<()> {
-    let kernel = &k::SVD_RECONSTRUCT_TF32_WGMMA;
-    ensure(Variant::Tf32Wgmma.available_on(device), || {
+    let (kernel, one_pass) = match variant {
+        Variant::Tf32Wgmma => (&k::SVD_RECONSTRUCT_TF32_WGMMA, true),
+        _ => (&k::SVD_RECONSTRUCT_TF32X3_WGMMA, false),
+    };
+    ensure(variant.available_on(device), || {
         format!(
-            "variant tf32-wgmma needs an sm_90 GPU (H100, H200) running the embedded sm_90a cubin; \
+            "variant {} needs an sm_90 GPU (H100, H200) running the embedded sm_90a cubin; \
              {} has no `{}` (use tf32 or tf32x3)",
+            variant.name(),
             device.describe(),
             kernel.name()
         )
@@ -327,9 +353,9 @@ unsafe fn launch_wgmma(
         block: Dim3::x(k::PREPARE_THREADS),
         shared_bytes: k::PREPARE_SHARED_BYTES,
     };
-    let prepare_args = (u, sv, vt, a, b, m32, n32, k32, shape.ldu as u32, shape.strides);
+    let prepare_args = (u, sv, vt, a, b, m32, n32, k32, shape.ldu as u32, shape.strides, one_pass as u32);
     let moved = Work { bytes: (images * 4 * (m * kk + kk + kk * n + (m + n) * kp)) as f64, flops: 0.0 };
-    let mut product = Variant::Tf32Wgmma.launch_config(m, n, 16);
+    let mut product = variant.launch_config(m, n, 16);
     product.grid.z = images as u32;
     let work = Work {
         bytes: (images * 4 * (m * kp + n * kp + m * n)) as f64,

@@ -515,6 +515,27 @@ macro_rules! wgmma_asm {
 #[cfg(target_arch = "nvptx64")]
 use wgmma_asm;
 
+/// [`wgmma_asm`] with `A` from four registers (tf32 bits of the fragment, [`wgmma_m64_a_coords`]).
+#[cfg(target_arch = "nvptx64")]
+macro_rules! wgmma_rs_asm {
+    ($acc:ident, $a:expr, $b:expr, $shape:literal, [$first:literal $($i:literal)*]) => {
+        core::arch::asm!(
+            concat!(
+                "{{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.", $shape,
+                ".f32.tf32.tf32 {{{", stringify!($first), "}", $(", {", stringify!($i), "}",)*
+                "}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1; }}"
+            ),
+            inout(reg32) $acc[$first],
+            $(inout(reg32) $acc[$i],)*
+            a0 = in(reg32) $a[0].to_bits(),
+            a1 = in(reg32) $a[1].to_bits(),
+            a2 = in(reg32) $a[2].to_bits(),
+            a3 = in(reg32) $a[3].to_bits(),
+            b = in(reg64) $b,
+        )
+    };
+}
+
 /// Bytes per row of a 128-byte-swizzled operand tile (32 f32/tf32 values along `k`).
 pub const WGMMA_ROW_BYTES: u32 = 128;
 /// Bytes of one swizzle atom: 8 rows of [`WGMMA_ROW_BYTES`]. Tiles start on a multiple of it.
@@ -633,6 +654,58 @@ pub unsafe fn wgmma_tf32_m64n128k8(acc: &mut [f32; 64], a: u64, b: u64) {
         for (r, d) in (0u32..).zip(acc.iter_mut()) {
             let (i, j) = wgmma_m64_c_coords(thread, r);
             let sum: f64 = (0..8).map(|p| sw128_read_tf32(a, i, p) * sw128_read_tf32(b, j, p)).sum();
+            *d = (sum + *d as f64) as f32;
+        }
+    }
+}
+
+/// Element `(row, column)` of the 64 × 8 `A` held in register `r` (0..4) of thread `thread`
+/// (0..128) of the warpgroup for [`wgmma_tf32_m64n128k8_rs`]: warp `thread / 32` holds rows
+/// 16·warp .. +16 in the layout of [`tf32_a_coords`] (the rows of its own accumulators).
+#[inline(always)]
+pub fn wgmma_m64_a_coords(thread: u32, r: u32) -> (u32, u32) {
+    let (row, col) = tf32_a_coords(thread % 32, r);
+    (16 * (thread / 32) + row, col)
+}
+
+/// [`wgmma_tf32_m64n128k8`] with `A` from registers: each thread passes its four elements of the
+/// 64 × 8 `A` ([`wgmma_m64_a_coords`]), `B` still comes through its descriptor
+/// (`wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 d, {a0..a3}, b-desc`). Saves the
+/// shared-memory reads of `A` when the kernel computes `A` in registers anyway (a 3xTF32 split).
+/// Issue it after a [`wgmma_fence`] that follows the last write of `a` (the instruction reads its
+/// registers asynchronously) and, as for the other form, read `acc` only after
+/// [`wgmma_wait_group`]. In the simulator the warp's lanes exchange their fragments.
+///
+/// # Safety
+/// As for [`wgmma_tf32_m64n128k8`], for `b`.
+#[inline(always)]
+pub unsafe fn wgmma_tf32_m64n128k8_rs(acc: &mut [f32; 64], a: [f32; 4], b: u64) {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        wgmma_rs_asm!(acc, a, b, "m64n128k8", [
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63
+        ]);
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let thread = crate::thread::thread_idx_x() % 128;
+        let word = |x: f32, y: f32| x.to_bits() as u64 | (y.to_bits() as u64) << 32;
+        let all = crate::sim::warp_gather([word(a[0], a[1]), word(a[2], a[3])]);
+        // This warp's 16 rows of A (the only rows its accumulators need), truncated to tf32.
+        let mut am = [[0.0f64; 8]; 16];
+        for (lane, words) in (0u32..).zip(all.iter()) {
+            for r in 0..4 {
+                let (i, p) = wgmma_m64_a_coords(lane, r);
+                let bits = (words[r as usize / 2] >> (32 * (r % 2))) as u32;
+                am[i as usize][p as usize] = f32::from_bits(bits & !0x1fff) as f64;
+            }
+        }
+        for (r, d) in (0u32..).zip(acc.iter_mut()) {
+            let (i, j) = wgmma_m64_c_coords(thread, r);
+            let row = &am[(i % 16) as usize];
+            let sum: f64 = (0..8).map(|p| row[p as usize] * sw128_read_tf32(b, j, p)).sum();
             *d = (sum + *d as f64) as f32;
         }
     }

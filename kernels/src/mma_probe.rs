@@ -148,3 +148,62 @@ pub unsafe fn cp_async_probe(src: *const f32, dst: *mut f32, valid: u32) {
         *dst.add(i) = tile.read(i);
     }
 }
+
+/// Dynamic shared memory of [`wgmma_tf32_probe`], bytes: the 64-row `A` tile and the 128-row `B`
+/// tile in the 128-byte-swizzled layout, and one atom for alignment.
+pub const WGMMA_PROBE_SHARED_BYTES: u32 = (64 + 128) * mma::WGMMA_ROW_BYTES + mma::WGMMA_ATOM_BYTES;
+
+/// `d = a·bᵀ + c` through one warpgroup MMA: `a` 64 × 8, `b` 128 × 8 (`Bᵀ`, K-major as `wgmma`
+/// reads it), `c`, `d` 64 × 128. The block stores both operands into swizzled shared tiles
+/// ([`mma::sw128_offset`]), then runs [`mma::wgmma_tf32_m64n128k8`] or, with
+/// `a_from_registers ≠ 0`, [`mma::wgmma_tf32_m64n128k8_rs`] with `A` loaded into registers through
+/// [`mma::wgmma_m64_a_coords`]. The operands are passed as they are (the tensor cores truncate them
+/// to tf32). One block of one warpgroup (128 threads), [`WGMMA_PROBE_SHARED_BYTES`] of dynamic
+/// shared memory. Only in the sm_90a module.
+#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))]
+#[kernel]
+pub unsafe fn wgmma_tf32_probe(
+    a: *const f32,
+    b: *const f32,
+    c: *const f32,
+    d: *mut f32,
+    a_from_registers: u32,
+) {
+    let tid = thread::thread_idx_x();
+    let smem = shared::region::<f32>(0, (WGMMA_PROBE_SHARED_BYTES / 4) as usize);
+    let raw = mma::shared_address(smem.as_ptr());
+    let a_tile = raw + raw.wrapping_neg() % mma::WGMMA_ATOM_BYTES;
+    let b_tile = a_tile + 64 * mma::WGMMA_ROW_BYTES;
+    let word = |tile: u32, row: u32, kk: u32| ((tile - raw + mma::sw128_offset(row, kk)) / 4) as usize;
+    let mut e = tid;
+    while e < 128 * 8 {
+        if e < 64 * 8 {
+            smem.write(word(a_tile, e / 8, e % 8), *a.add(e as usize));
+        }
+        smem.write(word(b_tile, e / 8, e % 8), *b.add(e as usize));
+        e += 128;
+    }
+    mma::fence_proxy_async_shared();
+    thread::sync_threads();
+    let mut acc: [f32; 64] = core::array::from_fn(|r| {
+        let (i, j) = mma::wgmma_m64_c_coords(tid, r as u32);
+        *c.add((i * 128 + j) as usize)
+    });
+    let a_fragment: [f32; 4] = core::array::from_fn(|r| {
+        let (i, p) = mma::wgmma_m64_a_coords(tid, r as u32);
+        *a.add((i * 8 + p) as usize)
+    });
+    let b_descriptor = mma::wgmma_descriptor_sw128(b_tile);
+    mma::wgmma_fence();
+    if a_from_registers != 0 {
+        mma::wgmma_tf32_m64n128k8_rs(&mut acc, a_fragment, b_descriptor);
+    } else {
+        mma::wgmma_tf32_m64n128k8(&mut acc, mma::wgmma_descriptor_sw128(a_tile), b_descriptor);
+    }
+    mma::wgmma_commit_group();
+    mma::wgmma_wait_group::<0>();
+    for (r, value) in (0u32..).zip(acc) {
+        let (i, j) = mma::wgmma_m64_c_coords(tid, r);
+        *d.add((i * 128 + j) as usize) = value;
+    }
+}

@@ -710,18 +710,32 @@ pub unsafe fn svd_reconstruct_tf32x3(
     reconstruct_mma::<true, TF32X3_FRAGS_N>(u, s, vt, out, m, n, k, ldu, batch);
 }
 
-/// Threads per block of [`svd_reconstruct_tf32_wgmma`]: two warpgroups, each computing 64 rows ×
-/// 128 columns of the block's 128 × 128 tile.
+/// Threads per block of the `wgmma` kernels ([`svd_reconstruct_tf32_wgmma`],
+/// [`svd_reconstruct_tf32x3_wgmma`]): two warpgroups, each computing 64 rows × 128 columns of the
+/// block's 128 × 128 tile.
 pub const WGMMA_THREADS: u32 = 256;
 /// Bytes of a stage's tile of either operand: 128 rows × 32 of `k`, K-major with 128-byte swizzle.
 const WGMMA_TILE_BYTES: u32 = MMA_TILE_M * mma::WGMMA_ROW_BYTES;
+/// Bytes of a stage: the `a` tile, then the `b` tile.
 const WGMMA_STAGE_BYTES: u32 = 2 * WGMMA_TILE_BYTES;
-/// Dynamic shared memory of [`svd_reconstruct_tf32_wgmma`], bytes: [`MMA_STAGES`] stages of
-/// 32 KiB, plus one swizzle atom so that the kernel can start its tiles on a 1024-byte boundary
-/// (97 KiB: two blocks per SM).
-pub const WGMMA_SHARED_BYTES: u32 = MMA_STAGES * WGMMA_STAGE_BYTES + mma::WGMMA_ATOM_BYTES;
-/// Row length (elements) of the prepared operands of [`svd_reconstruct_tf32_wgmma`] for rank
-/// `k`: `k` rounded up to a multiple of 4, so that every row starts on 16 bytes.
+/// Pipeline stages of [`svd_reconstruct_tf32_wgmma`].
+const WGMMA_TF32_STAGES: u32 = 3;
+/// Pipeline stages of [`svd_reconstruct_tf32x3_wgmma`].
+const WGMMA_TF32X3_STAGES: u32 = 2;
+/// Dynamic shared memory of a `wgmma` kernel with `stages` stages, bytes, plus for the 3xTF32 split
+/// one tile of small parts of `b`, plus one swizzle atom so that the kernel can start its tiles on
+/// a 1024-byte boundary.
+const fn wgmma_shared_bytes(stages: u32, split: bool) -> u32 {
+    stages * WGMMA_STAGE_BYTES + split as u32 * WGMMA_TILE_BYTES + mma::WGMMA_ATOM_BYTES
+}
+/// Dynamic shared memory of [`svd_reconstruct_tf32_wgmma`], bytes: 3 stages of 32 KiB and an
+/// alignment atom (97 KiB: two blocks per SM).
+pub const WGMMA_TF32_SHARED_BYTES: u32 = wgmma_shared_bytes(WGMMA_TF32_STAGES, false);
+/// Dynamic shared memory of [`svd_reconstruct_tf32x3_wgmma`], bytes: 2 stages, the 16 KiB tile of
+/// small parts and an alignment atom (81 KiB: two blocks per SM).
+pub const WGMMA_TF32X3_SHARED_BYTES: u32 = wgmma_shared_bytes(WGMMA_TF32X3_STAGES, true);
+/// Row length (elements) of the prepared operands of the `wgmma` kernels for rank `k`: `k`
+/// rounded up to a multiple of 4, so that every row starts on 16 bytes.
 pub const fn prepared_row(k: u32) -> u32 {
     k.div_ceil(4) * 4
 }
@@ -740,14 +754,15 @@ pub const fn prepare_blocks(m: u32, n: u32, k: u32) -> (u32, u32) {
     (scale, scale + n.div_ceil(TRANSPOSE_TILE) * prepared_row(k).div_ceil(TRANSPOSE_TILE))
 }
 
-/// Prepares the operands of [`svd_reconstruct_tf32_wgmma`], which reads both K-major and rounded:
-/// `a[i, p] = tf32(U[i, p]·s[p])` (`m × kp`, `kp =` [`prepared_row`]`(k)`) and
-/// `b[j, p] = tf32(Vᵀ[p, j])` (`n × kp`, `Vᵀ` transposed), columns `k..kp` zero, rounded with
-/// [`mma::round_tf32`]. The first blocks ([`prepare_blocks`]) scale `U`, each thread 4 elements
-/// of a row and one 16-byte store; the others move a 32 × 32 tile of `Vᵀ` through shared memory
-/// (padded rows: no bank conflicts), reading and writing 128-byte rows. Image `z = blockIdx.z`
-/// reads `u + z·batch.u`, `s + z·batch.s`, `vt + z·batch.vt` and writes `a + z·m·kp`,
-/// `b + z·n·kp`.
+/// Prepares the operands of the `wgmma` kernels, which read both K-major:
+/// `a[i, p] = U[i, p]·s[p]` (`m × kp`, `kp =` [`prepared_row`]`(k)`) and `b[j, p] = Vᵀ[p, j]`
+/// (`n × kp`, `Vᵀ` transposed), columns `k..kp` zero; with `round_to_tf32 ≠ 0` (for
+/// [`svd_reconstruct_tf32_wgmma`]) every value rounded with [`mma::round_tf32`], otherwise (for
+/// [`svd_reconstruct_tf32x3_wgmma`], which splits them) left in f32. The first blocks
+/// ([`prepare_blocks`]) scale `U`, each thread 4 elements of a row and one 16-byte store; the
+/// others move a 32 × 32 tile of `Vᵀ` through shared memory (padded rows: no bank conflicts),
+/// reading and writing 128-byte rows. Image `z = blockIdx.z` reads `u + z·batch.u`,
+/// `s + z·batch.s`, `vt + z·batch.vt` and writes `a + z·m·kp`, `b + z·n·kp`.
 ///
 /// Launch: block [`PREPARE_THREADS`] × 1, grid `prepare_blocks(m, n, k).1 × 1 × images`,
 /// [`PREPARE_SHARED_BYTES`] of dynamic shared memory; `a` and `b` 16-byte aligned.
@@ -764,6 +779,7 @@ pub unsafe fn tf32_prepare(
     k: u32,
     ldu: u32,
     batch: Batch,
+    round_to_tf32: u32,
 ) {
     const T: u32 = TRANSPOSE_TILE;
     let kp = prepared_row(k);
@@ -771,6 +787,7 @@ pub unsafe fn tf32_prepare(
     let tid = thread::thread_idx_x();
     let (scale_blocks, _) = prepare_blocks(m, n, k);
     let block = thread::block_idx_x();
+    let round = |x: f32| if round_to_tf32 != 0 { mma::round_tf32(x) } else { x };
     // SAFETY: the kernel's contract: image z's `u` (m × ldu), `s` (k), `vt` (k × n), `a` (m × kp)
     // and `b` (n × kp); shared indices stay in the 32 × 33 tile.
     unsafe {
@@ -783,11 +800,7 @@ pub unsafe fn tf32_prepare(
                 let (i, p) = (e / chunks, 4 * (e % chunks));
                 let value = |q: u32| {
                     let p = p + q;
-                    if p < k {
-                        mma::round_tf32(*u.add((i * ldu + p) as usize) * *s.add(p as usize))
-                    } else {
-                        0.0
-                    }
+                    if p < k { round(*u.add((i * ldu + p) as usize) * *s.add(p as usize)) } else { 0.0 }
                 };
                 *(a.add((i * kp + p) as usize) as *mut Float4) =
                     Float4([value(0), value(1), value(2), value(3)]);
@@ -811,7 +824,7 @@ pub unsafe fn tf32_prepare(
             while r < T {
                 let (j, p) = (j0 + r, p0 + tx);
                 if j < n && p < kp {
-                    *b.add((j * kp + p) as usize) = mma::round_tf32(tile.read((tx * (T + 1) + r) as usize));
+                    *b.add((j * kp + p) as usize) = round(tile.read((tx * (T + 1) + r) as usize));
                 }
                 r += PREPARE_THREADS / T;
             }
@@ -819,24 +832,24 @@ pub unsafe fn tf32_prepare(
     }
 }
 
-/// Tensor cores through Hopper's warpgroup MMA (`wgmma`, sm_90a), one pass of TF32, on operands
-/// prepared by [`tf32_prepare`] (`a`, `m × kp`; `b`, `n × kp`):
-/// `out = a·bᵀ`. A block computes a 128 × 128 tile of `out`; its two warpgroups each issue one
-/// asynchronous `m64n128k8` MMA per step of 8 along `k`, reading both operands straight from
-/// shared memory — no fragment loads and no per-element work in the main loop, which is 16-byte
-/// `cp.async` copies into the 128-byte-swizzled layout ([`mma::sw128_offset`]) through a 3-stage
-/// pipeline, and the MMAs. (Preparing the operands in the kernel instead, as
-/// [`svd_reconstruct_tf32`] does, kept the shared-memory pipe the bottleneck: 75% busy with the
-/// tensor cores mostly idle.) Image `z = blockIdx.z` reads `a + z·m·kp`, `b + z·n·kp` and writes
-/// `out + z·out_stride`.
+/// The body of the `wgmma` kernels: `out = a·bᵀ` on operands prepared by [`tf32_prepare`]
+/// (`a`, `m × kp`; `b`, `n × kp`), through a `STAGES`-stage pipeline, one tf32 pass or, for
+/// `SPLIT`, the 3xTF32 split of both operands.
 ///
-/// Launch: block [`WGMMA_THREADS`] × 1, grid `⌈n/128⌉ × ⌈m/128⌉ × images`,
-/// [`WGMMA_SHARED_BYTES`] of dynamic shared memory; `a` and `b` 16-byte aligned. Only in the sm_90a
-/// module (H100, H200): the host falls back to [`svd_reconstruct_tf32`] elsewhere. Launch bounds:
-/// 256 threads, 2 blocks per SM.
-#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))]
-#[kernel(launch_bounds(256, 2))]
-pub unsafe fn svd_reconstruct_tf32_wgmma(
+/// A block computes a 128 × 128 tile of `out`; its two warpgroups each issue asynchronous
+/// `m64n128k8` MMAs per step of 8 along `k`, reading both operands straight from shared memory.
+/// The main loop is 16-byte `cp.async` copies into the 128-byte-swizzled layout
+/// ([`mma::sw128_offset`]) and the MMAs. For `SPLIT` (`x = big + small`, [`split_tf32`]) the
+/// tensor cores take `a` from registers ([`mma::wgmma_tf32_m64n128k8_rs`]): each thread loads its
+/// fragments of the landed stage and splits them there; `b` is split by one pass over the landed
+/// tile that replaces each value by `big` in place and writes `small` at the same offset of the
+/// small parts' tile (the swizzle moves 16-byte chunks only, so the pass is element-wise and needs
+/// no layout). Then three MMAs per step, as in [`svd_reconstruct_tf32x3`]. Only `b`'s split goes
+/// through shared memory, which is what bounds this kernel.
+/// Image `z = blockIdx.z` reads `a + z·m·kp`, `b + z·n·kp` and writes `out + z·out_stride`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn reconstruct_wgmma<const SPLIT: bool, const STAGES: u32>(
     a: *const f32,
     b: *const f32,
     out: *mut f32,
@@ -848,16 +861,18 @@ pub unsafe fn svd_reconstruct_tf32_wgmma(
     const BK: u32 = MMA_TILE_K;
     // SAFETY (whole body): the kernel's contract — `a`, `b` and `out` hold the batch's images;
     // every global access below is guarded by `m`, `n` and `kp`, every shared one stays in the
-    // launch's `WGMMA_SHARED_BYTES`.
+    // launch's `wgmma_shared_bytes(STAGES, SPLIT)`.
     unsafe {
         let z = thread::block_idx_z() as usize;
         let a = a.add(z * (m * kp) as usize);
         let b = b.add(z * (n * kp) as usize);
         let out = out.add(z * out_stride as usize);
-        let smem = shared::region::<u8>(0, WGMMA_SHARED_BYTES as usize);
+        let smem = shared::region::<u8>(0, wgmma_shared_bytes(STAGES, SPLIT) as usize);
         // Stage 0 on a swizzle-atom boundary.
         let raw = mma::shared_address(smem.as_ptr());
         let base = raw + raw.wrapping_neg() % mma::WGMMA_ATOM_BYTES;
+        // The small parts of `b` (`SPLIT`) follow the stages.
+        let small = base + STAGES * WGMMA_STAGE_BYTES;
         let tid = thread::thread_idx_x();
         let row0 = thread::block_idx_y() * MMA_TILE_M;
         let col0 = thread::block_idx_x() * MMA_TILE_N;
@@ -882,44 +897,98 @@ pub unsafe fn svd_reconstruct_tf32_wgmma(
             }
         };
 
+        // The 3xTF32 split of `stage`'s `b` tile (see above): thread `tid` takes 16-byte chunks
+        // tid + 256·c, consecutive threads consecutive chunks (no bank conflicts).
+        let split_b = #[inline(always)]
+        |stage: u32| {
+            const CHUNKS: u32 = WGMMA_TILE_BYTES / 16;
+            let tile = base - raw + stage * WGMMA_STAGE_BYTES + WGMMA_TILE_BYTES;
+            let values = shared::region::<Float4>(tile as usize, CHUNKS as usize);
+            let smalls = shared::region::<Float4>((small - raw) as usize, CHUNKS as usize);
+            for c in 0..CHUNKS / WGMMA_THREADS {
+                let i = (tid + WGMMA_THREADS * c) as usize;
+                let parts = values.read(i).0.map(split_tf32);
+                values.write(i, Float4(parts.map(|p| p.0)));
+                smalls.write(i, Float4(parts.map(|p| p.1)));
+            }
+        };
+
         // Warpgroup tid / 128 computes rows 64·(tid / 128) .. +64 of the tile, all 128 columns.
         let warpgroup = tid / 128;
         let mut acc = [0.0f32; 64];
         let multiply_tile = #[inline(always)]
         |acc: &mut [f32; 64], stage: u32| {
             let st = base + stage * WGMMA_STAGE_BYTES;
-            mma::wgmma_fence();
-            for step in 0..BK / 8 {
-                let a = mma::wgmma_descriptor_sw128(st + warpgroup * 64 * mma::WGMMA_ROW_BYTES + 32 * step);
-                let b = mma::wgmma_descriptor_sw128(st + WGMMA_TILE_BYTES + 32 * step);
-                mma::wgmma_tf32_m64n128k8(acc, a, b);
+            if SPLIT {
+                // This thread's `a` fragments of the 4 steps, split, before the fence that orders
+                // their registers before the MMAs.
+                let tile = shared::region::<f32>((st - raw) as usize, (WGMMA_TILE_BYTES / 4) as usize);
+                let a: [[(f32, f32); 4]; 4] = core::array::from_fn(|step| {
+                    core::array::from_fn(|r| {
+                        let (i, kk) = mma::wgmma_m64_a_coords(tid % 128, r as u32);
+                        let at = mma::sw128_offset(64 * warpgroup + i, 8 * step as u32 + kk);
+                        split_tf32(tile.read(at as usize / 4))
+                    })
+                });
+                mma::wgmma_fence();
+                unroll!(step in [0, 1, 2, 3] {
+                    let b = mma::wgmma_descriptor_sw128(st + WGMMA_TILE_BYTES + 32 * step as u32);
+                    let b_small = mma::wgmma_descriptor_sw128(small + 32 * step as u32);
+                    let (a_big, a_small) = (a[step].map(|x| x.0), a[step].map(|x| x.1));
+                    // The small cross terms first, the big product last.
+                    mma::wgmma_tf32_m64n128k8_rs(acc, a_small, b);
+                    mma::wgmma_tf32_m64n128k8_rs(acc, a_big, b_small);
+                    mma::wgmma_tf32_m64n128k8_rs(acc, a_big, b);
+                });
+            } else {
+                let a_row = warpgroup * 64 * mma::WGMMA_ROW_BYTES;
+                mma::wgmma_fence();
+                for step in 0..BK / 8 {
+                    let a = mma::wgmma_descriptor_sw128(st + a_row + 32 * step);
+                    let b = mma::wgmma_descriptor_sw128(st + WGMMA_TILE_BYTES + 32 * step);
+                    mma::wgmma_tf32_m64n128k8(acc, a, b);
+                }
             }
             mma::wgmma_commit_group();
         };
 
-        // The pipeline: tile kt + 2 is in flight while the tensor cores work on tile kt. The
-        // barrier of iteration kt publishes tile kt (each thread's copies waited for and fenced
-        // for the async proxy) and tells that every warpgroup has finished with tile kt − 1, whose
-        // stage tile kt + 2 then refills.
-        const _: () = assert!(MMA_STAGES == 3);
+        // The pipeline: tiles kt + 1 .. kt + STAGES − 1 are in flight while the tensor cores work
+        // on tile kt. The barrier of iteration kt publishes tile kt (each thread's copies waited
+        // for and fenced for the async proxy) and tells that every warpgroup has finished with
+        // tile kt − 1 (and its small parts), whose stage tile kt + STAGES − 1 then refills. The
+        // split's writes are fenced and published by a second barrier.
+        const { assert!(STAGES == 2 || STAGES == 3) };
         load_tile(0, 0);
         mma::cp_async_commit_group();
-        if ktiles > 1 {
-            load_tile(1, 1);
-        }
-        mma::cp_async_commit_group();
-        let mut stage = 0u32;
-        for kt in 0..ktiles {
-            mma::cp_async_wait_group::<1>();
-            mma::fence_proxy_async_shared();
-            thread::sync_threads();
-            if kt + 2 < ktiles {
-                load_tile(kt + 2, (stage + 2) % 3);
+        if STAGES == 3 {
+            if ktiles > 1 {
+                load_tile(1, 1);
             }
             mma::cp_async_commit_group();
+        }
+        let mut stage = 0u32;
+        for kt in 0..ktiles {
+            if STAGES == 3 {
+                mma::cp_async_wait_group::<1>();
+            } else {
+                mma::cp_async_wait_group::<0>();
+            }
+            if !SPLIT {
+                mma::fence_proxy_async_shared();
+            }
+            thread::sync_threads();
+            if kt + STAGES - 1 < ktiles {
+                load_tile(kt + STAGES - 1, (stage + STAGES - 1) % STAGES);
+            }
+            mma::cp_async_commit_group();
+            if SPLIT {
+                split_b(stage);
+                mma::fence_proxy_async_shared();
+                thread::sync_threads();
+            }
             multiply_tile(&mut acc, stage);
             mma::wgmma_wait_group::<0>();
-            stage = (stage + 1) % 3;
+            stage = (stage + 1) % STAGES;
         }
 
         // Epilogue: each thread's two adjacent columns of a row as one 8-byte store (unrolled, so
@@ -947,6 +1016,51 @@ pub unsafe fn svd_reconstruct_tf32_wgmma(
             });
         });
     }
+}
+
+/// Tensor cores through Hopper's warpgroup MMA (`wgmma`, sm_90a), one pass of TF32, on operands
+/// prepared (rounded) by [`tf32_prepare`]: `out = a·bᵀ` ([`reconstruct_wgmma`]: 128 × 128 tiles,
+/// 3-stage pipeline). No fragment loads and no per-element work in the main loop. (Preparing the
+/// operands in the kernel instead, as [`svd_reconstruct_tf32`] does, kept the shared-memory pipe
+/// the bottleneck: 75% busy with the tensor cores mostly idle.)
+///
+/// Launch: block [`WGMMA_THREADS`] × 1, grid `⌈n/128⌉ × ⌈m/128⌉ × images`,
+/// [`WGMMA_TF32_SHARED_BYTES`] of dynamic shared memory; `a` and `b` 16-byte aligned. Only in the
+/// sm_90a module (H100, H200). Launch bounds: 256 threads, 2 blocks per SM.
+#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))]
+#[kernel(launch_bounds(256, 2))]
+pub unsafe fn svd_reconstruct_tf32_wgmma(
+    a: *const f32,
+    b: *const f32,
+    out: *mut f32,
+    m: u32,
+    n: u32,
+    kp: u32,
+    out_stride: u32,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { reconstruct_wgmma::<false, WGMMA_TF32_STAGES>(a, b, out, m, n, kp, out_stride) }
+}
+
+/// As [`svd_reconstruct_tf32_wgmma`] with 3xTF32 error compensation (f32-level accuracy), on
+/// operands prepared unrounded by [`tf32_prepare`]: each landed stage is split in shared memory
+/// ([`reconstruct_wgmma`]), and every step issues three MMAs. 2-stage pipeline.
+///
+/// Launch: as [`svd_reconstruct_tf32_wgmma`] with [`WGMMA_TF32X3_SHARED_BYTES`]. Launch bounds:
+/// 256 threads, 2 blocks per SM.
+#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))]
+#[kernel(launch_bounds(256, 2))]
+pub unsafe fn svd_reconstruct_tf32x3_wgmma(
+    a: *const f32,
+    b: *const f32,
+    out: *mut f32,
+    m: u32,
+    n: u32,
+    kp: u32,
+    out_stride: u32,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { reconstruct_wgmma::<true, WGMMA_TF32X3_STAGES>(a, b, out, m, n, kp, out_stride) }
 }
 
 /// `dst[i] = round(clamp(src[i], 0, 1)·255)` (halves away from zero) for `count` values: the

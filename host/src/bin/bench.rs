@@ -158,7 +158,13 @@ fn svd_cases(quick: bool) -> Vec<Case> {
                 shapes.push((
                     size,
                     k,
-                    &[Variant::Regtiled, Variant::Tf32, Variant::Tf32x3, Variant::Tf32Wgmma],
+                    &[
+                        Variant::Regtiled,
+                        Variant::Tf32,
+                        Variant::Tf32x3,
+                        Variant::Tf32Wgmma,
+                        Variant::Tf32x3Wgmma,
+                    ],
                 ));
             }
         }
@@ -456,6 +462,7 @@ fn kernel_entry(case: &Case) -> Option<&'static str> {
         ("svd", "tf32", _) => "svd_reconstruct_tf32",
         ("svd", "tf32x3", _) => "svd_reconstruct_tf32x3",
         ("svd", "tf32-wgmma", _) => "svd_reconstruct_tf32_wgmma",
+        ("svd", "tf32x3-wgmma", _) => "svd_reconstruct_tf32x3_wgmma",
         ("conv", "naive", "f32") => "conv2d_naive_f32",
         ("conv", "naive", "f64") => "conv2d_naive_f64",
         ("conv", "tiled", _) => "conv2d_tiled",
