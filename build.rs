@@ -218,6 +218,11 @@ fn assemble(ptxas: &Path, ptx: &Path, artifacts: &Path) -> Result<Cubin, String>
         return Err(format!("ptxas rejected the kernels' PTX:\n{report}"));
     }
     fs::write(artifacts.join("ptxas-report.txt"), &report).unwrap();
+    // ptxas's advisories (e.g. C7514/C7515: `wgmma` serialised, waiting after every MMA) change no
+    // result but cost speed silently; say them where the kernel author sees them.
+    for line in report.lines().filter(|l| l.contains("Potential Performance Loss")) {
+        println!("cargo:warning=ptxas: {}", line.trim_start_matches("ptxas info    : "));
+    }
     Ok(Cubin { path: cubin, resources: parse_ptxas_report(&report) })
 }
 

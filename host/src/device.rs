@@ -374,6 +374,19 @@ impl Device {
         }
     }
 
+    /// Streaming multiprocessors of the GPU (132 on an H100 SXM), for kernels that size their grid
+    /// by it. The simulator reports 4, so that such grids have several blocks there too.
+    pub fn multiprocessors(&self) -> Result<u32> {
+        match &self.inner {
+            Inner::Gpu(g) => g
+                .device
+                .get_attribute(DeviceAttribute::MultiprocessorCount)
+                .map(|count| count as u32)
+                .map_err(cuda("cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)")),
+            Inner::Simulator => Ok(4),
+        }
+    }
+
     /// Which backend this is.
     pub fn backend(&self) -> Backend {
         match self.inner {

@@ -317,7 +317,8 @@ pub unsafe fn launch_reconstruct_batch(
 
 /// The `wgmma` variants: prepares the operands in temporaries of `queue` ([`k::tf32_prepare`];
 /// rounded to tf32 for one pass, as they are for the 3xTF32 split), then multiplies them
-/// ([`k::svd_reconstruct_tf32_wgmma`], [`k::svd_reconstruct_tf32x3_wgmma`]).
+/// ([`k::svd_reconstruct_tf32_wgmma_panel`] for one pass at `k ≤` [`k::PANEL_MAX_K`],
+/// [`k::svd_reconstruct_tf32_wgmma`] above, [`k::svd_reconstruct_tf32x3_wgmma`]).
 ///
 /// # Safety
 /// As for [`launch_reconstruct_batch`].
@@ -355,24 +356,42 @@ unsafe fn launch_wgmma(
     };
     let prepare_args = (u, sv, vt, a, b, m32, n32, k32, shape.ldu as u32, shape.strides, one_pass as u32);
     let moved = Work { bytes: (images * 4 * (m * kk + kk + kk * n + (m + n) * kp)) as f64, flops: 0.0 };
-    let mut product = variant.launch_config(m, n, 16);
-    product.grid.z = images as u32;
     let work = Work {
         bytes: (images * 4 * (m * kp + n * kp + m * n)) as f64,
         flops: (images * 2 * m * n * kk) as f64,
     };
+    let (a, b) = (a as *const f32, b as *const f32);
+    let args = (a, b, out, m32, n32, kp as u32, shape.strides.out);
     // SAFETY: `u`, `sv`, `vt` and `out` hold the batch (the caller's contract); `a` and `b` were
     // allocated above for it and live until the queued work is done (their frees are queued after it).
     unsafe {
         device.launch_counted(queue, &k::TF32_PREPARE, prepare, prepare_args, Some(moved))?;
-        let (a, b) = (a as *const f32, b as *const f32);
-        device.launch_counted(
-            queue,
-            kernel,
-            product,
-            (a, b, out, m32, n32, kp as u32, shape.strides.out),
-            Some(work),
-        )
+        // One pass at small ranks: the kernel that keeps each block's panel of `a` in shared
+        // memory, a panel's columns shared out among blocks so that the grid fills the GPU once.
+        let panel = &k::SVD_RECONSTRUCT_TF32_WGMMA_PANEL;
+        if one_pass && kp as u32 <= k::PANEL_MAX_K && device.has_kernel(panel.name()) {
+            let tiles_n = n.div_ceil(k::MMA_TILE_N as usize);
+            let panels = m.div_ceil(k::MMA_TILE_M as usize);
+            let sms = device.multiprocessors()? as usize;
+            let per_block = (images * panels * tiles_n).div_ceil(sms).clamp(1, tiles_n);
+            let cfg = LaunchConfig {
+                grid: Dim3 { x: tiles_n.div_ceil(per_block) as u32, y: panels as u32, z: images as u32 },
+                block: Dim3::x(k::WGMMA_THREADS),
+                shared_bytes: k::panel_shared_bytes(kp as u32),
+            };
+            let (a, b, out, m, n, kp, stride) = args;
+            device.launch_counted(
+                queue,
+                panel,
+                cfg,
+                (a, b, out, m, n, kp, stride, per_block as u32),
+                Some(work),
+            )
+        } else {
+            let mut product = variant.launch_config(m, n, 16);
+            product.grid.z = images as u32;
+            device.launch_counted(queue, kernel, product, args, Some(work))
+        }
     }
 }
 

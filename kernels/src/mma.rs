@@ -495,13 +495,14 @@ pub fn cp_async_wait_group<const N: u32>() {
 // ---------------------------------------------------------------------------------------------
 
 /// `wgmma.mma_async` with `N` accumulator registers per thread, `A` and `B` from descriptors,
-/// `D` accumulated (`scale-d` true) and both operands taken as they are (scales 1).
+/// `D` accumulated where `$add` (a `u32`) is nonzero (`scale-d`), overwritten otherwise, and both
+/// operands taken as they are (scales 1).
 #[cfg(target_arch = "nvptx64")]
 macro_rules! wgmma_asm {
-    ($acc:ident, $a:expr, $b:expr, $shape:literal, [$first:literal $($i:literal)*]) => {
+    ($acc:ident, $a:expr, $b:expr, $add:expr, $shape:literal, [$first:literal $($i:literal)*]) => {
         core::arch::asm!(
             concat!(
-                "{{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.", $shape,
+                "{{ .reg .pred p; setp.ne.b32 p, {add}, 0; wgmma.mma_async.sync.aligned.", $shape,
                 ".f32.tf32.tf32 {{{", stringify!($first), "}", $(", {", stringify!($i), "}",)*
                 "}}, {a}, {b}, p, 1, 1; }}"
             ),
@@ -509,6 +510,7 @@ macro_rules! wgmma_asm {
             $(inout(reg32) $acc[$i],)*
             a = in(reg64) $a,
             b = in(reg64) $b,
+            add = in(reg32) $add,
         )
     };
 }
@@ -640,10 +642,23 @@ pub fn wgmma_m64_c_coords(thread: u32, r: u32) -> (u32, u32) {
 /// again before the wait.
 #[inline(always)]
 pub unsafe fn wgmma_tf32_m64n128k8(acc: &mut [f32; 64], a: u64, b: u64) {
+    // SAFETY: forwarded from the caller.
+    unsafe { wgmma_tf32_m64n128k8_into(acc, a, b, true) }
+}
+
+/// [`wgmma_tf32_m64n128k8`] that accumulates only where `add` (`D = A·B + D`), and otherwise
+/// overwrites the accumulators (`D = A·B`, the instruction's `scale-d` false): the first MMA of an
+/// output tile, so that a kernel which computes several tiles never writes the accumulators with
+/// ordinary instructions while MMAs are in flight (ptxas would wait for them there).
+///
+/// # Safety
+/// As for [`wgmma_tf32_m64n128k8`].
+#[inline(always)]
+pub unsafe fn wgmma_tf32_m64n128k8_into(acc: &mut [f32; 64], a: u64, b: u64, add: bool) {
     #[cfg(target_arch = "nvptx64")]
     // SAFETY: guaranteed by the caller.
     unsafe {
-        wgmma_asm!(acc, a, b, "m64n128k8", [
+        wgmma_asm!(acc, a, b, add as u32, "m64n128k8", [
             0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
             32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63
         ]);
@@ -654,7 +669,7 @@ pub unsafe fn wgmma_tf32_m64n128k8(acc: &mut [f32; 64], a: u64, b: u64) {
         for (r, d) in (0u32..).zip(acc.iter_mut()) {
             let (i, j) = wgmma_m64_c_coords(thread, r);
             let sum: f64 = (0..8).map(|p| sw128_read_tf32(a, i, p) * sw128_read_tf32(b, j, p)).sum();
-            *d = (sum + *d as f64) as f32;
+            *d = if add { (sum + *d as f64) as f32 } else { sum as f32 };
         }
     }
 }

@@ -991,15 +991,37 @@ unsafe fn reconstruct_wgmma<const SPLIT: bool, const STAGES: u32>(
             stage = (stage + 1) % STAGES;
         }
 
-        // Epilogue: each thread's two adjacent columns of a row as one 8-byte store (unrolled, so
-        // that the accumulators stay in registers).
-        let out_vec = n.is_multiple_of(2) && global::is_aligned_8(out);
-        unroll!(block in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
-            unroll!(half in [0, 1] {
-                let r = 4 * block + 2 * half;
-                let (i, j) = mma::wgmma_m64_c_coords(tid % 128, r as u32);
-                let (i, j) = (row0 + 64 * warpgroup + i, col0 + j);
-                if i < m {
+        store_wgmma_tile(&acc, out, m, n, row0 + 64 * warpgroup, col0, tid % 128);
+    }
+}
+
+/// The epilogue of the `wgmma` kernels: a warpgroup's 64 × 128 accumulators (thread `thread` of
+/// it holds `acc`, [`mma::wgmma_m64_c_coords`]) into `out` (`m × n`, row-major) at rows
+/// `row0..`, columns `col0..`, clipped to the matrix. Each thread's two adjacent columns of a row
+/// go as one 8-byte store where `n` is even and `out` 8-byte aligned (unrolled, so that the
+/// accumulators stay in registers).
+///
+/// # Safety
+/// `out` holds `m × n` elements.
+#[inline(always)]
+unsafe fn store_wgmma_tile(
+    acc: &[f32; 64],
+    out: *mut f32,
+    m: u32,
+    n: u32,
+    row0: u32,
+    col0: u32,
+    thread: u32,
+) {
+    let out_vec = n.is_multiple_of(2) && global::is_aligned_8(out);
+    unroll!(block in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        unroll!(half in [0, 1] {
+            let r = 4 * block + 2 * half;
+            let (i, j) = mma::wgmma_m64_c_coords(thread, r as u32);
+            let (i, j) = (row0 + i, col0 + j);
+            if i < m {
+                // SAFETY: (i, j) clipped to the matrix, as the caller's contract needs.
+                unsafe {
                     let at = out.add((i * n) as usize).wrapping_add(j as usize);
                     let pair = [acc[r], acc[r + 1]];
                     if out_vec && j + 2 <= n {
@@ -1013,14 +1035,151 @@ unsafe fn reconstruct_wgmma<const SPLIT: bool, const STAGES: u32>(
                         }
                     }
                 }
-            });
+            }
         });
+    });
+}
+
+/// Largest prepared rank `kp` that [`svd_reconstruct_tf32_wgmma_panel`] keeps whole in shared
+/// memory (its `a` panel: 128 rows × 256 × 4 bytes = 128 KiB).
+pub const PANEL_MAX_K: u32 = 256;
+/// Steps (k-tiles of `b`) that the copies of [`svd_reconstruct_tf32_wgmma_panel`] run ahead of
+/// the MMAs: with one block per SM, 64 KiB in flight per SM to cover the latency of L2.
+const PANEL_AHEAD: u32 = 4;
+/// Stages of `b` tiles in [`svd_reconstruct_tf32_wgmma_panel`]: [`PANEL_AHEAD`] in flight, the
+/// one being multiplied, and the one whose MMAs may still be reading while the next are issued.
+const PANEL_STAGES: u32 = PANEL_AHEAD + 2;
+/// Dynamic shared memory of [`svd_reconstruct_tf32_wgmma_panel`] for prepared rank `kp`, bytes:
+/// the `a` panel (one 16 KiB swizzled tile per 32 of `kp`), 6 stages of `b` tiles, an alignment
+/// atom (225 KiB at `kp = 256`).
+pub const fn panel_shared_bytes(kp: u32) -> u32 {
+    (kp.div_ceil(MMA_TILE_K) + PANEL_STAGES) * WGMMA_TILE_BYTES + mma::WGMMA_ATOM_BYTES
+}
+
+/// [`svd_reconstruct_tf32_wgmma`] for small ranks (`kp ≤` [`PANEL_MAX_K`]), with the block's
+/// 128-row panel of `a` loaded once and kept in shared memory while the block walks
+/// `tiles_per_block` consecutive 128-column tiles of its panel (grid `x`): only `b` streams
+/// through a 6-stage pipeline, and it runs on across tile boundaries, so the next tile's first
+/// copies are in flight during a tile's epilogue. With one block per SM the MMAs must not wait
+/// for the barrier: each step's MMAs stay in flight while the next step's are issued (waited for
+/// one step later, before their stage is refilled, or before the epilogue reads the accumulators). Per 128 × 128 tile the block reads 128 KiB of `b`
+/// from L2 instead of 256 KiB of `a` and `b` — what bounds the streaming kernel.
+///
+/// Launch: block [`WGMMA_THREADS`] × 1, grid `⌈⌈n/128⌉ / tiles_per_block⌉ × ⌈m/128⌉ × images`,
+/// [`panel_shared_bytes`]`(kp)` of dynamic shared memory; `a` and `b` 16-byte aligned. Only in
+/// the sm_90a module. Launch bounds: 256 threads, 1 block per SM.
+#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))]
+#[kernel(launch_bounds(256, 1))]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn svd_reconstruct_tf32_wgmma_panel(
+    a: *const f32,
+    b: *const f32,
+    out: *mut f32,
+    m: u32,
+    n: u32,
+    kp: u32,
+    out_stride: u32,
+    tiles_per_block: u32,
+) {
+    const BK: u32 = MMA_TILE_K;
+    // SAFETY (whole body): the kernel's contract — `a`, `b` and `out` hold the batch's images;
+    // every global access below is guarded by `m`, `n` and `kp`, every shared one stays in the
+    // launch's `panel_shared_bytes(kp)`.
+    unsafe {
+        let z = thread::block_idx_z() as usize;
+        let a = a.add(z * (m * kp) as usize);
+        let b = b.add(z * (n * kp) as usize);
+        let out = out.add(z * out_stride as usize);
+        let ktiles = kp.div_ceil(BK);
+        let smem = shared::region::<u8>(0, panel_shared_bytes(kp) as usize);
+        let raw = mma::shared_address(smem.as_ptr());
+        let panel = raw + raw.wrapping_neg() % mma::WGMMA_ATOM_BYTES;
+        let stages = panel + ktiles * WGMMA_TILE_BYTES;
+        let tid = thread::thread_idx_x();
+        let row0 = thread::block_idx_y() * MMA_TILE_M;
+        let first = thread::block_idx_x() * tiles_per_block;
+        let tiles = tiles_per_block.min(n.div_ceil(MMA_TILE_N) - first);
+        // Copies as in `reconstruct_wgmma`: chunk tid % 8 of rows tid / 8 + 32·q.
+        let (row, chunk) = (tid / 8, tid % 8);
+        let dst = |q: u32| mma::sw128_offset(row + 32 * q, 4 * chunk);
+
+        // A step of the walk: k-tile `kt` of tile `t`. The first tile's steps also bring the
+        // panel's k-tile kt (to panel + kt·TILE), so that the first MMAs wait for their own part
+        // of the panel only.
+        let load_step = #[inline(always)]
+        |(t, kt): (u32, u32), stage: u32| {
+            let col0 = (first + t) * MMA_TILE_N;
+            let p = kt * BK + 4 * chunk;
+            for q in 0..4 {
+                let j = col0 + row + 32 * q;
+                let (src, bytes) = if j < n && p < kp { (b.add((j * kp + p) as usize), 16) } else { (b, 0) };
+                mma::cp_async_16(stages + stage * WGMMA_TILE_BYTES + dst(q), src, bytes);
+                if t == 0 {
+                    let i = row0 + row + 32 * q;
+                    let (src, bytes) =
+                        if i < m && p < kp { (a.add((i * kp + p) as usize), 16) } else { (a, 0) };
+                    mma::cp_async_16(panel + kt * WGMMA_TILE_BYTES + dst(q), src, bytes);
+                }
+            }
+        };
+        let next = |(t, kt): (u32, u32)| if kt + 1 < ktiles { (t, kt + 1) } else { (t + 1, 0) };
+
+        let warpgroup = tid / 128;
+        let mut acc = [0.0f32; 64];
+        let steps = tiles * ktiles;
+        // Copies run PANEL_AHEAD steps ahead (one group per step). Step `it` refills the stage of
+        // step it − 2, whose MMAs each warpgroup waited for at the end of step it − 1 (before the
+        // barrier).
+        const { assert!(PANEL_AHEAD == 4 && PANEL_STAGES == PANEL_AHEAD + 2) };
+        let mut ahead = (0u32, 0u32);
+        for it in 0..PANEL_AHEAD {
+            if it < steps {
+                load_step(ahead, it);
+                ahead = next(ahead);
+            }
+            mma::cp_async_commit_group();
+        }
+        let (mut stage, mut it) = (0u32, 0u32);
+        for t in 0..tiles {
+            for kt in 0..ktiles {
+                mma::cp_async_wait_group::<{ PANEL_AHEAD - 1 }>();
+                mma::fence_proxy_async_shared();
+                thread::sync_threads();
+                if it + PANEL_AHEAD < steps {
+                    load_step(ahead, (stage + PANEL_AHEAD) % PANEL_STAGES);
+                    ahead = next(ahead);
+                }
+                mma::cp_async_commit_group();
+                let a_tile = panel + kt * WGMMA_TILE_BYTES + warpgroup * 64 * mma::WGMMA_ROW_BYTES;
+                let b_tile = stages + stage * WGMMA_TILE_BYTES;
+                mma::wgmma_fence();
+                for step in 0..BK / 8 {
+                    let a = mma::wgmma_descriptor_sw128(a_tile + 32 * step);
+                    let b = mma::wgmma_descriptor_sw128(b_tile + 32 * step);
+                    // A tile's first MMA overwrites the previous tile's accumulators (written by
+                    // no other instruction: ptxas would then wait for every MMA).
+                    mma::wgmma_tf32_m64n128k8_into(&mut acc, a, b, kt > 0 || step > 0);
+                }
+                mma::wgmma_commit_group();
+                mma::wgmma_wait_group::<1>();
+                stage = (stage + 1) % PANEL_STAGES;
+                it += 1;
+            }
+            // The epilogue cannot overlap this warpgroup's next MMAs: ptxas serialises every MMA
+            // of a kernel in which other instructions read accumulators of a pending group.
+            mma::wgmma_wait_group::<0>();
+            let col0 = (first + t) * MMA_TILE_N;
+            store_wgmma_tile(&acc, out, m, n, row0 + 64 * warpgroup, col0, tid % 128);
+        }
     }
 }
 
 /// Tensor cores through Hopper's warpgroup MMA (`wgmma`, sm_90a), one pass of TF32, on operands
-/// prepared (rounded) by [`tf32_prepare`]: `out = a·bᵀ` ([`reconstruct_wgmma`]: 128 × 128 tiles,
-/// 3-stage pipeline). No fragment loads and no per-element work in the main loop. (Preparing the
+/// prepared (rounded) by [`tf32_prepare`]: `out = a·bᵀ`. A block computes a 128 × 128 tile; its two
+/// warpgroups each issue one asynchronous `m64n128k8` MMA per step of 8 along `k`, reading both
+/// operands straight from shared memory, filled by 16-byte `cp.async` copies into the
+/// 128-byte-swizzled layout ([`mma::sw128_offset`]) through a 3-stage pipeline. No fragment loads
+/// and no per-element work in the main loop. (Preparing the
 /// operands in the kernel instead, as [`svd_reconstruct_tf32`] does, kept the shared-memory pipe
 /// the bottleneck: 75% busy with the tensor cores mostly idle.)
 ///
@@ -1043,8 +1202,10 @@ pub unsafe fn svd_reconstruct_tf32_wgmma(
 }
 
 /// As [`svd_reconstruct_tf32_wgmma`] with 3xTF32 error compensation (f32-level accuracy), on
-/// operands prepared unrounded by [`tf32_prepare`]: each landed stage is split in shared memory
-/// ([`reconstruct_wgmma`]), and every step issues three MMAs. 2-stage pipeline.
+/// operands prepared unrounded by [`tf32_prepare`]: each thread splits its `a` fragments of a
+/// landed stage into big + small in registers (the MMAs take `a` from registers,
+/// [`mma::wgmma_tf32_m64n128k8_rs`]), one pass splits the stage's `b` tile in shared memory, and
+/// every step issues three MMAs. 2-stage pipeline.
 ///
 /// Launch: as [`svd_reconstruct_tf32_wgmma`] with [`WGMMA_TF32X3_SHARED_BYTES`]. Launch bounds:
 /// 256 threads, 2 blocks per SM.

@@ -461,7 +461,13 @@ fn kernel_entry(case: &Case) -> Option<&'static str> {
         ("svd", "regtiled", _) => "svd_reconstruct_regtiled",
         ("svd", "tf32", _) => "svd_reconstruct_tf32",
         ("svd", "tf32x3", _) => "svd_reconstruct_tf32x3",
-        ("svd", "tf32-wgmma", _) => "svd_reconstruct_tf32_wgmma",
+        // One pass keeps `a` in shared memory up to k = 256.
+        ("svd", "tf32-wgmma", _) => match case.size.rsplit("k=").next().and_then(|k| k.parse().ok()) {
+            Some(k) if kernels::svd::prepared_row(k) <= kernels::svd::PANEL_MAX_K => {
+                "svd_reconstruct_tf32_wgmma_panel"
+            }
+            _ => "svd_reconstruct_tf32_wgmma",
+        },
         ("svd", "tf32x3-wgmma", _) => "svd_reconstruct_tf32x3_wgmma",
         ("conv", "naive", "f32") => "conv2d_naive_f32",
         ("conv", "naive", "f64") => "conv2d_naive_f64",
