@@ -832,6 +832,60 @@ pub unsafe fn tf32_prepare(
     }
 }
 
+/// Image `z = blockIdx.z` of a `wgmma` kernel's batch: `a + z·m·kp`, `b + z·n·kp`,
+/// `out + z·out_stride`.
+///
+/// # Safety
+/// The batch holds image `z`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn wgmma_image(
+    a: *const f32,
+    b: *const f32,
+    out: *mut f32,
+    m: u32,
+    n: u32,
+    kp: u32,
+    out_stride: u32,
+) -> (*const f32, *const f32, *mut f32) {
+    let z = thread::block_idx_z() as usize;
+    // SAFETY: guaranteed by the caller.
+    unsafe { (a.add(z * (m * kp) as usize), b.add(z * (n * kp) as usize), out.add(z * out_stride as usize)) }
+}
+
+/// The dynamic shared memory of a `wgmma` kernel (`bytes`, the launch's): its shared-window
+/// address, and the first swizzle-atom boundary in it, where the kernel's tiles start.
+#[inline(always)]
+fn wgmma_shared_base(bytes: u32) -> (u32, u32) {
+    let raw = mma::shared_address(shared::region::<u8>(0, bytes as usize).as_ptr());
+    (raw, raw + raw.wrapping_neg() % mma::WGMMA_ATOM_BYTES)
+}
+
+/// One thread's share of copying k-tile `p / 32` of 128 rows of `src` (`rows × kp`, row-major,
+/// rows `first..first + 128`) into the K-major, 128-byte-swizzled tile at shared-window address
+/// `tile`: the 16-byte chunk of elements `p..p + 4` of tile rows `row + 32·q`, q = 0..4, as
+/// `cp.async`, zero-filled past `rows` and past `kp` (a multiple of 4: a chunk is wholly inside or
+/// outside). Threads take `row = tid / 8` and `p = 32·kt + 4·(tid % 8)`: each 8 threads fill a
+/// 128-byte row.
+///
+/// # Safety
+/// `src` holds `rows × kp` elements, 16-byte aligned; `tile` is a tile of the block's shared memory.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn copy_tile_rows(tile: u32, src: *const f32, first: u32, rows: u32, kp: u32, row: u32, p: u32) {
+    for q in 0..4 {
+        let i = first + row + 32 * q;
+        let (from, bytes) = if i < rows && p < kp {
+            // SAFETY: inside `src` (guarded above).
+            (unsafe { src.add((i * kp + p) as usize) }, 16)
+        } else {
+            (src, 0)
+        };
+        // SAFETY: guaranteed by the caller; 16 bytes read only inside `src`.
+        unsafe { mma::cp_async_16(tile + mma::sw128_offset(row + 32 * q, p % MMA_TILE_K), from, bytes) };
+    }
+}
+
 /// The body of the `wgmma` kernels: `out = a·bᵀ` on operands prepared by [`tf32_prepare`]
 /// (`a`, `m × kp`; `b`, `n × kp`), through a `STAGES`-stage pipeline, one tf32 pass or, for
 /// `SPLIT`, the 3xTF32 split of both operands.
@@ -863,38 +917,23 @@ unsafe fn reconstruct_wgmma<const SPLIT: bool, const STAGES: u32>(
     // every global access below is guarded by `m`, `n` and `kp`, every shared one stays in the
     // launch's `wgmma_shared_bytes(STAGES, SPLIT)`.
     unsafe {
-        let z = thread::block_idx_z() as usize;
-        let a = a.add(z * (m * kp) as usize);
-        let b = b.add(z * (n * kp) as usize);
-        let out = out.add(z * out_stride as usize);
-        let smem = shared::region::<u8>(0, wgmma_shared_bytes(STAGES, SPLIT) as usize);
-        // Stage 0 on a swizzle-atom boundary.
-        let raw = mma::shared_address(smem.as_ptr());
-        let base = raw + raw.wrapping_neg() % mma::WGMMA_ATOM_BYTES;
+        let (a, b, out) = wgmma_image(a, b, out, m, n, kp, out_stride);
+        let (raw, base) = wgmma_shared_base(wgmma_shared_bytes(STAGES, SPLIT));
         // The small parts of `b` (`SPLIT`) follow the stages.
         let small = base + STAGES * WGMMA_STAGE_BYTES;
         let tid = thread::thread_idx_x();
         let row0 = thread::block_idx_y() * MMA_TILE_M;
         let col0 = thread::block_idx_x() * MMA_TILE_N;
         let ktiles = kp.div_ceil(BK);
-        // A thread copies 16-byte chunk tid % 8 (elements 4·chunk..+4 along k) of rows
-        // tid / 8 + 32·q, q = 0..4, of both operands' tiles: each 8 threads fill a 128-byte row.
         let (row, chunk) = (tid / 8, tid % 8);
-        let dst = |q: u32| mma::sw128_offset(row + 32 * q, 4 * chunk);
 
-        // Starts the copies of k-tile `kt` into `stage`, zero-filling rows past m or n and
-        // columns past kp (kp is a multiple of 4: a chunk is wholly inside or outside).
+        // Starts the copies of k-tile `kt` of both operands into `stage` ([`copy_tile_rows`]).
         let load_tile = #[inline(always)]
         |kt: u32, stage: u32| {
             let p = kt * BK + 4 * chunk;
             let st = base + stage * WGMMA_STAGE_BYTES;
-            for q in 0..4 {
-                let (i, j) = (row0 + row + 32 * q, col0 + row + 32 * q);
-                let (src, bytes) = if i < m && p < kp { (a.add((i * kp + p) as usize), 16) } else { (a, 0) };
-                mma::cp_async_16(st + dst(q), src, bytes);
-                let (src, bytes) = if j < n && p < kp { (b.add((j * kp + p) as usize), 16) } else { (b, 0) };
-                mma::cp_async_16(st + WGMMA_TILE_BYTES + dst(q), src, bytes);
-            }
+            copy_tile_rows(st, a, row0, m, kp, row, p);
+            copy_tile_rows(st + WGMMA_TILE_BYTES, b, col0, n, kp, row, p);
         };
 
         // The 3xTF32 split of `stage`'s `b` tile (see above): thread `tid` takes 16-byte chunks
@@ -1086,40 +1125,25 @@ pub unsafe fn svd_reconstruct_tf32_wgmma_panel(
     // every global access below is guarded by `m`, `n` and `kp`, every shared one stays in the
     // launch's `panel_shared_bytes(kp)`.
     unsafe {
-        let z = thread::block_idx_z() as usize;
-        let a = a.add(z * (m * kp) as usize);
-        let b = b.add(z * (n * kp) as usize);
-        let out = out.add(z * out_stride as usize);
+        let (a, b, out) = wgmma_image(a, b, out, m, n, kp, out_stride);
         let ktiles = kp.div_ceil(BK);
-        let smem = shared::region::<u8>(0, panel_shared_bytes(kp) as usize);
-        let raw = mma::shared_address(smem.as_ptr());
-        let panel = raw + raw.wrapping_neg() % mma::WGMMA_ATOM_BYTES;
+        let (_, panel) = wgmma_shared_base(panel_shared_bytes(kp));
         let stages = panel + ktiles * WGMMA_TILE_BYTES;
         let tid = thread::thread_idx_x();
         let row0 = thread::block_idx_y() * MMA_TILE_M;
         let first = thread::block_idx_x() * tiles_per_block;
         let tiles = tiles_per_block.min(n.div_ceil(MMA_TILE_N) - first);
-        // Copies as in `reconstruct_wgmma`: chunk tid % 8 of rows tid / 8 + 32·q.
         let (row, chunk) = (tid / 8, tid % 8);
-        let dst = |q: u32| mma::sw128_offset(row + 32 * q, 4 * chunk);
 
         // A step of the walk: k-tile `kt` of tile `t`. The first tile's steps also bring the
         // panel's k-tile kt (to panel + kt·TILE), so that the first MMAs wait for their own part
         // of the panel only.
         let load_step = #[inline(always)]
         |(t, kt): (u32, u32), stage: u32| {
-            let col0 = (first + t) * MMA_TILE_N;
             let p = kt * BK + 4 * chunk;
-            for q in 0..4 {
-                let j = col0 + row + 32 * q;
-                let (src, bytes) = if j < n && p < kp { (b.add((j * kp + p) as usize), 16) } else { (b, 0) };
-                mma::cp_async_16(stages + stage * WGMMA_TILE_BYTES + dst(q), src, bytes);
-                if t == 0 {
-                    let i = row0 + row + 32 * q;
-                    let (src, bytes) =
-                        if i < m && p < kp { (a.add((i * kp + p) as usize), 16) } else { (a, 0) };
-                    mma::cp_async_16(panel + kt * WGMMA_TILE_BYTES + dst(q), src, bytes);
-                }
+            copy_tile_rows(stages + stage * WGMMA_TILE_BYTES, b, (first + t) * MMA_TILE_N, n, kp, row, p);
+            if t == 0 {
+                copy_tile_rows(panel + kt * WGMMA_TILE_BYTES, a, row0, m, kp, row, p);
             }
         };
         let next = |(t, kt): (u32, u32)| if kt + 1 < ktiles { (t, kt + 1) } else { (t + 1, 0) };
