@@ -122,19 +122,31 @@ impl Variant {
         }
     }
 
-    /// The `wgmma` kernel of a Hopper-only variant (`None` for those that run everywhere).
-    fn wgmma_kernel(self) -> Option<&'static str> {
+    /// Whether rank `k` runs on [`k::svd_reconstruct_tf32_wgmma_panel`], which keeps each block's
+    /// panel of `U·s` in shared memory: one pass of `wgmma` up to [`k::PANEL_MAX_K`].
+    fn uses_panel(self, k: usize) -> bool {
+        self == Variant::Tf32Wgmma && k::prepared_row(k as u32) <= k::PANEL_MAX_K
+    }
+
+    /// The kernel that computes the product at rank `k` (the `wgmma` variants launch
+    /// [`k::tf32_prepare`] before it).
+    pub fn kernel_name(self, k: usize) -> &'static str {
         match self {
-            Variant::Tf32Wgmma => Some(k::SVD_RECONSTRUCT_TF32_WGMMA.name()),
-            Variant::Tf32x3Wgmma => Some(k::SVD_RECONSTRUCT_TF32X3_WGMMA.name()),
-            _ => None,
+            Variant::Naive => k::SVD_RECONSTRUCT_NAIVE.name(),
+            Variant::Tiled => k::SVD_RECONSTRUCT_TILED.name(),
+            Variant::Regtiled => k::SVD_RECONSTRUCT_REGTILED.name(),
+            Variant::Tf32 => k::SVD_RECONSTRUCT_TF32.name(),
+            Variant::Tf32x3 => k::SVD_RECONSTRUCT_TF32X3.name(),
+            Variant::Tf32Wgmma if self.uses_panel(k) => k::SVD_RECONSTRUCT_TF32_WGMMA_PANEL.name(),
+            Variant::Tf32Wgmma => k::SVD_RECONSTRUCT_TF32_WGMMA.name(),
+            Variant::Tf32x3Wgmma => k::SVD_RECONSTRUCT_TF32X3_WGMMA.name(),
         }
     }
 
-    /// Whether `device` can run this variant: all but the `wgmma` ones (sm_90a cubin only) run
-    /// everywhere.
+    /// Whether `device` can run this variant: all but the `wgmma` ones run everywhere; those
+    /// exist only in the sm_90a cubin, all of them or none.
     pub fn available_on(self, device: &Device) -> bool {
-        self.wgmma_kernel().is_none_or(|name| device.has_kernel(name))
+        !matches!(self, Variant::Tf32Wgmma | Variant::Tf32x3Wgmma) || device.has_kernel(self.kernel_name(0))
     }
 }
 
@@ -368,8 +380,7 @@ unsafe fn launch_wgmma(
         device.launch_counted(queue, &k::TF32_PREPARE, prepare, prepare_args, Some(moved))?;
         // One pass at small ranks: the kernel that keeps each block's panel of `a` in shared
         // memory, a panel's columns shared out among blocks so that the grid fills the GPU once.
-        let panel = &k::SVD_RECONSTRUCT_TF32_WGMMA_PANEL;
-        if one_pass && kp as u32 <= k::PANEL_MAX_K && device.has_kernel(panel.name()) {
+        if variant.uses_panel(kk) {
             let tiles_n = n.div_ceil(k::MMA_TILE_N as usize);
             let panels = m.div_ceil(k::MMA_TILE_M as usize);
             let sms = device.multiprocessors()? as usize;
@@ -380,13 +391,8 @@ unsafe fn launch_wgmma(
                 shared_bytes: k::panel_shared_bytes(kp as u32),
             };
             let (a, b, out, m, n, kp, stride) = args;
-            device.launch_counted(
-                queue,
-                panel,
-                cfg,
-                (a, b, out, m, n, kp, stride, per_block as u32),
-                Some(work),
-            )
+            let args = (a, b, out, m, n, kp, stride, per_block as u32);
+            device.launch_counted(queue, &k::SVD_RECONSTRUCT_TF32_WGMMA_PANEL, cfg, args, Some(work))
         } else {
             let mut product = variant.launch_config(m, n, 16);
             product.grid.z = images as u32;

@@ -456,19 +456,11 @@ fn main() -> ExitCode {
 fn kernel_entry(case: &Case) -> Option<&'static str> {
     Some(match (case.family, case.kernel.as_str(), case.precision) {
         ("saxpy", _, _) => "saxpy",
-        ("svd", "naive", _) => "svd_reconstruct_naive",
-        ("svd", "tiled", _) => "svd_reconstruct_tiled",
-        ("svd", "regtiled", _) => "svd_reconstruct_regtiled",
-        ("svd", "tf32", _) => "svd_reconstruct_tf32",
-        ("svd", "tf32x3", _) => "svd_reconstruct_tf32x3",
-        // One pass keeps `a` in shared memory up to k = 256.
-        ("svd", "tf32-wgmma", _) => match case.size.rsplit("k=").next().and_then(|k| k.parse().ok()) {
-            Some(k) if kernels::svd::prepared_row(k) <= kernels::svd::PANEL_MAX_K => {
-                "svd_reconstruct_tf32_wgmma_panel"
-            }
-            _ => "svd_reconstruct_tf32_wgmma",
-        },
-        ("svd", "tf32x3-wgmma", _) => "svd_reconstruct_tf32x3_wgmma",
+        ("svd", name, _) => {
+            let variant = svd::Variant::ALL.into_iter().find(|v| v.name() == name)?;
+            let k = case.size.rsplit("k=").next()?.parse().ok()?;
+            variant.kernel_name(k)
+        }
         ("conv", "naive", "f32") => "conv2d_naive_f32",
         ("conv", "naive", "f64") => "conv2d_naive_f64",
         ("conv", "tiled", _) => "conv2d_tiled",
