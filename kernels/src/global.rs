@@ -1,4 +1,4 @@
-//! 16- and 8-byte global-memory stores that stay one instruction.
+//! 16- and 8-byte global-memory accesses that stay one instruction.
 //!
 //! A plain `*(p as *mut [f32; 4])` through an `align(16)` type does not guarantee one `st.global.v4`:
 //! where LLVM merges it with a scalar fallback path (the usual "vector inside, scalars at the edge"
@@ -6,6 +6,34 @@
 //! 32-byte sector in several pieces (seen in the tensor-core kernels' epilogue: 35% excess sectors).
 //! These functions are one PTX instruction each. In the simulator they are plain accesses that
 //! check the alignment.
+
+/// Loads four f32 from `ptr` in one `ld.global.v4.f32`.
+///
+/// # Safety
+/// `ptr` is a global address of four readable f32, aligned to 16 bytes, that no thread writes
+/// during the kernel.
+#[inline(always)]
+pub unsafe fn load_f32x4(ptr: *const f32) -> [f32; 4] {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (a, b, c, d): (u32, u32, u32, u32);
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            core::arch::asm!(
+                "ld.global.v4.b32 {{{}, {}, {}, {}}}, [{}];",
+                out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d, in(reg64) ptr,
+                options(pure, readonly, nostack),
+            );
+        }
+        [a, b, c, d].map(f32::from_bits)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        assert!(is_aligned_16(ptr), "16-byte global access at a misaligned address {ptr:p}");
+        // SAFETY: guaranteed by the caller.
+        unsafe { *(ptr as *const [f32; 4]) }
+    }
+}
 
 /// Stores four f32 at `ptr` in one `st.global.v4.f32`.
 ///

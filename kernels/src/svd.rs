@@ -2,7 +2,8 @@
 //!
 //! All matrices are f32, row-major. `u` is `m × k` with leading dimension `ldu ≥ k` (element
 //! `U[i, p]` at `u[i·ldu + p]`), `s` holds `k` singular values, `vt` is `k × n` (element `Vᵀ[p, j]`
-//! at `vt[p·n + j]`), and `out` is `m × n`. The scaling by `s` is fused into the loads of `U`.
+//! at `vt[p·n + j]`), and `out` is `m × n`. The scaling by `s` is fused into the loads of `U`
+//! (of `Vᵀ` in [`svd_reconstruct_regtiled`]).
 //! Any `m`, `n`, `k` work, multiples of the tile or not. On the 2-D grid, x is the column `j` and
 //! y the row `i`; z the image of a batch ([`Batch`]).
 //!
@@ -154,11 +155,12 @@ struct Float4([f32; 4]);
 /// the warp's 16-byte shared-memory reads are conflict-free. Per step along `k`, each thread reads
 /// 16 values from shared memory and does 64 FMAs. Shared memory holds two stages: while the block
 /// computes on one, the next stage's global loads are in flight and then stored into the other, so
-/// one barrier per stage suffices and memory latency hides behind the arithmetic.
+/// one barrier per stage suffices and memory latency hides behind the arithmetic. Launch bounds hold
+/// it to 128 registers, so two blocks share an SM.
 ///
 /// Launch: block 16 × 16 (`REG_THREADS`), grid `⌈n/128⌉ × ⌈m/128⌉`, `REG_SHARED_BYTES` of dynamic
 /// shared memory.
-#[kernel]
+#[kernel(launch_bounds(256, 2))]
 pub unsafe fn svd_reconstruct_regtiled(
     u: *const f32,
     s: *const f32,
@@ -190,27 +192,46 @@ pub unsafe fn svd_reconstruct_regtiled(
     let b_p = tid / 32;
     let b_col = (tid % 32) * 4;
 
-    let load_stage = |p0: u32| -> ([f32; 4], [f32; 4]) {
+    // The scaling by `s` goes to the `Vᵀ` row (`s[p]·Vᵀ[p, j]`: one singular value per thread and
+    // stage). The loads return unmultiplied and the product is taken when the stage is stored, after
+    // the step's arithmetic: warps issue in order, and a multiply right after the loads stalled each
+    // warp for the whole memory latency. Blocks whose tiles lie inside `U` and `Vᵀ` load 16 bytes
+    // at once where rows are 16-byte aligned (fewer load and address instructions per stage).
+    let vector_loads = ldu.is_multiple_of(4)
+        && n.is_multiple_of(4)
+        && global::is_aligned_16(u)
+        && global::is_aligned_16(vt)
+        && row0 + REG_TILE_M <= m
+        && col0 + REG_TILE_N <= n;
+    let load_stage = |p0: u32| -> ([f32; 4], [f32; 4], f32) {
+        let i = row0 + a_row;
+        let pb = p0 + b_p;
+        if vector_loads && p0 + REG_TILE_K <= k {
+            return (
+                global::load_f32x4(u.add((i * ldu + p0 + a_p) as usize)),
+                global::load_f32x4(vt.add((pb * n + col0 + b_col) as usize)),
+                *s.add(pb as usize),
+            );
+        }
         let mut a = [0.0f32; 4];
         let mut b = [0.0f32; 4];
-        let i = row0 + a_row;
+        let scale = if pb < k { *s.add(pb as usize) } else { 0.0 };
         for q in 0..4 {
             let p = p0 + a_p + q as u32;
             if i < m && p < k {
-                a[q] = *u.add((i * ldu + p) as usize) * *s.add(p as usize);
+                a[q] = *u.add((i * ldu + p) as usize);
             }
-            let pb = p0 + b_p;
             let j = col0 + b_col + q as u32;
             if pb < k && j < n {
                 b[q] = *vt.add((pb * n + j) as usize);
             }
         }
-        (a, b)
+        (a, b, scale)
     };
-    let store_stage = |stage: usize, a: [f32; 4], b: [f32; 4]| {
+    let store_stage = |stage: usize, (a, b, scale): ([f32; 4], [f32; 4], f32)| {
         for q in 0..4 {
             stages.write(stage * STAGE + (a_p as usize + q) * BM + a_row as usize, a[q]);
-            stages.write(stage * STAGE + BK * BM + b_p as usize * BN + b_col as usize + q, b[q]);
+            stages.write(stage * STAGE + BK * BM + b_p as usize * BN + b_col as usize + q, b[q] * scale);
         }
     };
 
@@ -231,14 +252,13 @@ pub unsafe fn svd_reconstruct_regtiled(
         }
     };
 
-    let (a0, b0) = load_stage(0);
-    store_stage(0, a0, b0);
+    store_stage(0, load_stage(0));
     thread::sync_threads();
     let mut stage = 0;
     let mut p0 = 0;
     while p0 < k {
         let more = p0 + REG_TILE_K < k;
-        let (a_next, b_next) = if more { load_stage(p0 + REG_TILE_K) } else { ([0.0; 4], [0.0; 4]) };
+        let next = if more { load_stage(p0 + REG_TILE_K) } else { ([0.0; 4], [0.0; 4], 0.0) };
         // Unrolled by hand (REG_TILE_K = 8) so the shared-memory reads can be scheduled early.
         step(&mut acc, stage, 0);
         step(&mut acc, stage, 1);
@@ -250,7 +270,7 @@ pub unsafe fn svd_reconstruct_regtiled(
         step(&mut acc, stage, 7);
         if more {
             // The other stage was last read before the previous barrier: safe to overwrite.
-            store_stage(1 - stage, a_next, b_next);
+            store_stage(1 - stage, next);
         }
         thread::sync_threads();
         stage = 1 - stage;
