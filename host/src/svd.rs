@@ -7,7 +7,7 @@
 
 use crate::error::{Result, ensure};
 use crate::profile::Work;
-use crate::{Device, Dim3, LaunchConfig};
+use crate::{Buffer, Device, Dim3, LaunchConfig};
 use kernels::svd as k;
 use ndarray::{Array2, ArrayView2, s};
 use std::f64::consts::PI;
@@ -492,21 +492,24 @@ pub fn shepp_logan(size: usize) -> Array2<f32> {
     })
 }
 
-/// Queues [`kernels::svd::quantize_gray8`] on `queue`: `count` f32 values in `[0, 1]` (clamped) to
-/// the 8-bit pixels a PNG stores, the bytes of [`crate::image_io::to_gray8`] with
-/// [`crate::image_io::Scaling::Clamp`].
+/// Queues [`kernels::svd::quantize_gray8`] on `queue`: the f32 values of `src` in `[0, 1]`
+/// (clamped) to the 8-bit pixels a PNG stores, the bytes of [`crate::image_io::to_gray8`] with
+/// [`crate::image_io::Scaling::Clamp`], one per element of `dst` (`src` at least as long).
 ///
 /// # Safety
-/// Both pointers must address `count` elements of device memory of `device`.
+/// The buffers must stay alive, and `dst` unread, until `queue` has run the kernel.
 pub unsafe fn launch_quantize_gray8(
     device: &Device,
     queue: &crate::Queue,
-    src: *const f32,
-    dst: *mut u8,
-    count: usize,
+    src: &Buffer<f32>,
+    dst: &mut Buffer<u8>,
 ) -> Result<()> {
+    ensure(src.len() >= dst.len(), || {
+        format!("quantize_gray8: {} values for {} pixels", src.len(), dst.len())
+    })?;
+    let count = dst.len();
     let cfg = LaunchConfig::for_grid_stride(count, 256, 4096);
     let work = Work { bytes: 5.0 * count as f64, flops: 3.0 * count as f64 };
-    // SAFETY: forwarded from the caller.
-    unsafe { device.launch_counted(queue, &k::QUANTIZE_GRAY8, cfg, (src, dst, count as u32), Some(work)) }
+    // SAFETY: forwarded from the caller; the slices carry their lengths.
+    unsafe { device.launch_counted(queue, &k::QUANTIZE_GRAY8, cfg, (src, dst), Some(work)) }
 }

@@ -356,7 +356,7 @@ fn run_batch(
             )?);
             if options.keep == Keep::Gray8 && !float_back {
                 let mut gray = device.alloc::<u8>(images * mn)?;
-                launch_quantize_gray8(device, q, out.as_kernel_ptr(), gray.as_kernel_mut_ptr(), images * mn)?;
+                launch_quantize_gray8(device, q, &out, &mut gray)?;
                 bytes.push(gray);
             }
         }

@@ -1268,20 +1268,18 @@ pub unsafe fn svd_reconstruct_tf32x3_wgmma(
     unsafe { reconstruct_wgmma::<true, WGMMA_TF32X3_STAGES>(a, b, out, m, n, kp, out_stride) }
 }
 
-/// `dst[i] = round(clamp(src[i], 0, 1)·255)` (halves away from zero) for `count` values: the
-/// bytes a PNG of the reconstruction stores, identical to the host's
+/// `dst[i] = round(clamp(src[i], 0, 1)·255)` (halves away from zero) for every `i < dst.len()`
+/// (`src` at least as long): the bytes a PNG of the reconstruction stores, identical to the host's
 /// `image_io::to_gray8(…, Scaling::Clamp)`, so that only a quarter of the bytes cross PCIe when
 /// the job writes PNGs. The product is rounded in f32 as on the host; the rounding is done in
 /// f64, where `x + 0.5` is exact. Any 1-D launch (grid-stride loop).
 #[kernel]
-pub unsafe fn quantize_gray8(src: *const f32, dst: *mut u8, count: u32) {
-    let mut i = thread::index_1d();
-    while i < count {
-        // SAFETY: the kernel's contract: `src` and `dst` hold `count` elements.
-        unsafe {
-            let v = (*src.add(i as usize)).clamp(0.0, 1.0) * 255.0;
-            *dst.add(i as usize) = math::floor(v as f64 + 0.5) as u8;
-        }
-        i += thread::grid_stride_1d();
+pub fn quantize_gray8(src: &[f32], dst: &mut [u8]) {
+    let src = src.sub(0, dst.len());
+    let mut i = thread::index_1d() as usize;
+    while i < dst.len() {
+        let v = src[i].clamp(0.0, 1.0) * 255.0;
+        dst[i] = math::floor(v as f64 + 0.5) as u8;
+        i += thread::grid_stride_1d() as usize;
     }
 }
