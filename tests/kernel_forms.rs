@@ -67,6 +67,17 @@ pub fn matrix_neighbours(x: &[f32], rows: u32, cols: u32, extra_rows: u32, out: 
     }
 }
 
+/// `out[(c, r)] = x[(r, c)]` (`out` is `cols × rows`) for the `rows × cols` matrix whose rows lie
+/// `ld` elements apart in `x`, one thread per element of `x`'s view (x: column, y: row).
+#[kernel]
+pub fn transpose_strided(x: &[f32], rows: u32, cols: u32, ld: u32, out: &mut [f32]) {
+    let (x, mut out) = (x.strided_matrix(rows, cols, ld), out.matrix(cols, rows));
+    let (c, r) = thread::index_2d();
+    if r < rows && c < cols {
+        out[(c, r)] = x[(r, c)] + x.row(r)[0];
+    }
+}
+
 /// The layout of [`shared_arrays`]: `n` bytes, then 2 f64, then 3 u16.
 const fn probe_layout(n: usize) -> shared::Layout {
     shared::Layout::new().array::<u8>(n).array::<f64>(2).array::<u16>(3)
@@ -287,4 +298,37 @@ fn matrix_views_index_rows_and_columns_and_check_their_shape_once() {
         rows * cols
     );
     assert!(message.contains(&expected), "unexpected message: {message}");
+}
+
+#[test]
+fn strided_matrix_reads_the_used_columns_and_checks_its_shape() {
+    let device = Device::simulator();
+    device.set_poison_allocations(true);
+    let (rows, cols, ld) = (9usize, 5usize, 7usize);
+    // The last row needs only `cols` of its `ld` elements.
+    let x: Vec<f32> = (0..(rows - 1) * ld + cols).map(|i| i as f32).collect();
+    let dx = device.upload(&x).unwrap();
+    let mut out = device.alloc::<f32>(rows * cols).unwrap();
+    let cfg = LaunchConfig::for_2d(cols, rows, 4, 4);
+    let (rows32, cols32) = (rows as u32, cols as u32);
+    // SAFETY: one thread per element of the view.
+    unsafe { device.launch(&TRANSPOSE_STRIDED, cfg, (&dx, rows32, cols32, ld as u32, &mut out)).unwrap() };
+    let got = device.download(&out).unwrap();
+    for r in 0..rows {
+        for c in 0..cols {
+            assert_eq!(got[c * rows + r], x[r * ld + c] + x[r * ld], "element ({r}, {c})");
+        }
+    }
+
+    let message = panic_message(|| unsafe {
+        device.launch(&TRANSPOSE_STRIDED, cfg, (&dx, rows32, cols32, 4, &mut out)).unwrap()
+    });
+    assert!(message.contains("a 9 × 5 matrix with rows 4 elements apart does not fit"), "{message}");
+    let message = panic_message(|| unsafe {
+        device.launch(&TRANSPOSE_STRIDED, cfg, (&dx, rows32, cols32, 8, &mut out)).unwrap()
+    });
+    assert!(
+        message.contains("a 9 × 5 matrix with rows 8 elements apart does not fit a slice of 61 elements"),
+        "{message}"
+    );
 }

@@ -42,8 +42,10 @@
 //! checked in the simulator. `sub(start, len)` and `tail(start)` give sub-slices (one image of a
 //! batch), `as_ptr` the address for vector loads. Row-major images: `image.matrix(rows, cols)`
 //! checks `rows·cols ≤ len` once, then `m[(row, col)]` and `m.row(r)` are checked against `rows`
-//! and `cols`, which the kernel's own guard (`if row < rows && col < cols`) already proves. A kernel with raw-pointer arguments
-//! (`*const T`) must be an `unsafe fn`; one without may be safe.
+//! and `cols`, which the kernel's own guard (`if row < rows && col < cols`) already proves; a
+//! matrix whose rows lie `ld ≥ cols` apart (BLAS's leading dimension, as `U` in [`svd`]) is
+//! `x.strided_matrix(rows, cols, ld)`. A kernel with raw-pointer arguments (`*const T`) must be
+//! an `unsafe fn`; one without may be safe.
 //!
 //! A generic kernel lists its types; each becomes a PTX entry `name_TYPE` with a host descriptor
 //! `NAME_TYPE`:

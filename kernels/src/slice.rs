@@ -25,7 +25,9 @@
 //! with `m[(row, col)]` (`u32`, like the thread indices) or take whole rows (`m.row(r)`). Their
 //! checks compare with the `rows` and `cols` the kernel passed, so the usual guard
 //! `if row < rows && col < cols` proves them and LLVM drops them: a per-pixel kernel pays for its
-//! bounds once per launch, not once per access.
+//! bounds once per launch, not once per access. A matrix whose rows are longer than the columns
+//! used (BLAS's leading dimension: the first `k` of `ld` columns) is
+//! [`strided_matrix`](Slice::strided_matrix)`(rows, cols, stride)`.
 //!
 //! Both types are `Copy`, like the pointers they replace: threads of a launch share them, and which
 //! thread writes which element is the kernel's contract, as in CUDA.
@@ -268,21 +270,25 @@ impl<T: Copy> IndexMut<usize> for SliceMut<T> {
     }
 }
 
-/// Read-only row-major `rows × cols` view of a [`Slice`]: element `(r, c)` is `r·cols + c`. Made by
-/// [`Slice::matrix`]; see the module documentation.
+/// Read-only row-major `rows × cols` view of a [`Slice`]: element `(r, c)` is `r·stride + c`, with
+/// `stride = cols` ([`Slice::matrix`]) or larger ([`Slice::strided_matrix`]); see the module
+/// documentation.
 #[derive(Clone, Copy)]
 pub struct Matrix<T> {
     data: Slice<T>,
     rows: u32,
     cols: u32,
+    stride: u32,
 }
 
-/// Writable row-major `rows × cols` view of a [`SliceMut`]. Made by [`SliceMut::matrix`].
+/// Writable row-major `rows × cols` view of a [`SliceMut`]. Made by [`SliceMut::matrix`] or
+/// [`SliceMut::strided_matrix`].
 #[derive(Clone, Copy)]
 pub struct MatrixMut<T> {
     data: SliceMut<T>,
     rows: u32,
     cols: u32,
+    stride: u32,
 }
 
 /// `rows·cols ≤ len` as the `u32` element count of the view.
@@ -294,6 +300,39 @@ fn checked_matrix(rows: u32, cols: u32, len: u32) -> u32 {
         range_out_of_range(0, count, len);
     }
     count as u32
+}
+
+/// Elements from the first to the last of a `rows × cols` view with rows `stride` apart
+/// (`cols ≤ stride`, and that many `≤ len`), as a `u32`.
+#[inline(always)]
+#[track_caller]
+fn checked_strided_matrix(rows: u32, cols: u32, stride: u32, len: u32) -> u32 {
+    let span = if rows == 0 { 0 } else { (rows as usize - 1) * stride as usize + cols as usize };
+    if cols > stride || span > len as usize {
+        strided_out_of_range(rows, cols, stride, len);
+    }
+    span as u32
+}
+
+/// Stops the kernel: a `rows × cols` view with rows `stride` apart does not fit in `len` elements.
+#[cold]
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
+#[track_caller]
+fn strided_out_of_range(rows: u32, cols: u32, stride: u32, len: u32) -> ! {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let _ = (rows, cols, stride, len);
+        // SAFETY: as in `out_of_range`.
+        unsafe { core::arch::nvptx::trap() }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let at = core::panic::Location::caller();
+        panic!(
+            "a {rows} × {cols} matrix with rows {stride} elements apart does not fit a slice of {len} elements at {at}"
+        )
+    }
 }
 
 /// Stops the kernel: `(row, col)` is outside the `rows × cols` view.
@@ -321,7 +360,17 @@ impl<T: Copy> Slice<T> {
     #[track_caller]
     pub fn matrix(self, rows: u32, cols: u32) -> Matrix<T> {
         let len = checked_matrix(rows, cols, self.len);
-        Matrix { data: Slice { ptr: self.ptr, len, _marker: PhantomData }, rows, cols }
+        Matrix { data: Slice { ptr: self.ptr, len, _marker: PhantomData }, rows, cols, stride: cols }
+    }
+
+    /// This slice as a row-major `rows × cols` matrix whose rows start `stride ≥ cols` elements
+    /// apart (BLAS's leading dimension: element `(r, c)` at `r·stride + c`). Checked once here:
+    /// `cols ≤ stride` and `(rows − 1)·stride + cols ≤ len`.
+    #[inline(always)]
+    #[track_caller]
+    pub fn strided_matrix(self, rows: u32, cols: u32, stride: u32) -> Matrix<T> {
+        let len = checked_strided_matrix(rows, cols, stride, self.len);
+        Matrix { data: Slice { ptr: self.ptr, len, _marker: PhantomData }, rows, cols, stride }
     }
 }
 
@@ -332,7 +381,16 @@ impl<T: Copy> SliceMut<T> {
     #[track_caller]
     pub fn matrix(self, rows: u32, cols: u32) -> MatrixMut<T> {
         let len = checked_matrix(rows, cols, self.len);
-        MatrixMut { data: SliceMut { ptr: self.ptr, len, _marker: PhantomData }, rows, cols }
+        MatrixMut { data: SliceMut { ptr: self.ptr, len, _marker: PhantomData }, rows, cols, stride: cols }
+    }
+
+    /// This slice as a writable row-major `rows × cols` matrix with rows `stride ≥ cols` elements
+    /// apart (see [`Slice::strided_matrix`]).
+    #[inline(always)]
+    #[track_caller]
+    pub fn strided_matrix(self, rows: u32, cols: u32, stride: u32) -> MatrixMut<T> {
+        let len = checked_strided_matrix(rows, cols, stride, self.len);
+        MatrixMut { data: SliceMut { ptr: self.ptr, len, _marker: PhantomData }, rows, cols, stride }
     }
 }
 
@@ -345,10 +403,17 @@ macro_rules! matrix_methods {
                 self.rows
             }
 
-            /// Number of columns (the row stride, in elements).
+            /// Number of columns.
             #[inline(always)]
             pub fn cols(&self) -> u32 {
                 self.cols
+            }
+
+            /// Elements from the start of one row to the next (`cols` unless made by
+            /// `strided_matrix`).
+            #[inline(always)]
+            pub fn stride(&self) -> u32 {
+                self.stride
             }
 
             /// Row `r` as a slice of `cols` elements (`r < rows`, checked).
@@ -360,13 +425,14 @@ macro_rules! matrix_methods {
                 }
                 // SAFETY: row `r` lies inside the view, which lies inside the slice.
                 $slice {
-                    ptr: unsafe { self.data.ptr.add(r as usize * self.cols as usize) },
+                    ptr: unsafe { self.data.ptr.add(r as usize * self.stride as usize) },
                     len: self.cols,
                     _marker: PhantomData,
                 }
             }
 
-            /// All `rows·cols` elements, row-major, as one slice.
+            /// The elements from `(0, 0)` to `(rows − 1, cols − 1)`, row-major, as one slice (with
+            /// the padding between rows of a strided view).
             #[inline(always)]
             pub fn as_slice(&self) -> Slice<T> {
                 Slice { ptr: self.data.ptr, len: self.data.len, _marker: PhantomData }
@@ -379,7 +445,7 @@ macro_rules! matrix_methods {
                 if r >= self.rows || c >= self.cols {
                     element_out_of_range(r, c, self.rows, self.cols);
                 }
-                r as usize * self.cols as usize + c as usize
+                r as usize * self.stride as usize + c as usize
             }
         }
 
