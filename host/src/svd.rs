@@ -5,10 +5,11 @@
 //! `kernels/src/svd.rs`; tests: `tests/svd.rs`; benchmark: `benches/svd.rs`; command:
 //! `cargo run --release --bin svd`.
 
-use crate::error::{Result, ensure};
+use crate::error::{Error, Result, ensure};
 use crate::profile::Work;
 use crate::{Buffer, Device, Dim3, LaunchConfig};
 use kernels::svd as k;
+use kernels::{Slice, SliceMut};
 use ndarray::{Array2, ArrayView2, s};
 use std::f64::consts::PI;
 
@@ -304,10 +305,39 @@ pub unsafe fn launch_reconstruct_batch(
     (m, n, kk): (usize, usize, usize),
     shape: BatchShape,
 ) -> Result<()> {
-    let args = (u, sv, vt, out, m as u32, n as u32, kk as u32, shape.ldu as u32, shape.strides);
+    let sizes = (m as u32, n as u32, kk as u32, shape.ldu as u32, shape.strides);
+    let args = (u, sv, vt, out, sizes.0, sizes.1, sizes.2, sizes.3, sizes.4);
+    let images = shape.images as f64;
+    let work = Work {
+        bytes: images * 4.0 * (m * kk + kk + kk * n + m * n) as f64,
+        flops: images * 2.0 * (m * n * kk) as f64,
+    };
+    let mut cfg = variant.launch_config(m, n, block);
+    cfg.grid.z = shape.images as u32;
     let kernel = match variant {
+        // Over device slices; the others still take pointers.
+        Variant::Tiled => {
+            // From the first image's start to the end of the last image's operand.
+            let (strides, last) = (shape.strides, shape.images.saturating_sub(1));
+            let span = |stride: u32, one: usize| -> Result<u32> {
+                let len = last * stride as usize + one;
+                u32::try_from(len)
+                    .map_err(|_| Error::InvalidInput(format!("{len} elements exceed a kernel slice")))
+            };
+            // SAFETY: the caller's buffers hold every image's elements, which these spans cover.
+            let slices = unsafe {
+                (
+                    Slice::from_raw_parts(u, span(strides.u, m.saturating_sub(1) * shape.ldu + kk)?),
+                    Slice::from_raw_parts(sv, span(strides.s, kk)?),
+                    Slice::from_raw_parts(vt, span(strides.vt, kk * n)?),
+                    SliceMut::from_raw_parts(out, span(strides.out, m * n)?),
+                )
+            };
+            let args = (slices.0, slices.1, slices.2, slices.3, sizes.0, sizes.1, sizes.2, sizes.3, sizes.4);
+            // SAFETY: forwarded from the caller; the slices hold every image's operands.
+            return unsafe { device.launch_counted(queue, &k::SVD_RECONSTRUCT_TILED, cfg, args, Some(work)) };
+        }
         Variant::Naive => &k::SVD_RECONSTRUCT_NAIVE,
-        Variant::Tiled => &k::SVD_RECONSTRUCT_TILED,
         Variant::Regtiled => &k::SVD_RECONSTRUCT_REGTILED,
         Variant::Tf32 => &k::SVD_RECONSTRUCT_TF32,
         Variant::Tf32x3 => &k::SVD_RECONSTRUCT_TF32X3,
@@ -316,13 +346,6 @@ pub unsafe fn launch_reconstruct_batch(
             return unsafe { launch_wgmma(device, queue, variant, args, (m, n, kk), shape) };
         }
     };
-    let images = shape.images as f64;
-    let work = Work {
-        bytes: images * 4.0 * (m * kk + kk + kk * n + m * n) as f64,
-        flops: images * 2.0 * (m * n * kk) as f64,
-    };
-    let mut cfg = variant.launch_config(m, n, block);
-    cfg.grid.z = shape.images as u32;
     // SAFETY: forwarded from the caller.
     unsafe { device.launch_counted(queue, kernel, cfg, args, Some(work)) }
 }
