@@ -66,43 +66,41 @@ impl<T> Clone for SliceMut<T> {
 }
 impl<T> Copy for SliceMut<T> {}
 
-/// Stops the kernel: `index` is not below `len`. A panic with the caller's location in the
-/// simulator, `trap` on the GPU.
-#[cold]
-#[cfg_attr(target_arch = "nvptx64", inline(always))]
-#[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
-#[track_caller]
-fn out_of_range(index: usize, len: u32) -> ! {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let _ = (index, len);
-        // SAFETY: `trap` aborts the kernel; the host sees a launch failure.
-        unsafe { core::arch::nvptx::trap() }
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let at = core::panic::Location::caller();
-        panic!("slice index {index} out of range for a slice of {len} elements at {at}")
-    }
+/// Defines a cold function that stops the kernel when an access is out of range: `trap` on the GPU
+/// (the host sees a launch failure), in the simulator a panic with the message and the caller's
+/// location.
+macro_rules! stop_fn {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) => $($message:tt)+) => {
+        $(#[$doc])*
+        #[cold]
+        #[cfg_attr(target_arch = "nvptx64", inline(always))]
+        #[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
+        #[track_caller]
+        fn $name($($arg: $ty),*) -> ! {
+            #[cfg(target_arch = "nvptx64")]
+            {
+                let _ = ($($arg),*);
+                // SAFETY: `trap` aborts the kernel; the host sees a launch failure.
+                unsafe { core::arch::nvptx::trap() }
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            {
+                let at = core::panic::Location::caller();
+                panic!("{} at {at}", format_args!($($message)+))
+            }
+        }
+    };
 }
 
-/// Stops the kernel: `start..start + count` is not inside `0..len`.
-#[cold]
-#[cfg_attr(target_arch = "nvptx64", inline(always))]
-#[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
-#[track_caller]
-fn range_out_of_range(start: usize, count: usize, len: u32) -> ! {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let _ = (start, count, len);
-        // SAFETY: as in `out_of_range`.
-        unsafe { core::arch::nvptx::trap() }
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let at = core::panic::Location::caller();
-        panic!("sub-slice of {count} elements at {start} out of range for a slice of {len} elements at {at}")
-    }
+stop_fn! {
+    /// Stops the kernel: `index` is not below `len`.
+    fn out_of_range(index: usize, len: u32) => "slice index {index} out of range for a slice of {len} elements"
+}
+
+stop_fn! {
+    /// Stops the kernel: `start..start + count` is not inside `0..len`.
+    fn range_out_of_range(start: usize, count: usize, len: u32) =>
+        "sub-slice of {count} elements at {start} out of range for a slice of {len} elements"
 }
 
 /// The simulator's check of an `_unchecked` access (the GPU does none).
@@ -314,44 +312,16 @@ fn checked_strided_matrix(rows: u32, cols: u32, stride: u32, len: u32) -> u32 {
     span as u32
 }
 
-/// Stops the kernel: a `rows × cols` view with rows `stride` apart does not fit in `len` elements.
-#[cold]
-#[cfg_attr(target_arch = "nvptx64", inline(always))]
-#[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
-#[track_caller]
-fn strided_out_of_range(rows: u32, cols: u32, stride: u32, len: u32) -> ! {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let _ = (rows, cols, stride, len);
-        // SAFETY: as in `out_of_range`.
-        unsafe { core::arch::nvptx::trap() }
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let at = core::panic::Location::caller();
-        panic!(
-            "a {rows} × {cols} matrix with rows {stride} elements apart does not fit a slice of {len} elements at {at}"
-        )
-    }
+stop_fn! {
+    /// Stops the kernel: a `rows × cols` view with rows `stride` apart does not fit in `len` elements.
+    fn strided_out_of_range(rows: u32, cols: u32, stride: u32, len: u32) =>
+        "a {rows} × {cols} matrix with rows {stride} elements apart does not fit a slice of {len} elements"
 }
 
-/// Stops the kernel: `(row, col)` is outside the `rows × cols` view.
-#[cold]
-#[cfg_attr(target_arch = "nvptx64", inline(always))]
-#[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
-#[track_caller]
-fn element_out_of_range(row: u32, col: u32, rows: u32, cols: u32) -> ! {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let _ = (row, col, rows, cols);
-        // SAFETY: as in `out_of_range`.
-        unsafe { core::arch::nvptx::trap() }
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let at = core::panic::Location::caller();
-        panic!("element ({row}, {col}) out of range for a {rows} × {cols} matrix at {at}")
-    }
+stop_fn! {
+    /// Stops the kernel: `(row, col)` is outside the `rows × cols` view.
+    fn element_out_of_range(row: u32, col: u32, rows: u32, cols: u32) =>
+        "element ({row}, {col}) out of range for a {rows} × {cols} matrix"
 }
 
 impl<T: Copy> Slice<T> {
