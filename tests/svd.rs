@@ -277,11 +277,12 @@ fn one_launch_reconstructs_a_batch_of_images() {
                 );
                 continue;
             }
-            let mut out = device.alloc::<f32>(images * m * n).unwrap();
-            let ptrs = (du.as_kernel_ptr(), ds.as_kernel_ptr(), dvt.as_kernel_ptr(), out.as_kernel_mut_ptr());
+            // Poisoned: every element must be written.
+            let mut out = device.upload(&vec![f32::NAN; images * m * n]).unwrap();
             let shape = BatchShape { images, ldu, strides };
-            // SAFETY: the buffers hold `images` blocks of the strides' sizes.
-            unsafe { launch_reconstruct_batch(&device, device.queue(), variant, 16, ptrs, (m, n, k), shape) }
+            let bufs = (&du, &ds, &dvt, &mut out);
+            // SAFETY: the download below waits for the queue before the buffers are dropped.
+            unsafe { launch_reconstruct_batch(&device, device.queue(), variant, 16, bufs, (m, n, k), shape) }
                 .unwrap();
             let got = device.download(&out).unwrap();
             for (z, job) in jobs.iter().enumerate() {
@@ -304,4 +305,56 @@ fn one_launch_reconstructs_a_batch_of_images() {
             }
         }
     }
+}
+
+/// The batched launcher checks that its buffers hold every image before anything runs: the kernels
+/// do not check their accesses on the GPU.
+#[test]
+fn batch_launch_rejects_buffers_shorter_than_the_batch() {
+    use kernel_suite::svd::{BatchShape, launch_reconstruct_batch};
+    let (images, m, n, k) = (2usize, 5usize, 7usize, 3usize);
+    let device = kernel_suite::Device::simulator();
+    let strides =
+        kernels::svd::Batch { u: (m * k) as u32, s: k as u32, vt: (k * n) as u32, out: (m * n) as u32 };
+    let shape = BatchShape { images, ldu: k, strides };
+    let full = |len: usize| device.upload(&vec![0.5f32; len]).unwrap();
+    let (u, s, vt) = (full(images * m * k), full(images * k), full(images * k * n));
+    let short_vt = full(images * k * n - 1);
+    let mut out = full(images * m * n);
+    for variant in [Variant::Naive, Variant::Tiled, Variant::Regtiled, Variant::Tf32, Variant::Tf32x3] {
+        // SAFETY: nothing is launched (the check fails first); nothing is queued that outlives it.
+        let err = unsafe {
+            launch_reconstruct_batch(
+                &device,
+                device.queue(),
+                variant,
+                16,
+                (&u, &s, &short_vt, &mut out),
+                (m, n, k),
+                shape,
+            )
+        }
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid input: Vᵀ buffer holds 41 elements, the reconstruction of 2 images of 5 × 7 at k = 3 reads 42",
+            "{}",
+            variant.name()
+        );
+    }
+    let mut short_out = full(images * m * n - 1);
+    // SAFETY: as above.
+    let err = unsafe {
+        launch_reconstruct_batch(
+            &device,
+            device.queue(),
+            Variant::Naive,
+            16,
+            (&u, &s, &vt, &mut short_out),
+            (m, n, k),
+            shape,
+        )
+    }
+    .unwrap_err();
+    assert!(err.to_string().contains("the output buffer holds 69 elements"), "{err}");
 }

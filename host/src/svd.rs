@@ -5,11 +5,10 @@
 //! `kernels/src/svd.rs`; tests: `tests/svd.rs`; benchmark: `benches/svd.rs`; command:
 //! `cargo run --release --bin svd`.
 
-use crate::error::{Error, Result, ensure};
+use crate::error::{Result, ensure};
 use crate::profile::Work;
 use crate::{Buffer, Device, Dim3, LaunchConfig};
 use kernels::svd as k;
-use kernels::{Slice, SliceMut};
 use ndarray::{Array2, ArrayView2, s};
 use std::f64::consts::PI;
 
@@ -260,23 +259,25 @@ fn check_operands(op: &RankK, variant: Variant, block: u32) -> Result<(usize, us
     Ok((m, n, kk))
 }
 
-/// Launches the reconstruction on device buffers (`m × k`, `k`, `k × n` in, `m × n` out).
+/// The device buffers of a reconstruction: `U`, `s` and `Vᵀ` in, the output.
+pub type ReconstructBuffers<'a> = (&'a Buffer<f32>, &'a Buffer<f32>, &'a Buffer<f32>, &'a mut Buffer<f32>);
+
+/// Queues the reconstruction of rank `kk` on device buffers (`m × k`, `k`, `k × n` in, `m × n`
+/// out) on `queue`.
 ///
 /// # Safety
-/// The buffers must hold at least those many elements.
+/// The buffers must stay alive, and the output unread, until `queue` has run the kernel.
 pub unsafe fn launch_reconstruct(
     device: &Device,
     queue: &crate::Queue,
     variant: Variant,
     block: u32,
-    bufs: (&crate::Buffer<f32>, &crate::Buffer<f32>, &crate::Buffer<f32>, &mut crate::Buffer<f32>),
+    bufs: ReconstructBuffers,
     (m, n, kk): (usize, usize, usize),
 ) -> Result<()> {
-    let (u, sv, vt, out) = bufs;
     let single = BatchShape { images: 1, ldu: kk, strides: k::Batch::default() };
-    let ptrs = (u.as_kernel_ptr(), sv.as_kernel_ptr(), vt.as_kernel_ptr(), out.as_kernel_mut_ptr());
     // SAFETY: forwarded from the caller.
-    unsafe { launch_reconstruct_batch(device, queue, variant, block, ptrs, (m, n, kk), single) }
+    unsafe { launch_reconstruct_batch(device, queue, variant, block, bufs, (m, n, kk), single) }
 }
 
 /// How the images of a batched reconstruction lie in memory.
@@ -290,23 +291,53 @@ pub struct BatchShape {
     pub strides: k::Batch,
 }
 
-/// Launches the reconstruction of rank `kk` for every image of a batch in one launch: image `z`
+impl BatchShape {
+    /// Checks that `bufs` hold every image of a rank-`kk` reconstruction of `m × n` images
+    /// (the kernels do not check their accesses on the GPU).
+    fn check_buffers(&self, bufs: &ReconstructBuffers, (m, n, kk): (usize, usize, usize)) -> Result<()> {
+        ensure(self.images >= 1 && m >= 1 && n >= 1 && kk >= 1, || {
+            format!("empty reconstruction: {} images of {m} × {n}, k = {kk}", self.images)
+        })?;
+        ensure(kk <= self.ldu, || format!("k = {kk} exceeds U's leading dimension {}", self.ldu))?;
+        let last = self.images - 1;
+        let strides = self.strides;
+        let needs = [
+            ("U", bufs.0.len(), last * strides.u as usize + (m - 1) * self.ldu + kk),
+            ("s", bufs.1.len(), last * strides.s as usize + kk),
+            ("Vᵀ", bufs.2.len(), last * strides.vt as usize + kk * n),
+            ("the output", bufs.3.len(), last * strides.out as usize + m * n),
+        ];
+        for (what, len, need) in needs {
+            ensure(len >= need, || {
+                format!(
+                    "{what} buffer holds {len} elements, the reconstruction of {} images of {m} × {n} \
+                     at k = {kk} reads {need}",
+                    self.images
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Queues the reconstruction of rank `kk` for every image of a batch in one launch: image `z`
 /// has `U` (`m × ldu`, first `kk` columns used), `s` (first `kk` values), `Vᵀ` (first `kk` rows of
-/// `n`) and the `m × n` output at the pointers plus `z` times `shape.strides`.
+/// `n`) and the `m × n` output at the buffers' starts plus `z` times `shape.strides`. The buffers
+/// are checked to hold every image.
 ///
 /// # Safety
-/// The pointers must come from buffers of `device` holding every image's elements.
+/// The buffers must stay alive, and the output unread, until `queue` has run the kernels.
 pub unsafe fn launch_reconstruct_batch(
     device: &Device,
     queue: &crate::Queue,
     variant: Variant,
     block: u32,
-    (u, sv, vt, out): (*const f32, *const f32, *const f32, *mut f32),
+    bufs: ReconstructBuffers,
     (m, n, kk): (usize, usize, usize),
     shape: BatchShape,
 ) -> Result<()> {
-    let sizes = (m as u32, n as u32, kk as u32, shape.ldu as u32, shape.strides);
-    let args = (u, sv, vt, out, sizes.0, sizes.1, sizes.2, sizes.3, sizes.4);
+    shape.check_buffers(&bufs, (m, n, kk))?;
+    let (u, sv, vt, out) = bufs;
     let images = shape.images as f64;
     let work = Work {
         bytes: images * 4.0 * (m * kk + kk + kk * n + m * n) as f64,
@@ -315,38 +346,18 @@ pub unsafe fn launch_reconstruct_batch(
     let mut cfg = variant.launch_config(m, n, block);
     cfg.grid.z = shape.images as u32;
     let kernel = match variant {
-        // Over device slices; the others still take pointers.
-        Variant::Tiled => {
-            // From the first image's start to the end of the last image's operand.
-            let (strides, last) = (shape.strides, shape.images.saturating_sub(1));
-            let span = |stride: u32, one: usize| -> Result<u32> {
-                let len = last * stride as usize + one;
-                u32::try_from(len)
-                    .map_err(|_| Error::InvalidInput(format!("{len} elements exceed a kernel slice")))
-            };
-            // SAFETY: the caller's buffers hold every image's elements, which these spans cover.
-            let slices = unsafe {
-                (
-                    Slice::from_raw_parts(u, span(strides.u, m.saturating_sub(1) * shape.ldu + kk)?),
-                    Slice::from_raw_parts(sv, span(strides.s, kk)?),
-                    Slice::from_raw_parts(vt, span(strides.vt, kk * n)?),
-                    SliceMut::from_raw_parts(out, span(strides.out, m * n)?),
-                )
-            };
-            let args = (slices.0, slices.1, slices.2, slices.3, sizes.0, sizes.1, sizes.2, sizes.3, sizes.4);
-            // SAFETY: forwarded from the caller; the slices hold every image's operands.
-            return unsafe { device.launch_counted(queue, &k::SVD_RECONSTRUCT_TILED, cfg, args, Some(work)) };
-        }
         Variant::Naive => &k::SVD_RECONSTRUCT_NAIVE,
+        Variant::Tiled => &k::SVD_RECONSTRUCT_TILED,
         Variant::Regtiled => &k::SVD_RECONSTRUCT_REGTILED,
         Variant::Tf32 => &k::SVD_RECONSTRUCT_TF32,
         Variant::Tf32x3 => &k::SVD_RECONSTRUCT_TF32X3,
         // SAFETY: forwarded from the caller.
         Variant::Tf32Wgmma | Variant::Tf32x3Wgmma => {
-            return unsafe { launch_wgmma(device, queue, variant, args, (m, n, kk), shape) };
+            return unsafe { launch_wgmma(device, queue, variant, (u, sv, vt, out), (m, n, kk), shape) };
         }
     };
-    // SAFETY: forwarded from the caller.
+    let args = (u, sv, vt, out, m as u32, n as u32, kk as u32, shape.ldu as u32, shape.strides);
+    // SAFETY: forwarded from the caller; the buffers hold every image (checked above).
     unsafe { device.launch_counted(queue, kernel, cfg, args, Some(work)) }
 }
 
@@ -356,12 +367,12 @@ pub unsafe fn launch_reconstruct_batch(
 /// [`k::svd_reconstruct_tf32_wgmma`] above, [`k::svd_reconstruct_tf32x3_wgmma`]).
 ///
 /// # Safety
-/// As for [`launch_reconstruct_batch`].
+/// As for [`launch_reconstruct_batch`], whose checks of the buffers come first.
 unsafe fn launch_wgmma(
     device: &Device,
     queue: &crate::Queue,
     variant: Variant,
-    (u, sv, vt, out, ..): (*const f32, *const f32, *const f32, *mut f32, u32, u32, u32, u32, k::Batch),
+    (u, sv, vt, out): ReconstructBuffers,
     (m, n, kk): (usize, usize, usize),
     shape: BatchShape,
 ) -> Result<()> {
@@ -381,7 +392,6 @@ unsafe fn launch_wgmma(
     let (images, kp) = (shape.images, k::prepared_row(kk as u32) as usize);
     let mut a = device.alloc_temporary::<f32>(queue, images * m * kp)?;
     let mut b = device.alloc_temporary::<f32>(queue, images * n * kp)?;
-    let (a, b) = (a.as_kernel_mut_ptr(), b.as_kernel_mut_ptr());
     let (m32, n32, k32) = (m as u32, n as u32, kk as u32);
     let (_, blocks) = k::prepare_blocks(m32, n32, k32);
     let prepare = LaunchConfig {
@@ -389,15 +399,16 @@ unsafe fn launch_wgmma(
         block: Dim3::x(k::PREPARE_THREADS),
         shared_bytes: k::PREPARE_SHARED_BYTES,
     };
-    let prepare_args = (u, sv, vt, a, b, m32, n32, k32, shape.ldu as u32, shape.strides, one_pass as u32);
+    let sizes = (m32, n32, k32, shape.ldu as u32, shape.strides);
+    let prepare_args =
+        (u, sv, vt, &mut a, &mut b, sizes.0, sizes.1, sizes.2, sizes.3, sizes.4, one_pass as u32);
     let moved = Work { bytes: (images * 4 * (m * kk + kk + kk * n + (m + n) * kp)) as f64, flops: 0.0 };
     let work = Work {
         bytes: (images * 4 * (m * kp + n * kp + m * n)) as f64,
         flops: (images * 2 * m * n * kk) as f64,
     };
-    let (a, b) = (a as *const f32, b as *const f32);
-    let args = (a, b, out, m32, n32, kp as u32, shape.strides.out);
-    // SAFETY: `u`, `sv`, `vt` and `out` hold the batch (the caller's contract); `a` and `b` were
+    let stride = shape.strides.out;
+    // SAFETY: `u`, `sv`, `vt` and `out` hold the batch (checked by the caller); `a` and `b` were
     // allocated above for it and live until the queued work is done (their frees are queued after it).
     unsafe {
         device.launch_counted(queue, &k::TF32_PREPARE, prepare, prepare_args, Some(moved))?;
@@ -413,13 +424,18 @@ unsafe fn launch_wgmma(
                 block: Dim3::x(k::WGMMA_THREADS),
                 shared_bytes: k::panel_shared_bytes(kp as u32),
             };
-            let (a, b, out, m, n, kp, stride) = args;
-            let args = (a, b, out, m, n, kp, stride, per_block as u32);
+            let args = (&a, &b, out, m32, n32, kp as u32, stride, per_block as u32);
             device.launch_counted(queue, &k::SVD_RECONSTRUCT_TF32_WGMMA_PANEL, cfg, args, Some(work))
         } else {
             let mut product = variant.launch_config(m, n, 16);
             product.grid.z = images as u32;
-            device.launch_counted(queue, kernel, product, args, Some(work))
+            device.launch_counted(
+                queue,
+                kernel,
+                product,
+                (&a, &b, out, m32, n32, kp as u32, stride),
+                Some(work),
+            )
         }
     }
 }

@@ -336,16 +336,12 @@ fn run_batch(
                 out: mn as u32,
             },
         };
-        let ptrs = (
-            factors.u.as_kernel_ptr(),
-            factors.s.as_kernel_ptr(),
-            factors.vt.as_kernel_ptr(),
-            out.as_kernel_mut_ptr(),
-        );
-        // SAFETY: the factor buffers hold `images` blocks of `m·kmax`, `kmax`, `kmax·n` values and
-        // `out` (and `gray`) hold `images·mn`.
+        // SAFETY: every buffer lives until the queue is synchronised below, and `out` is read only
+        // by work queued after the reconstruction; the reconstruction checks its buffers' lengths,
+        // and `a` and `out` hold the `images·mn` values the squared sums read.
         unsafe {
-            launch_reconstruct_batch(device, q, options.variant, 16, ptrs, (m, n, k), shape)?;
+            let bufs = (&factors.u, &factors.s, &factors.vt, &mut out);
+            launch_reconstruct_batch(device, q, options.variant, 16, bufs, (m, n, k), shape)?;
             error_sums.push(queue_squared_sums(
                 device,
                 q,

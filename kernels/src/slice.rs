@@ -33,6 +33,8 @@
 //! thread writes which element is the kernel's contract, as in CUDA.
 
 use core::marker::PhantomData;
+
+use crate::global;
 use core::ops::{Index, IndexMut};
 
 /// Read-only device slice: `len` elements of `T` in global memory. See the module documentation.
@@ -188,6 +190,21 @@ macro_rules! common_methods {
                 Self { ptr: unsafe { self.ptr.add(start) }, len, _marker: PhantomData }
             }
 
+            /// The `count` elements starting at `start`, without the GPU's check (the simulator
+            /// still checks, and checks every later access against `count`): per-image views of a
+            /// batch in kernels whose accesses are unchecked anyway.
+            ///
+            /// # Safety
+            /// `start + count ≤ self.len()`.
+            #[inline(always)]
+            #[track_caller]
+            pub unsafe fn sub_unchecked(self, start: usize, count: usize) -> Self {
+                #[cfg(not(target_arch = "nvptx64"))]
+                checked_range(start, count, self.len);
+                // SAFETY: the caller's promise.
+                Self { ptr: unsafe { self.ptr.add(start) }, len: count as u32, _marker: PhantomData }
+            }
+
             /// The elements from `start` to the end (`start ≤ len`, checked).
             #[inline(always)]
             #[track_caller]
@@ -229,6 +246,92 @@ macro_rules! common_methods {
 
 common_methods!(Slice, *const T);
 common_methods!(SliceMut, *mut T);
+
+impl Slice<f32> {
+    /// Elements `i..i + 4` in one 16-byte load ([`global::load_f32x4`]), without the GPU's bounds
+    /// check (the simulator checks the range and the alignment).
+    ///
+    /// # Safety
+    /// `i + 4 ≤ self.len()`, the address of element `i` is 16-byte aligned, and no thread writes
+    /// these elements during the kernel.
+    #[inline(always)]
+    #[track_caller]
+    pub unsafe fn load_f32x4_unchecked(&self, i: usize) -> [f32; 4] {
+        check_unchecked(i + 3, self.len);
+        // SAFETY: the caller's promise.
+        unsafe { global::load_f32x4(self.ptr.add(i)) }
+    }
+}
+
+/// Defines a clipped vector store of `SliceMut<f32>` (see [`SliceMut::store_f32x4_clipped`]).
+macro_rules! clipped_store {
+    ($name:ident, $n:literal, $bytes:literal, $store:path) => {
+        #[doc = concat!(
+            "Stores `values` to elements `at..at + ", stringify!($n), "`, which are columns `col..` ",
+            "of a row of `cols` columns, clipped to the row: one ", stringify!($bytes), "-byte store ",
+            "([`", stringify!($store), "`]) where `vector` and all ", stringify!($n), " fit, else one ",
+            "store per element left of `cols`. The epilogue of a tile at the right edge of a matrix. ",
+            "Not checked on the GPU (the simulator checks each element stored).\n\n",
+            "# Safety\n",
+            "The elements stored lie in the slice; with `vector`, element `at` is ",
+            stringify!($bytes), "-byte aligned wherever all ", stringify!($n), " fit; no other ",
+            "thread accesses them during the kernel."
+        )]
+        #[inline(always)]
+        #[track_caller]
+        pub unsafe fn $name(&mut self, at: usize, col: u32, cols: u32, values: [f32; $n], vector: bool) {
+            // An address only (`wrapping_add`: a clipped column may lie past the end); what is
+            // stored through it is the caller's promise.
+            let ptr = self.ptr.wrapping_add(at);
+            if vector && col + $n <= cols {
+                check_unchecked(at + ($n - 1), self.len);
+                // SAFETY: the caller's promise.
+                unsafe { $store(ptr, values) }
+            } else {
+                for e in 0..$n {
+                    if col + (e as u32) < cols {
+                        check_unchecked(at + e, self.len);
+                        // SAFETY: the caller's promise.
+                        unsafe { ptr.add(e).write(values[e]) }
+                    }
+                }
+            }
+        }
+    };
+}
+
+impl SliceMut<f32> {
+    /// Stores `value` to elements `i..i + 4` in one 16-byte store ([`global::store_f32x4`]),
+    /// without the GPU's bounds check (the simulator checks the range and the alignment).
+    ///
+    /// # Safety
+    /// `i + 4 ≤ self.len()`, the address of element `i` is 16-byte aligned, and no other thread
+    /// accesses these elements during the kernel.
+    #[inline(always)]
+    #[track_caller]
+    pub unsafe fn store_f32x4_unchecked(&mut self, i: usize, value: [f32; 4]) {
+        check_unchecked(i + 3, self.len);
+        // SAFETY: the caller's promise.
+        unsafe { global::store_f32x4(self.ptr.add(i), value) }
+    }
+
+    /// Stores `value` to elements `i..i + 2` in one 8-byte store ([`global::store_f32x2`]),
+    /// without the GPU's bounds check (the simulator checks the range and the alignment).
+    ///
+    /// # Safety
+    /// `i + 2 ≤ self.len()`, the address of element `i` is 8-byte aligned, and no other thread
+    /// accesses these elements during the kernel.
+    #[inline(always)]
+    #[track_caller]
+    pub unsafe fn store_f32x2_unchecked(&mut self, i: usize, value: [f32; 2]) {
+        check_unchecked(i + 1, self.len);
+        // SAFETY: the caller's promise.
+        unsafe { global::store_f32x2(self.ptr.add(i), value) }
+    }
+
+    clipped_store!(store_f32x4_clipped, 4, 16, global::store_f32x4);
+    clipped_store!(store_f32x2_clipped, 2, 8, global::store_f32x2);
+}
 
 impl<T: Copy> SliceMut<T> {
     /// Writes `value` to element `i` without the GPU's bounds check (the simulator still checks).

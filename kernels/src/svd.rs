@@ -9,6 +9,7 @@
 //!
 //! Host side: `host/src/svd.rs`; tests: `tests/svd.rs`; benchmark: `benches/svd.rs`.
 
+use crate::slice::{Slice, SliceMut};
 use crate::{global, kernel, math, mma, shared, thread};
 
 /// Repeats `$body` with `$i` bound to each listed `usize` constant: loop unrolling by hand, so that
@@ -36,51 +37,72 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// Where image `z = blockIdx.z` starts in `u`, `s`, `vt` and `out`, elements.
+    /// The operands of image `z = blockIdx.z`: its `U` (`(m − 1)·ldu + k` elements), `s` (`k`),
+    /// `Vᵀ` (`k·n`) and `out` (`m·n`), as views of the batch's slices. Unchecked on the GPU, like
+    /// the kernels' accesses through them; the simulator checks the views and every access.
+    ///
+    /// # Safety
+    /// The kernel's contract: every image of the batch lies inside the slices.
     #[inline(always)]
-    fn offsets(self) -> (usize, usize, usize, usize) {
-        let z = thread::block_idx_z() as usize;
-        (z * self.u as usize, z * self.s as usize, z * self.vt as usize, z * self.out as usize)
-    }
-
-    /// The operands of image `z = blockIdx.z` for the kernels that take pointers.
-    #[inline(always)]
-    unsafe fn offset(
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn image(
         self,
-        u: *const f32,
-        s: *const f32,
-        vt: *const f32,
-        out: *mut f32,
-    ) -> (*const f32, *const f32, *const f32, *mut f32) {
-        let (ou, os, ovt, oout) = self.offsets();
-        // SAFETY: the kernel's contract: every image of the batch is in bounds.
-        unsafe { (u.add(ou), s.add(os), vt.add(ovt), out.add(oout)) }
+        u: Slice<f32>,
+        s: Slice<f32>,
+        vt: Slice<f32>,
+        out: SliceMut<f32>,
+        m: u32,
+        n: u32,
+        k: u32,
+        ldu: u32,
+    ) -> (Slice<f32>, Slice<f32>, Slice<f32>, SliceMut<f32>) {
+        let z = thread::block_idx_z() as usize;
+        let (m, n, k, ldu) = (m as usize, n as usize, k as usize, ldu as usize);
+        let u_len = if m == 0 { 0 } else { (m - 1) * ldu + k };
+        // SAFETY: the caller's promise.
+        unsafe {
+            (
+                u.sub_unchecked(z * self.u as usize, u_len),
+                s.sub_unchecked(z * self.s as usize, k),
+                vt.sub_unchecked(z * self.vt as usize, k * n),
+                out.sub_unchecked(z * self.out as usize, m * n),
+            )
+        }
     }
 }
 
 /// One thread per output element; every operand comes from global memory (through the caches).
 /// Any 2-D block shape.
+///
+/// # Safety
+/// Each image of the batch lies inside the slices ([`Batch`]): the accesses are unchecked on the
+/// GPU (the simulator checks every access).
 #[kernel]
 pub unsafe fn svd_reconstruct_naive(
-    u: *const f32,
-    s: *const f32,
-    vt: *const f32,
-    out: *mut f32,
+    u: &[f32],
+    s: &[f32],
+    vt: &[f32],
+    out: &mut [f32],
     m: u32,
     n: u32,
     k: u32,
     ldu: u32,
     batch: Batch,
 ) {
-    let (u, s, vt, out) = batch.offset(u, s, vt, out);
+    let (u, s, vt, mut out) = batch.image(u, s, vt, out, m, n, k, ldu);
     let (j, i) = thread::index_2d();
     if i < m && j < n {
         let (i, j, n, ldu) = (i as usize, j as usize, n as usize, ldu as usize);
         let mut acc = 0.0f32;
         for p in 0..k as usize {
-            acc = math::fma(*u.add(i * ldu + p) * *s.add(p), *vt.add(p * n + j), acc);
+            acc = math::fma(
+                u.get_unchecked(i * ldu + p) * s.get_unchecked(p),
+                vt.get_unchecked(p * n + j),
+                acc,
+            );
         }
-        *out.add(i * n + j) = acc;
+        out.set_unchecked(i * n + j, acc);
     }
 }
 
@@ -107,7 +129,7 @@ pub unsafe fn svd_reconstruct_tiled(
     ldu: u32,
     batch: Batch,
 ) {
-    let (ou, os, ovt, oout) = batch.offsets();
+    let (u, s, vt, mut out) = batch.image(u, s, vt, out, m, n, k, ldu);
     let t = thread::block_dim_x();
     let (tx, ty) = (thread::thread_idx_x(), thread::thread_idx_y());
     let row = thread::block_idx_y() * t + ty;
@@ -122,12 +144,12 @@ pub unsafe fn svd_reconstruct_tiled(
     while p0 < k {
         let pa = p0 + tx;
         let a = if row < m && pa < k {
-            u.get_unchecked(ou + (row * ldu + pa) as usize) * s.get_unchecked(os + pa as usize)
+            u.get_unchecked((row * ldu + pa) as usize) * s.get_unchecked(pa as usize)
         } else {
             0.0
         };
         let pb = p0 + ty;
-        let b = if pb < k && col < n { vt.get_unchecked(ovt + (pb * n + col) as usize) } else { 0.0 };
+        let b = if pb < k && col < n { vt.get_unchecked((pb * n + col) as usize) } else { 0.0 };
         us_tile.write(ti + tj, a);
         vt_tile.write(ti + tj, b);
         thread::sync_threads();
@@ -138,7 +160,7 @@ pub unsafe fn svd_reconstruct_tiled(
         p0 += t;
     }
     if row < m && col < n {
-        out.set_unchecked(oout + (row * n + col) as usize, acc);
+        out.set_unchecked((row * n + col) as usize, acc);
     }
 }
 
@@ -171,19 +193,23 @@ struct Float4([f32; 4]);
 ///
 /// Launch: block 16 × 16 (`REG_THREADS`), grid `⌈n/128⌉ × ⌈m/128⌉`, `REG_SHARED_BYTES` of dynamic
 /// shared memory.
+///
+/// # Safety
+/// Each image of the batch lies inside the slices ([`Batch`]), as for
+/// [`svd_reconstruct_naive`]: the accesses are unchecked on the GPU.
 #[kernel(launch_bounds(256, 2))]
 pub unsafe fn svd_reconstruct_regtiled(
-    u: *const f32,
-    s: *const f32,
-    vt: *const f32,
-    out: *mut f32,
+    u: &[f32],
+    s: &[f32],
+    vt: &[f32],
+    out: &mut [f32],
     m: u32,
     n: u32,
     k: u32,
     ldu: u32,
     batch: Batch,
 ) {
-    let (u, s, vt, out) = batch.offset(u, s, vt, out);
+    let (u, s, vt, mut out) = batch.image(u, s, vt, out, m, n, k, ldu);
     const BM: usize = REG_TILE_M as usize;
     const BN: usize = REG_TILE_N as usize;
     const BK: usize = REG_TILE_K as usize;
@@ -210,31 +236,34 @@ pub unsafe fn svd_reconstruct_regtiled(
     // at once where rows are 16-byte aligned (fewer load and address instructions per stage).
     let vector_loads = ldu.is_multiple_of(4)
         && n.is_multiple_of(4)
-        && global::is_aligned_16(u)
-        && global::is_aligned_16(vt)
+        && global::is_aligned_16(u.as_ptr())
+        && global::is_aligned_16(vt.as_ptr())
         && row0 + REG_TILE_M <= m
         && col0 + REG_TILE_N <= n;
-    let load_stage = |p0: u32| -> ([f32; 4], [f32; 4], f32) {
+    // `move`: the closure keeps its own copies of the slices. Capturing them by reference gave
+    // LLVM a different shape of the same loads, after which ptxas re-read the thread indices inside
+    // the main loop (register pressure at the 128-register cap).
+    let load_stage = move |p0: u32| -> ([f32; 4], [f32; 4], f32) {
         let i = row0 + a_row;
         let pb = p0 + b_p;
         if vector_loads && p0 + REG_TILE_K <= k {
             return (
-                global::load_f32x4(u.add((i * ldu + p0 + a_p) as usize)),
-                global::load_f32x4(vt.add((pb * n + col0 + b_col) as usize)),
-                *s.add(pb as usize),
+                u.load_f32x4_unchecked((i * ldu + p0 + a_p) as usize),
+                vt.load_f32x4_unchecked((pb * n + col0 + b_col) as usize),
+                s.get_unchecked(pb as usize),
             );
         }
         let mut a = [0.0f32; 4];
         let mut b = [0.0f32; 4];
-        let scale = if pb < k { *s.add(pb as usize) } else { 0.0 };
+        let scale = if pb < k { s.get_unchecked(pb as usize) } else { 0.0 };
         for q in 0..4 {
             let p = p0 + a_p + q as u32;
             if i < m && p < k {
-                a[q] = *u.add((i * ldu + p) as usize);
+                a[q] = u.get_unchecked((i * ldu + p) as usize);
             }
             let j = col0 + b_col + q as u32;
             if pb < k && j < n {
-                b[q] = *vt.add((pb * n + j) as usize);
+                b[q] = vt.get_unchecked((pb * n + j) as usize);
             }
         }
         (a, b, scale)
@@ -290,8 +319,8 @@ pub unsafe fn svd_reconstruct_regtiled(
 
     // Written out row by row so that every index into `acc` is a constant and it stays in registers;
     // each row as two 16-byte stores (a warp writes two 256-byte runs per store) where aligned.
-    let out_vec = n.is_multiple_of(4) && global::is_aligned_16(out);
-    let store_row = |r: usize, values: [f32; 8]| {
+    let out_vec = n.is_multiple_of(4) && global::is_aligned_16(out.as_ptr());
+    let mut store_row = |r: usize, values: [f32; 8]| {
         let i = row0 + (ty * 4 + (r % 4) + (r / 4) * 64) as u32;
         if i >= m {
             return;
@@ -299,16 +328,7 @@ pub unsafe fn svd_reconstruct_regtiled(
         unroll!(half in [0, 1] {
             let j = col0 + (tx * 4 + half * 64) as u32;
             let v = [values[4 * half], values[4 * half + 1], values[4 * half + 2], values[4 * half + 3]];
-            let dst = out.add((i * n + j) as usize);
-            if out_vec && j + 4 <= n {
-                global::store_f32x4(dst, v);
-            } else {
-                for (e, value) in v.into_iter().enumerate() {
-                    if j + (e as u32) < n {
-                        *dst.add(e) = value;
-                    }
-                }
-            }
+            out.store_f32x4_clipped((i * n + j) as usize, j, n, v, out_vec);
         });
     };
     store_row(0, acc[0]);
@@ -421,10 +441,10 @@ fn multiply<const SPLIT: bool, const NI: usize>(acc: &mut Accumulators<NI>, (a, 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
-    u: *const f32,
-    s: *const f32,
-    vt: *const f32,
-    out: *mut f32,
+    u: Slice<f32>,
+    s: Slice<f32>,
+    vt: Slice<f32>,
+    out: SliceMut<f32>,
     m: u32,
     n: u32,
     k: u32,
@@ -437,7 +457,7 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
     // images; every global access below is guarded by `m`, `n` and `k`, every shared one stays in
     // the launch's `MMA_SHARED_BYTES`.
     unsafe {
-        let (u, s, vt, out) = batch.offset(u, s, vt, out);
+        let (u, s, vt, mut out) = batch.image(u, s, vt, out, m, n, k, ldu);
         let smem = shared::region::<f32>(0, MMA_STAGES as usize * MMA_STAGE_FLOATS);
         let sp = smem.as_ptr();
         let base = mma::shared_address(sp);
@@ -454,8 +474,8 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
         let (warps_n, warp_n) = (warps / 2, 8 * NI);
         let (wm, wn) = ((warp / warps_n) as usize * 64, (warp % warps_n) as usize * warp_n);
         // 16-byte copies where rows start on 16-byte boundaries, else 4-byte ones.
-        let u_vec = ldu.is_multiple_of(4) && global::is_aligned_16(u);
-        let vt_vec = n.is_multiple_of(4) && global::is_aligned_16(vt);
+        let u_vec = ldu.is_multiple_of(4) && global::is_aligned_16(u.as_ptr());
+        let vt_vec = n.is_multiple_of(4) && global::is_aligned_16(vt.as_ptr());
         let ktiles = k.div_ceil(BK);
         let (full_rows, full_cols) = (row0 + MMA_TILE_M <= m, col0 + MMA_TILE_N <= n);
         // The elements a thread copies (and later rewrites): with 16-byte copies, the groups of 4
@@ -469,11 +489,11 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
         // matrix (computed only where they are used).
         let (u_first, u_first_dst) = {
             let (r, c) = u_group(0);
-            (u.wrapping_add(((row0 + r) * ldu + c) as usize), (r * MMA_A_STRIDE as u32 + c) * 4)
+            (u.as_ptr().wrapping_add(((row0 + r) * ldu + c) as usize), (r * MMA_A_STRIDE as u32 + c) * 4)
         };
         let (vt_first, vt_first_dst) = {
             let (r, c) = vt_group(0);
-            (vt.wrapping_add((r * n + col0 + c) as usize), (r * MMA_B_STRIDE as u32 + c) * 4)
+            (vt.as_ptr().wrapping_add((r * n + col0 + c) as usize), (r * MMA_B_STRIDE as u32 + c) * 4)
         };
 
         // Starts the copies of k-tile `kt` into `stage`, zero-filling whatever lies past m, n or k.
@@ -484,11 +504,11 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
             let sb = sa + (MMA_A_FLOATS * 4) as u32;
             let u_at = |r: u32, c: u32| -> (*const f32, u32) {
                 let (i, p) = (row0 + r, p0 + c);
-                if i < m && p < k { (u.add((i * ldu + p) as usize), k - p) } else { (u, 0) }
+                if i < m && p < k { (u.as_ptr().add((i * ldu + p) as usize), k - p) } else { (u.as_ptr(), 0) }
             };
             let vt_at = |r: u32, c: u32| -> (*const f32, u32) {
                 let (p, j) = (p0 + r, col0 + c);
-                if p < k && j < n { (vt.add((p * n + j) as usize), n - j) } else { (vt, 0) }
+                if p < k && j < n { (vt.as_ptr().add((p * n + j) as usize), n - j) } else { (vt.as_ptr(), 0) }
             };
             if u_vec && full_rows && p0 + BK <= k {
                 // Inside the matrix (the usual case) the copies need no bounds and no zero fill:
@@ -553,7 +573,7 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
         |kt: u32| -> [f32; 4] {
             core::array::from_fn(|e| {
                 let p = kt * BK + s_column + e as u32;
-                if (u_vec || e == 0) && p < k { *s.add(p as usize) } else { 0.0 }
+                if (u_vec || e == 0) && p < k { s.get_unchecked(p as usize) } else { 0.0 }
             })
         };
 
@@ -663,24 +683,24 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
         }
         // Epilogue: straight from the accumulators, each lane's two adjacent columns of a fragment
         // row as one 8-byte store (a warp instruction fills eight whole 32-byte sectors).
-        let out_vec = n.is_multiple_of(2) && global::is_aligned_8(out);
+        let out_vec = n.is_multiple_of(2) && global::is_aligned_8(out.as_ptr());
         unroll!(mi in [0, 1, 2, 3] {
             unroll!(half in [0, 1] {
                 let (i, j0) = mma::m16n8_c_coords(lane, 2 * half as u32);
                 let i = row0 + (wm + mi * 16) as u32 + i;
                 if i < m {
-                    let row = out.add((i * n) as usize);
+                    let row = (i * n) as usize;
                     for (ni, d) in acc[mi].iter().enumerate() {
                         let j = col0 + (wn + ni * 8) as u32 + j0;
                         let pair = [d[2 * half], d[2 * half + 1]];
                         if out_vec && j + 2 <= n {
-                            global::store_f32x2(row.add(j as usize), pair);
+                            out.store_f32x2_unchecked(row + j as usize, pair);
                         } else {
                             if j < n {
-                                *row.add(j as usize) = pair[0];
+                                out.set_unchecked(row + j as usize, pair[0]);
                             }
                             if j + 1 < n {
-                                *row.add(j as usize + 1) = pair[1];
+                                out.set_unchecked(row + j as usize + 1, pair[1]);
                             }
                         }
                     }
@@ -704,12 +724,16 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
 /// Launch: block [`MMA_TF32_THREADS`] × 1, grid `⌈n/128⌉ × ⌈m/128⌉ × images`,
 /// [`MMA_SHARED_BYTES`] of dynamic shared memory. Needs sm_80. Launch bounds: 256 threads, 2 blocks
 /// per SM (at most 128 registers per thread).
+///
+/// # Safety
+/// Each image of the batch lies inside the slices ([`Batch`]), as for
+/// [`svd_reconstruct_naive`]: the accesses are unchecked on the GPU.
 #[kernel(launch_bounds(256, 2))]
 pub unsafe fn svd_reconstruct_tf32(
-    u: *const f32,
-    s: *const f32,
-    vt: *const f32,
-    out: *mut f32,
+    u: &[f32],
+    s: &[f32],
+    vt: &[f32],
+    out: &mut [f32],
     m: u32,
     n: u32,
     k: u32,
@@ -726,12 +750,16 @@ pub unsafe fn svd_reconstruct_tf32(
 ///
 /// Launch: block [`MMA_TF32X3_THREADS`] (128) × 1, grid and shared memory as for
 /// [`svd_reconstruct_tf32`]. Launch bounds: 128 threads, 2 blocks per SM (at most 255 registers).
+///
+/// # Safety
+/// Each image of the batch lies inside the slices ([`Batch`]), as for
+/// [`svd_reconstruct_naive`]: the accesses are unchecked on the GPU.
 #[kernel(launch_bounds(128, 2))]
 pub unsafe fn svd_reconstruct_tf32x3(
-    u: *const f32,
-    s: *const f32,
-    vt: *const f32,
-    out: *mut f32,
+    u: &[f32],
+    s: &[f32],
+    vt: &[f32],
+    out: &mut [f32],
     m: u32,
     n: u32,
     k: u32,
@@ -797,14 +825,18 @@ pub const fn prepare_blocks(m: u32, n: u32, k: u32) -> (u32, u32) {
 ///
 /// Launch: block [`PREPARE_THREADS`] × 1, grid `prepare_blocks(m, n, k).1 × 1 × images`,
 /// [`PREPARE_SHARED_BYTES`] of dynamic shared memory; `a` and `b` 16-byte aligned.
+///
+/// # Safety
+/// Image `z`'s `u`, `s` and `vt` lie inside the slices ([`Batch`]), `a` holds `images·m·kp` and
+/// `b` `images·n·kp` elements: the accesses are unchecked on the GPU.
 #[kernel]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn tf32_prepare(
-    u: *const f32,
-    s: *const f32,
-    vt: *const f32,
-    a: *mut f32,
-    b: *mut f32,
+    u: &[f32],
+    s: &[f32],
+    vt: &[f32],
+    a: &mut [f32],
+    b: &mut [f32],
     m: u32,
     n: u32,
     k: u32,
@@ -823,21 +855,31 @@ pub unsafe fn tf32_prepare(
     // and `b` (n × kp); shared indices stay in the 32 × 33 tile.
     unsafe {
         if block < scale_blocks {
-            let (u, s, a) =
-                (u.add(z * batch.u as usize), s.add(z * batch.s as usize), a.add(z * (m * kp) as usize));
+            let u_len = if m == 0 { 0 } else { ((m - 1) * ldu + k) as usize };
+            let (u, s, mut a) = (
+                u.sub_unchecked(z * batch.u as usize, u_len),
+                s.sub_unchecked(z * batch.s as usize, k as usize),
+                a.sub_unchecked(z * (m * kp) as usize, (m * kp) as usize),
+            );
             let e = block * PREPARE_THREADS + tid;
             let chunks = kp / 4;
             if e < m * chunks {
                 let (i, p) = (e / chunks, 4 * (e % chunks));
                 let value = |q: u32| {
                     let p = p + q;
-                    if p < k { round(*u.add((i * ldu + p) as usize) * *s.add(p as usize)) } else { 0.0 }
+                    if p < k {
+                        round(u.get_unchecked((i * ldu + p) as usize) * s.get_unchecked(p as usize))
+                    } else {
+                        0.0
+                    }
                 };
-                *(a.add((i * kp + p) as usize) as *mut Float4) =
-                    Float4([value(0), value(1), value(2), value(3)]);
+                a.store_f32x4_unchecked((i * kp + p) as usize, [value(0), value(1), value(2), value(3)]);
             }
         } else {
-            let (vt, b) = (vt.add(z * batch.vt as usize), b.add(z * (n * kp) as usize));
+            let (vt, mut b) = (
+                vt.sub_unchecked(z * batch.vt as usize, (k * n) as usize),
+                b.sub_unchecked(z * (n * kp) as usize, (n * kp) as usize),
+            );
             let t = block - scale_blocks;
             let tiles_n = n.div_ceil(T);
             let (j0, p0) = (t % tiles_n * T, t / tiles_n * T);
@@ -846,7 +888,7 @@ pub unsafe fn tf32_prepare(
             let mut r = ty;
             while r < T {
                 let (p, j) = (p0 + r, j0 + tx);
-                let value = if p < k && j < n { *vt.add((p * n + j) as usize) } else { 0.0 };
+                let value = if p < k && j < n { vt.get_unchecked((p * n + j) as usize) } else { 0.0 };
                 tile.write((r * (T + 1) + tx) as usize, value);
                 r += PREPARE_THREADS / T;
             }
@@ -855,7 +897,7 @@ pub unsafe fn tf32_prepare(
             while r < T {
                 let (j, p) = (j0 + r, p0 + tx);
                 if j < n && p < kp {
-                    *b.add((j * kp + p) as usize) = round(tile.read((tx * (T + 1) + r) as usize));
+                    b.set_unchecked((j * kp + p) as usize, round(tile.read((tx * (T + 1) + r) as usize)));
                 }
                 r += PREPARE_THREADS / T;
             }
@@ -871,17 +913,24 @@ pub unsafe fn tf32_prepare(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn wgmma_image(
-    a: *const f32,
-    b: *const f32,
-    out: *mut f32,
+    a: Slice<f32>,
+    b: Slice<f32>,
+    out: SliceMut<f32>,
     m: u32,
     n: u32,
     kp: u32,
     out_stride: u32,
-) -> (*const f32, *const f32, *mut f32) {
+) -> (Slice<f32>, Slice<f32>, SliceMut<f32>) {
     let z = thread::block_idx_z() as usize;
+    let (a_len, b_len, out_len) = ((m * kp) as usize, (n * kp) as usize, (m * n) as usize);
     // SAFETY: guaranteed by the caller.
-    unsafe { (a.add(z * (m * kp) as usize), b.add(z * (n * kp) as usize), out.add(z * out_stride as usize)) }
+    unsafe {
+        (
+            a.sub_unchecked(z * a_len, a_len),
+            b.sub_unchecked(z * b_len, b_len),
+            out.sub_unchecked(z * out_stride as usize, out_len),
+        )
+    }
 }
 
 /// The dynamic shared memory of a `wgmma` kernel (`bytes`, the launch's): its shared-window
@@ -903,14 +952,14 @@ fn wgmma_shared_base(bytes: u32) -> (u32, u32) {
 /// `src` holds `rows × kp` elements, 16-byte aligned; `tile` is a tile of the block's shared memory.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn copy_tile_rows(tile: u32, src: *const f32, first: u32, rows: u32, kp: u32, row: u32, p: u32) {
+unsafe fn copy_tile_rows(tile: u32, src: Slice<f32>, first: u32, rows: u32, kp: u32, row: u32, p: u32) {
     for q in 0..4 {
         let i = first + row + 32 * q;
         let (from, bytes) = if i < rows && p < kp {
             // SAFETY: inside `src` (guarded above).
-            (unsafe { src.add((i * kp + p) as usize) }, 16)
+            (unsafe { src.as_ptr().add((i * kp + p) as usize) }, 16)
         } else {
-            (src, 0)
+            (src.as_ptr(), 0)
         };
         // SAFETY: guaranteed by the caller; 16 bytes read only inside `src`.
         unsafe { mma::cp_async_16(tile + mma::sw128_offset(row + 32 * q, p % MMA_TILE_K), from, bytes) };
@@ -935,9 +984,9 @@ unsafe fn copy_tile_rows(tile: u32, src: *const f32, first: u32, rows: u32, kp: 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn reconstruct_wgmma<const SPLIT: bool, const STAGES: u32>(
-    a: *const f32,
-    b: *const f32,
-    out: *mut f32,
+    a: Slice<f32>,
+    b: Slice<f32>,
+    out: SliceMut<f32>,
     m: u32,
     n: u32,
     kp: u32,
@@ -1076,14 +1125,14 @@ unsafe fn reconstruct_wgmma<const SPLIT: bool, const STAGES: u32>(
 #[inline(always)]
 unsafe fn store_wgmma_tile(
     acc: &[f32; 64],
-    out: *mut f32,
+    out: SliceMut<f32>,
     m: u32,
     n: u32,
     row0: u32,
     col0: u32,
     thread: u32,
 ) {
-    let out_vec = n.is_multiple_of(2) && global::is_aligned_8(out);
+    let out_vec = n.is_multiple_of(2) && global::is_aligned_8(out.as_ptr());
     unroll!(block in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
         unroll!(half in [0, 1] {
             let r = 4 * block + 2 * half;
@@ -1092,18 +1141,8 @@ unsafe fn store_wgmma_tile(
             if i < m {
                 // SAFETY: (i, j) clipped to the matrix, as the caller's contract needs.
                 unsafe {
-                    let at = out.add((i * n) as usize).wrapping_add(j as usize);
-                    let pair = [acc[r], acc[r + 1]];
-                    if out_vec && j + 2 <= n {
-                        global::store_f32x2(at, pair);
-                    } else {
-                        if j < n {
-                            *at = pair[0];
-                        }
-                        if j + 1 < n {
-                            *at.add(1) = pair[1];
-                        }
-                    }
+                    let mut row = out.sub_unchecked((i * n) as usize, n as usize);
+                    row.store_f32x2_clipped(j as usize, j, n, [acc[r], acc[r + 1]], out_vec);
                 }
             }
         });
@@ -1138,13 +1177,17 @@ pub const fn panel_shared_bytes(kp: u32) -> u32 {
 /// Launch: block [`WGMMA_THREADS`] × 1, grid `⌈⌈n/128⌉ / tiles_per_block⌉ × ⌈m/128⌉ × images`,
 /// [`panel_shared_bytes`]`(kp)` of dynamic shared memory; `a` and `b` 16-byte aligned. Only in
 /// the sm_90a module. Launch bounds: 256 threads, 1 block per SM.
+///
+/// # Safety
+/// `a` holds `images·m·kp` and `b` `images·n·kp` elements, `out` image `z`'s `m·n` from
+/// `z·out_stride`: the accesses are unchecked on the GPU.
 #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))]
 #[kernel(launch_bounds(256, 1))]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn svd_reconstruct_tf32_wgmma_panel(
-    a: *const f32,
-    b: *const f32,
-    out: *mut f32,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
     m: u32,
     n: u32,
     kp: u32,
@@ -1241,12 +1284,16 @@ pub unsafe fn svd_reconstruct_tf32_wgmma_panel(
 /// Launch: block [`WGMMA_THREADS`] × 1, grid `⌈n/128⌉ × ⌈m/128⌉ × images`,
 /// [`WGMMA_TF32_SHARED_BYTES`] of dynamic shared memory; `a` and `b` 16-byte aligned. Only in the
 /// sm_90a module (H100, H200). Launch bounds: 256 threads, 2 blocks per SM.
+///
+/// # Safety
+/// `a` holds `images·m·kp` and `b` `images·n·kp` elements, `out` image `z`'s `m·n` from
+/// `z·out_stride`: the accesses are unchecked on the GPU.
 #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))]
 #[kernel(launch_bounds(256, 2))]
 pub unsafe fn svd_reconstruct_tf32_wgmma(
-    a: *const f32,
-    b: *const f32,
-    out: *mut f32,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
     m: u32,
     n: u32,
     kp: u32,
@@ -1264,12 +1311,16 @@ pub unsafe fn svd_reconstruct_tf32_wgmma(
 ///
 /// Launch: as [`svd_reconstruct_tf32_wgmma`] with [`WGMMA_TF32X3_SHARED_BYTES`]. Launch bounds:
 /// 256 threads, 2 blocks per SM.
+///
+/// # Safety
+/// `a` holds `images·m·kp` and `b` `images·n·kp` elements, `out` image `z`'s `m·n` from
+/// `z·out_stride`: the accesses are unchecked on the GPU.
 #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))]
 #[kernel(launch_bounds(256, 2))]
 pub unsafe fn svd_reconstruct_tf32x3_wgmma(
-    a: *const f32,
-    b: *const f32,
-    out: *mut f32,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
     m: u32,
     n: u32,
     kp: u32,
