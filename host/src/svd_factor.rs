@@ -559,15 +559,7 @@ pub fn factor_with(
                     q,
                     &kf::RITZ_EIGEN,
                     jacobi_cfg,
-                    (
-                        p.as_kernel_ptr(),
-                        b as u32,
-                        scratch.as_kernel_mut_ptr(),
-                        theta.as_kernel_mut_ptr(),
-                        sigma.as_kernel_mut_ptr(),
-                        inv_sigma.as_kernel_mut_ptr(),
-                        ritz.as_kernel_mut_ptr(),
-                    ),
+                    (&p, b as u32, &mut scratch, &mut theta, &mut sigma, &mut inv_sigma, &mut ritz),
                 )?;
                 None
             },
@@ -611,16 +603,16 @@ pub fn factor_with(
                     &kf::ORTHONORMALIZE_WEIGHTS,
                     jacobi_cfg,
                     (
-                        d.as_kernel_ptr(),
-                        theta.as_kernel_ptr(),
-                        ritz.as_kernel_ptr(),
+                        &d,
+                        &theta,
+                        &ritz,
                         b as u32,
                         k as u32,
                         TOLERANCE,
-                        scratch.as_kernel_mut_ptr(),
-                        rinv.as_kernel_mut_ptr(),
-                        r2.as_kernel_mut_ptr(),
-                        converged.as_kernel_mut_ptr(),
+                        &mut scratch,
+                        &mut rinv,
+                        &mut r2,
+                        &mut converged,
                     ),
                 )?;
                 device.download(&converged)?

@@ -7,14 +7,17 @@
 //! strides in elements, so one launch serves every image of a batch and transposed views cost
 //! nothing. f64 throughout, but for the f32 outputs the reconstruction reads.
 //!
-//! The GEMM, the conversions, the subspace start and the sums take device slices; the two
-//! one-block-per-image Jacobi kernels ([`ritz_eigen`], [`orthonormalize_weights`]) still take raw
-//! pointers, and their helper bodies are `unsafe fn`s whose contract is their kernel's: every
-//! pointer valid for the elements the documented layout implies, and all threads of the block
-//! calling them.
+//! Every kernel takes device slices. The two one-block-per-image Jacobi kernels ([`ritz_eigen`],
+//! [`orthonormalize_weights`]) take their image's parts of them by `sub_unchecked` and read them
+//! unchecked on the GPU (checked in the simulator): bounds checks changed the register allocation
+//! of the Jacobi solver inlined beside them. They keep their `b × b` work matrices in a
+//! `JacobiSpace`: shared memory where the launch gives enough, else the image's part of the global
+//! `scratch` slice, addressed like shared memory; the solver is an `unsafe fn` whose contract is
+//! that all threads of the block call it.
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use crate::math::{self, Float};
+use crate::slice::SliceMut;
 use crate::{kernel, shared, thread};
 
 /// Where element `(i, j)` of image `z` of a strided batch of matrices lives:
@@ -292,6 +295,22 @@ pub const fn eigen_scratch(b: u32) -> u32 {
     jacobi_elements(b) + 2 * b
 }
 
+/// Image `blockIdx.x`'s part of the `scratch` of [`ritz_eigen`] and [`orthonormalize_weights`]
+/// ([`eigen_scratch`]`(b)` elements), and where its two vectors start in it (after the Jacobi work
+/// space).
+///
+/// # Safety
+/// The image's part lies inside `scratch` (checked only in the simulator).
+#[inline(always)]
+#[track_caller]
+unsafe fn image_scratch(scratch: SliceMut<f64>, b: u32) -> (SliceMut<f64>, usize) {
+    let per_image = eigen_scratch(b) as usize;
+    (
+        scratch.sub_unchecked(thread::block_idx_x() as usize * per_image, per_image),
+        jacobi_elements(b) as usize,
+    )
+}
+
 /// One image's Jacobi work space: matrix `x` and accumulator `z` (row stride `ld`) and the
 /// per-round rotations; in shared memory when the launch gave [`jacobi_shared_bytes`], else in
 /// global scratch.
@@ -335,33 +354,41 @@ impl JacobiSpace {
 /// `T = QᵀGQ`. Solves `T = Z·diag(θ)·Zᵀ` by cyclic Jacobi and writes, per image, the Ritz values
 /// `theta` (`b`, non-increasing), `sigma = √θ`, `inv_sigma` (`1/σ`, or 0 for numerically zero θ)
 /// and the matching eigenvectors `ritz` (`b × b`, column `r` for `θ_r`).
+///
+/// # Safety
+/// The launch gives at least 8 bytes of dynamic shared memory (the Jacobi solver's flag), and
+/// each image's parts lie inside the slices: `2b × b` of `p`, [`eigen_scratch`]`(b)` of
+/// `scratch`, `b` of `theta`, `sigma`, `inv_sigma` and `b × b` of `ritz`. Unchecked on the GPU,
+/// like the Jacobi work space (checks cost instructions in the solver's loops); the simulator
+/// checks every access.
 #[kernel]
 pub unsafe fn ritz_eigen(
-    p: *const f64,
+    p: &[f64],
     b: u32,
-    scratch: *mut f64,
-    theta: *mut f64,
-    sigma: *mut f64,
-    inv_sigma: *mut f64,
-    ritz: *mut f64,
+    scratch: &mut [f64],
+    theta: &mut [f64],
+    sigma: &mut [f64],
+    inv_sigma: &mut [f64],
+    ritz: &mut [f64],
 ) {
     let img = thread::block_idx_x() as usize;
     let bu = b as usize;
     let bb = bu * bu;
-    let t_in = p.add(img * 2 * bb);
-    let scratch = scratch.add(img * eigen_scratch(b) as usize);
-    let space = JacobiSpace::new(scratch, bu);
-    let vals = scratch.add(jacobi_elements(b) as usize);
-    let perm = vals.add(bu);
-    let (theta, sigma, inv_sigma) = (theta.add(img * bu), sigma.add(img * bu), inv_sigma.add(img * bu));
-    let ritz = ritz.add(img * bb);
+    let t_in = p.sub_unchecked(img * 2 * bb, bb);
+    let (mut scratch, work) = image_scratch(scratch, b);
+    let space = JacobiSpace::new(scratch.as_mut_ptr(), bu);
+    let (mut vals, mut perm) = (scratch.sub_unchecked(work, bu), scratch.sub_unchecked(work + bu, bu));
+    let mut theta = theta.sub_unchecked(img * bu, bu);
+    let mut sigma = sigma.sub_unchecked(img * bu, bu);
+    let mut inv_sigma = inv_sigma.sub_unchecked(img * bu, bu);
+    let mut ritz = ritz.sub_unchecked(img * bb, bb);
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
 
     // X = (T + Tᵀ)/2, Z = I.
     let mut i = tid;
     while i < bb {
         let (r, c) = (i / bu, i % bu);
-        *space.x(r, c) = 0.5 * (*t_in.add(i) + *t_in.add(c * bu + r));
+        *space.x(r, c) = 0.5 * (t_in.get_unchecked(i) + t_in.get_unchecked(c * bu + r));
         *space.z(r, c) = if r == c { 1.0 } else { 0.0 };
         i += nt;
     }
@@ -371,38 +398,38 @@ pub unsafe fn ritz_eigen(
     // Largest first: perm[rank] = index.
     let mut i = tid;
     while i < bu {
-        *vals.add(i) = *space.x(i, i);
+        vals.set_unchecked(i, *space.x(i, i));
         i += nt;
     }
     thread::sync_threads();
     let mut i = tid;
     while i < bu {
-        let v = *vals.add(i);
+        let v = vals.get_unchecked(i);
         let mut rank = 0;
         for j in 0..bu {
-            let w = *vals.add(j);
+            let w = vals.get_unchecked(j);
             if w > v || (w == v && j < i) {
                 rank += 1;
             }
         }
-        *perm.add(rank) = i as f64;
+        perm.set_unchecked(rank, i as f64);
         i += nt;
     }
     thread::sync_threads();
     let mut i = tid;
     while i < bb {
         let (row, r) = (i / bu, i % bu);
-        *ritz.add(i) = *space.z(row, *perm.add(r) as usize);
+        ritz.set_unchecked(i, *space.z(row, perm.get_unchecked(r) as usize));
         i += nt;
     }
-    let theta0 = (*vals.add(*perm as usize)).max(0.0);
+    let theta0 = vals.get_unchecked(perm.get_unchecked(0) as usize).max(0.0);
     let mut i = tid;
     while i < bu {
-        let th = *vals.add(*perm.add(i) as usize);
-        *theta.add(i) = th;
+        let th = vals.get_unchecked(perm.get_unchecked(i) as usize);
+        theta.set_unchecked(i, th);
         let s = math::sqrt(th.max(0.0));
-        *sigma.add(i) = s;
-        *inv_sigma.add(i) = if th > NULL_THRESHOLD * theta0 && s > 0.0 { 1.0 / s } else { 0.0 };
+        sigma.set_unchecked(i, s);
+        inv_sigma.set_unchecked(i, if th > NULL_THRESHOLD * theta0 && s > 0.0 { 1.0 / s } else { 0.0 });
         i += nt;
     }
 }
@@ -421,60 +448,64 @@ pub unsafe fn ritz_eigen(
 /// triangular) and `r2 = [ritz·E; ritz·F]` (`2b × b`), so that the next basis is
 /// `[Q Y]·r2·R⁻¹`. Columns go in order of decreasing θ, so the leading ones change least. A pivot
 /// that lost all but 12 digits (a numerically dependent column) is floored there.
+///
+/// # Safety
+/// As for [`ritz_eigen`], with `b × b` of `d` and `ritz`, `b` of `theta`, `b × b` of `rinv`,
+/// `2b × b` of `r2` and one flag of `converged` per image.
 #[kernel]
 pub unsafe fn orthonormalize_weights(
-    d: *const f64,
-    theta: *const f64,
-    ritz: *const f64,
+    d: &[f64],
+    theta: &[f64],
+    ritz: &[f64],
     b: u32,
     k: u32,
     tol: f64,
-    scratch: *mut f64,
-    rinv: *mut f64,
-    r2: *mut f64,
-    converged: *mut u32,
+    scratch: &mut [f64],
+    rinv: &mut [f64],
+    r2: &mut [f64],
+    converged: &mut [u32],
 ) {
     let img = thread::block_idx_x() as usize;
     let bu = b as usize;
     let bb = bu * bu;
-    let d = d.add(img * bb);
-    let theta = theta.add(img * bu);
-    let ritz = ritz.add(img * bb);
-    let scratch = scratch.add(img * eigen_scratch(b) as usize);
-    let space = JacobiSpace::new(scratch, bu);
-    let e = scratch.add(jacobi_elements(b) as usize);
-    let f = e.add(bu);
-    let (rinv, r2) = (rinv.add(img * bb), r2.add(img * 2 * bb));
+    let d = d.sub_unchecked(img * bb, bb);
+    let theta = theta.sub_unchecked(img * bu, bu);
+    let ritz = ritz.sub_unchecked(img * bb, bb);
+    let (mut scratch, work) = image_scratch(scratch, b);
+    let space = JacobiSpace::new(scratch.as_mut_ptr(), bu);
+    let (mut e, mut f) = (scratch.sub_unchecked(work, bu), scratch.sub_unchecked(work + bu, bu));
+    let (mut rinv, mut r2) = (rinv.sub_unchecked(img * bb, bb), r2.sub_unchecked(img * 2 * bb, 2 * bb));
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
     let flag = shared::region::<u32>(0, 1);
     if tid == 0 {
         flag.write(0, 1);
     }
     thread::sync_threads();
-    let theta0 = (*theta).max(0.0);
+    let theta0 = theta.get_unchecked(0).max(0.0);
     let mut i = tid;
     while i < bu {
-        let th = *theta.add(i);
-        let di = *d.add(i * bu + i);
+        let th = theta.get_unchecked(i);
+        let di = d.get_unchecked(i * bu + i);
         let good = th > NULL_THRESHOLD * theta0 && di > 0.0;
         let residual = math::sqrt((di - th * th).max(0.0));
         if (i as u32) < k && good && residual > tol * math::sqrt(theta0 * th) {
             flag.write(0, 0);
         }
-        *e.add(i) = if good { 0.0 } else { 1.0 };
-        *f.add(i) = if good { 1.0 / math::sqrt(di) } else { 0.0 };
+        e.set_unchecked(i, if good { 0.0 } else { 1.0 });
+        f.set_unchecked(i, if good { 1.0 / math::sqrt(di) } else { 0.0 });
         i += nt;
     }
     thread::sync_threads();
     if tid == 0 {
-        *converged.add(img) = flag.read(0);
+        converged.set_unchecked(img, flag.read(0));
     }
     // W (upper triangle) into x; its diagonal also into z's first row, for the pivot floors.
     let mut i = tid;
     while i < bb {
         let (r, c) = (i / bu, i % bu);
         if r <= c {
-            let w = *f.add(r) * *d.add(i) * *f.add(c) + if r == c { *e.add(r) } else { 0.0 };
+            let w = f.get_unchecked(r) * d.get_unchecked(i) * f.get_unchecked(c)
+                + if r == c { e.get_unchecked(r) } else { 0.0 };
             *space.x(r, c) = w;
             if r == c {
                 *space.z(0, c) = w;
@@ -543,15 +574,15 @@ pub unsafe fn orthonormalize_weights(
     thread::sync_threads();
     let mut i = tid;
     while i < bb {
-        *rinv.add(i) = *space.z(i / bu, i % bu);
+        rinv.set_unchecked(i, *space.z(i / bu, i % bu));
         i += nt;
     }
     let mut i = tid;
     while i < bb {
         let c = i % bu;
-        let v = *ritz.add(i);
-        *r2.add(i) = v * *e.add(c);
-        *r2.add(bb + i) = v * *f.add(c);
+        let v = ritz.get_unchecked(i);
+        r2.set_unchecked(i, v * e.get_unchecked(c));
+        r2.set_unchecked(bb + i, v * f.get_unchecked(c));
         i += nt;
     }
 }
