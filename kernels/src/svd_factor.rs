@@ -311,15 +311,18 @@ unsafe fn image_scratch(scratch: SliceMut<f64>, b: u32) -> (SliceMut<f64>, usize
     )
 }
 
-/// One image's Jacobi work space: matrix `x` and accumulator `z` (row stride `ld`) and the
-/// per-round rotations; in shared memory when the launch gave [`jacobi_shared_bytes`], else in
-/// global scratch.
+/// One image's Jacobi work space: matrix `x` and accumulator `z` (`b × b`, row stride `ld`) and
+/// the per-round rotations; in shared memory when the launch gave [`jacobi_shared_bytes`], else in
+/// global scratch. Like shared memory's arrays, its accessors are unchecked on the GPU (the
+/// solver's hot loops) and checked in the simulator.
 #[derive(Clone, Copy)]
 struct JacobiSpace {
     x: *mut f64,
     z: *mut f64,
     rot: *mut f64,
     ld: usize,
+    /// The matrices' size `b`, for the simulator's checks.
+    size: usize,
 }
 
 impl JacobiSpace {
@@ -331,19 +334,64 @@ impl JacobiSpace {
         } else {
             scratch
         };
-        JacobiSpace { x: base, z: base.add(b * ld), rot: base.add(2 * b * ld), ld }
+        JacobiSpace { x: base, z: base.add(b * ld), rot: base.add(2 * b * ld), ld, size: b }
     }
 
-    /// Element `(i, j)` of the matrix.
+    /// The offset of element `(i, j)` of a matrix; in the simulator, checks `i, j < b`.
     #[inline(always)]
-    unsafe fn x(self, i: usize, j: usize) -> *mut f64 {
-        self.x.add(i * self.ld + j)
+    #[track_caller]
+    fn offset(self, i: usize, j: usize) -> usize {
+        #[cfg(target_arch = "nvptx64")]
+        let _ = self.size;
+        #[cfg(not(target_arch = "nvptx64"))]
+        assert!(i < self.size && j < self.size, "Jacobi element ({i}, {j}) of a {0} × {0} matrix", self.size);
+        i * self.ld + j
     }
 
-    /// Element `(i, j)` of the accumulated rotations.
+    /// Element `(i, j)` of the matrix (`i, j < b`; no other thread writes it meanwhile).
     #[inline(always)]
-    unsafe fn z(self, i: usize, j: usize) -> *mut f64 {
-        self.z.add(i * self.ld + j)
+    #[track_caller]
+    unsafe fn x(self, i: usize, j: usize) -> f64 {
+        *self.x.add(self.offset(i, j))
+    }
+
+    /// Writes element `(i, j)` of the matrix (`i, j < b`; no other thread accesses it meanwhile).
+    #[inline(always)]
+    #[track_caller]
+    unsafe fn set_x(self, i: usize, j: usize, value: f64) {
+        *self.x.add(self.offset(i, j)) = value;
+    }
+
+    /// Element `(i, j)` of the accumulated rotations (as for [`JacobiSpace::x`]).
+    #[inline(always)]
+    #[track_caller]
+    unsafe fn z(self, i: usize, j: usize) -> f64 {
+        *self.z.add(self.offset(i, j))
+    }
+
+    /// Writes element `(i, j)` of the accumulated rotations (as for [`JacobiSpace::set_x`]).
+    #[inline(always)]
+    #[track_caller]
+    unsafe fn set_z(self, i: usize, j: usize, value: f64) {
+        *self.z.add(self.offset(i, j)) = value;
+    }
+
+    /// Rotation `t` of the current round (`t < half`, the round's pair count): `(c, s, p, q)`.
+    /// The `2·half` values c, s come first, then the pairs as u32.
+    #[inline(always)]
+    unsafe fn rotation(self, half: usize, t: usize) -> (f64, f64, usize, usize) {
+        let pq = self.rot.add(2 * half) as *const u32;
+        (*self.rot.add(2 * t), *self.rot.add(2 * t + 1), *pq.add(2 * t) as usize, *pq.add(2 * t + 1) as usize)
+    }
+
+    /// Stores rotation `t` of the current round (see [`JacobiSpace::rotation`]).
+    #[inline(always)]
+    unsafe fn set_rotation(self, half: usize, t: usize, (c, s, p, q): (f64, f64, usize, usize)) {
+        let pq = self.rot.add(2 * half) as *mut u32;
+        *self.rot.add(2 * t) = c;
+        *self.rot.add(2 * t + 1) = s;
+        *pq.add(2 * t) = p as u32;
+        *pq.add(2 * t + 1) = q as u32;
     }
 }
 
@@ -388,8 +436,8 @@ pub unsafe fn ritz_eigen(
     let mut i = tid;
     while i < bb {
         let (r, c) = (i / bu, i % bu);
-        *space.x(r, c) = 0.5 * (t_in.get_unchecked(i) + t_in.get_unchecked(c * bu + r));
-        *space.z(r, c) = if r == c { 1.0 } else { 0.0 };
+        space.set_x(r, c, 0.5 * (t_in.get_unchecked(i) + t_in.get_unchecked(c * bu + r)));
+        space.set_z(r, c, if r == c { 1.0 } else { 0.0 });
         i += nt;
     }
     thread::sync_threads();
@@ -398,7 +446,7 @@ pub unsafe fn ritz_eigen(
     // Largest first: perm[rank] = index.
     let mut i = tid;
     while i < bu {
-        vals.set_unchecked(i, *space.x(i, i));
+        vals.set_unchecked(i, space.x(i, i));
         i += nt;
     }
     thread::sync_threads();
@@ -419,7 +467,7 @@ pub unsafe fn ritz_eigen(
     let mut i = tid;
     while i < bb {
         let (row, r) = (i / bu, i % bu);
-        ritz.set_unchecked(i, *space.z(row, perm.get_unchecked(r) as usize));
+        ritz.set_unchecked(i, space.z(row, perm.get_unchecked(r) as usize));
         i += nt;
     }
     let theta0 = vals.get_unchecked(perm.get_unchecked(0) as usize).max(0.0);
@@ -506,9 +554,9 @@ pub unsafe fn orthonormalize_weights(
         if r <= c {
             let w = f.get_unchecked(r) * d.get_unchecked(i) * f.get_unchecked(c)
                 + if r == c { e.get_unchecked(r) } else { 0.0 };
-            *space.x(r, c) = w;
+            space.set_x(r, c, w);
             if r == c {
-                *space.z(0, c) = w;
+                space.set_z(0, c, w);
             }
         }
         i += nt;
@@ -518,14 +566,14 @@ pub unsafe fn orthonormalize_weights(
     // product divided by the pivot (floored) from the trailing upper triangle; row j itself is
     // final from then on and is scaled into row j of R at the end.
     for j in 0..bu {
-        let inv = 1.0 / (*space.x(j, j)).max(1e-12 * *space.z(0, j)).max(f64::MIN_POSITIVE);
+        let inv = 1.0 / space.x(j, j).max(1e-12 * space.z(0, j)).max(f64::MIN_POSITIVE);
         // Warp per row, lanes along the row.
         let mut r = j + 1 + tid / 32;
         while r < bu {
-            let xjr = *space.x(j, r) * inv;
+            let xjr = space.x(j, r) * inv;
             let mut c = r + tid % 32;
             while c < bu {
-                *space.x(r, c) -= xjr * *space.x(j, c);
+                space.set_x(r, c, space.x(r, c) - xjr * space.x(j, c));
                 c += 32;
             }
             r += nt.div_ceil(32);
@@ -535,7 +583,7 @@ pub unsafe fn orthonormalize_weights(
     // The pivots √max(x_jj, floor) replace the floors in z's first row; then the rows are scaled.
     let mut j = tid;
     while j < bu {
-        *space.z(0, j) = math::sqrt((*space.x(j, j)).max(1e-12 * *space.z(0, j)).max(f64::MIN_POSITIVE));
+        space.set_z(0, j, math::sqrt(space.x(j, j).max(1e-12 * space.z(0, j)).max(f64::MIN_POSITIVE)));
         j += nt;
     }
     thread::sync_threads();
@@ -543,14 +591,14 @@ pub unsafe fn orthonormalize_weights(
     while i < bb {
         let (r, c) = (i / bu, i % bu);
         if r < c {
-            *space.x(r, c) /= *space.z(0, r);
+            space.set_x(r, c, space.x(r, c) / space.z(0, r));
         }
         i += nt;
     }
     thread::sync_threads();
     let mut j = tid;
     while j < bu {
-        *space.x(j, j) = *space.z(0, j);
+        space.set_x(j, j, space.z(0, j));
         j += nt;
     }
     thread::sync_threads();
@@ -563,18 +611,18 @@ pub unsafe fn orthonormalize_weights(
             } else {
                 let mut acc = if r == c { 1.0 } else { 0.0 };
                 for l in r + 1..=c {
-                    acc -= *space.x(r, l) * *space.z(l, c);
+                    acc -= space.x(r, l) * space.z(l, c);
                 }
-                acc / *space.x(r, r)
+                acc / space.x(r, r)
             };
-            *space.z(r, c) = value;
+            space.set_z(r, c, value);
         }
         c += nt;
     }
     thread::sync_threads();
     let mut i = tid;
     while i < bb {
-        rinv.set_unchecked(i, *space.z(i / bu, i % bu));
+        rinv.set_unchecked(i, space.z(i / bu, i % bu));
         i += nt;
     }
     let mut i = tid;
@@ -607,31 +655,27 @@ unsafe fn jacobi(space: JacobiSpace, n: usize) {
     let players = n + n % 2;
     let half = players / 2;
     let flag = shared::region::<u32>(0, 1);
-    // Per pair t: c and s at rot[2t], rot[2t + 1]; p and q (u32) after the 2·half values.
-    let (cs, pq) = (space.rot, space.rot.add(2 * half) as *mut u32);
     if players < 2 {
         thread::sync_threads();
         return;
     }
     let mut anorm = 0.0f64;
     for l in 0..n {
-        anorm = anorm.max(math::abs(*space.x(l, l)));
+        anorm = anorm.max(math::abs(space.x(l, l)));
     }
     let noise = JACOBI_NOISE * anorm;
     // The skip threshold of the pair (p, q).
     let threshold = |p: usize, q: usize| -> f64 {
-        (f64::EPSILON * math::sqrt(math::abs(*space.x(p, p) * *space.x(q, q)))).max(noise)
+        (f64::EPSILON * math::sqrt(math::abs(space.x(p, p) * space.x(q, q)))).max(noise)
     };
     // Element (i, j) of x, 0 outside the matrix (the odd size's dummy player).
-    let get = |i: usize, j: usize| -> f64 { if i < n && j < n { *space.x(i, j) } else { 0.0 } };
+    let get = |i: usize, j: usize| -> f64 { if i < n && j < n { space.x(i, j) } else { 0.0 } };
     let put = |i: usize, j: usize, v: f64| {
         if i < n && j < n {
-            *space.x(i, j) = v;
+            space.set_x(i, j, v);
         }
     };
-    let pair = |t: usize| -> (f64, f64, usize, usize) {
-        (*cs.add(2 * t), *cs.add(2 * t + 1), *pq.add(2 * t) as usize, *pq.add(2 * t + 1) as usize)
-    };
+    let pair = |t: usize| space.rotation(half, t);
     for _sweep in 0..MAX_SWEEPS {
         if tid == 0 {
             flag.write(0, 0);
@@ -641,7 +685,7 @@ unsafe fn jacobi(space: JacobiSpace, n: usize) {
         while p < n {
             let mut q = p + 1 + lane;
             while q < n {
-                if math::abs(*space.x(p, q)) > threshold(p, q) {
+                if math::abs(space.x(p, q)) > threshold(p, q) {
                     flag.write(0, 1);
                 }
                 q += 32;
@@ -663,19 +707,16 @@ unsafe fn jacobi(space: JacobiSpace, n: usize) {
                 let (p, q) = (p.min(q), p.max(q));
                 let (mut c, mut s) = (1.0, 0.0);
                 if q < n {
-                    let apq = *space.x(p, q);
+                    let apq = space.x(p, q);
                     if math::abs(apq) > threshold(p, q) {
-                        let tau = (*space.x(q, q) - *space.x(p, p)) / (2.0 * apq);
+                        let tau = (space.x(q, q) - space.x(p, p)) / (2.0 * apq);
                         let tt = if tau >= 0.0 { 1.0 } else { -1.0 }
                             / (math::abs(tau) + math::sqrt(math::fma(tau, tau, 1.0)));
                         c = 1.0 / math::sqrt(math::fma(tt, tt, 1.0));
                         s = tt * c;
                     }
                 }
-                *cs.add(2 * t) = c;
-                *cs.add(2 * t + 1) = s;
-                *pq.add(2 * t) = p as u32;
-                *pq.add(2 * t + 1) = q as u32;
+                space.set_rotation(half, t, (c, s, p, q));
                 t += nt;
             }
             thread::sync_threads();
@@ -721,9 +762,9 @@ unsafe fn jacobi(space: JacobiSpace, n: usize) {
                 if s != 0.0 {
                     let mut row = lane;
                     while row < n {
-                        let (x, y) = (*space.z(row, p), *space.z(row, q));
-                        *space.z(row, p) = c * x - s * y;
-                        *space.z(row, q) = s * x + c * y;
+                        let (x, y) = (space.z(row, p), space.z(row, q));
+                        space.set_z(row, p, c * x - s * y);
+                        space.set_z(row, q, s * x + c * y);
                         row += 32;
                     }
                 }
