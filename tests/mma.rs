@@ -11,6 +11,7 @@ use kernels::mma_probe::{
     CP_ASYNC_PROBE, MMA_BF16_PROBE, MMA_F16_PROBE, MMA_F64_PROBE, MMA_TF32_PROBE, TF32_ROUND_PROBE,
     WGMMA_PROBE_SHARED_BYTES, WGMMA_TF32_PROBE,
 };
+use kernels::{Slice, SliceMut};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
@@ -110,8 +111,7 @@ fn tf32_mma_matches_reference() {
             let (da, db, dc) =
                 (device.upload(&a).unwrap(), device.upload(&b).unwrap(), device.upload(&c).unwrap());
             let mut dd = device.alloc::<f32>(16 * 8).unwrap();
-            let args = (da.as_kernel_ptr(), db.as_kernel_ptr(), dc.as_kernel_ptr(), dd.as_kernel_mut_ptr());
-            unsafe { device.launch(&MMA_TF32_PROBE, warp(), args).unwrap() };
+            unsafe { device.launch(&MMA_TF32_PROBE, warp(), (&da, &db, &dc, &mut dd)).unwrap() };
             let got: Vec<f64> = device.download(&dd).unwrap().into_iter().map(f64::from).collect();
             let wide = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
             let want = reference(&wide(&a), &wide(&b), &wide(&c), (16, 8, 8));
@@ -145,13 +145,7 @@ fn tf32_wgmma_matches_reference() {
             for from_registers in [0u32, 1] {
                 let mut dd = device.alloc::<f32>(64 * 128).unwrap();
                 let cfg = LaunchConfig::for_1d(128, 128).with_shared_bytes(WGMMA_PROBE_SHARED_BYTES);
-                let args = (
-                    da.as_kernel_ptr(),
-                    db.as_kernel_ptr(),
-                    dc.as_kernel_ptr(),
-                    dd.as_kernel_mut_ptr(),
-                    from_registers,
-                );
+                let args = (&da, &db, &dc, &mut dd, from_registers);
                 unsafe { device.launch(&WGMMA_TF32_PROBE, cfg, args).unwrap() };
                 let got: Vec<f64> = device.download(&dd).unwrap().into_iter().map(f64::from).collect();
                 let what =
@@ -184,7 +178,7 @@ fn bf16_bits(x: f64) -> u16 {
 
 #[test]
 fn f16_and_bf16_mma_match_reference() {
-    type Probe = kernels::KernelFn<(*const u16, *const u16, *const f32, *mut f32)>;
+    type Probe = kernels::KernelFn<(Slice<u16>, Slice<u16>, Slice<f32>, SliceMut<f32>)>;
     /// Name, probe kernel, encoder of exact values.
     type Kind = (&'static str, &'static Probe, fn(f64) -> u16);
     let kinds: [Kind; 2] = [("f16", &MMA_F16_PROBE, f16_bits), ("bf16", &MMA_BF16_PROBE, bf16_bits)];
@@ -202,9 +196,7 @@ fn f16_and_bf16_mma_match_reference() {
                     |v: &[f64]| device.upload(&v.iter().map(|&x| bits(x)).collect::<Vec<u16>>()).unwrap();
                 let (da, db, dc) = (up(&a), up(&b), device.upload(&c).unwrap());
                 let mut dd = device.alloc::<f32>(16 * 8).unwrap();
-                let args =
-                    (da.as_kernel_ptr(), db.as_kernel_ptr(), dc.as_kernel_ptr(), dd.as_kernel_mut_ptr());
-                unsafe { device.launch(probe, warp(), args).unwrap() };
+                unsafe { device.launch(probe, warp(), (&da, &db, &dc, &mut dd)).unwrap() };
                 let got: Vec<f64> = device.download(&dd).unwrap().into_iter().map(f64::from).collect();
                 let c64: Vec<f64> = c.iter().map(|&x| x as f64).collect();
                 let want = reference(&a, &b, &c64, (16, 8, 16));
@@ -227,8 +219,7 @@ fn f64_mma_matches_reference() {
             let (da, db, dc) =
                 (device.upload(&a).unwrap(), device.upload(&b).unwrap(), device.upload(&c).unwrap());
             let mut dd = device.alloc::<f64>(64).unwrap();
-            let args = (da.as_kernel_ptr(), db.as_kernel_ptr(), dc.as_kernel_ptr(), dd.as_kernel_mut_ptr());
-            unsafe { device.launch(&MMA_F64_PROBE, warp(), args).unwrap() };
+            unsafe { device.launch(&MMA_F64_PROBE, warp(), (&da, &db, &dc, &mut dd)).unwrap() };
             let got = device.download(&dd).unwrap();
             check("f64 m8n8k4", &device, &got, reference(&a, &b, &c, (8, 8, 4)), integers, 1e-15);
         }
@@ -279,11 +270,7 @@ fn tf32_rounding_is_exact() {
         let dx = device.upload(&x).unwrap();
         let mut dy = device.alloc::<f32>(x.len()).unwrap();
         let cfg = LaunchConfig::for_grid_stride(x.len(), 128, 8);
-        unsafe {
-            device
-                .launch(&TF32_ROUND_PROBE, cfg, (dx.as_kernel_ptr(), dy.as_kernel_mut_ptr(), x.len() as u32))
-                .unwrap()
-        };
+        unsafe { device.launch(&TF32_ROUND_PROBE, cfg, (&dx, &mut dy)).unwrap() };
         for (&v, got) in x.iter().zip(device.download(&dy).unwrap()) {
             let want = tf32_reference(v);
             assert_eq!(
@@ -307,11 +294,7 @@ fn cp_async_copies_and_zero_fills() {
         for valid in [0u32, 1, 5, 31, 33, 47, 50, 63, 64] {
             let mut dst = device.alloc::<f32>(64).unwrap();
             let cfg = LaunchConfig::for_1d(16, 16).with_shared_bytes(256);
-            unsafe {
-                device
-                    .launch(&CP_ASYNC_PROBE, cfg, (dsrc.as_kernel_ptr(), dst.as_kernel_mut_ptr(), valid))
-                    .unwrap()
-            };
+            unsafe { device.launch(&CP_ASYNC_PROBE, cfg, (&dsrc, &mut dst, valid)).unwrap() };
             let got = device.download(&dst).unwrap();
             for (i, &g) in got.iter().enumerate() {
                 let want = if (i as u32) < valid { src[i] } else { 0.0 };

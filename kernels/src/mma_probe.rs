@@ -7,42 +7,32 @@
 //! and stores its fragment of `D` the same way.
 
 use crate::mma::{self, m16n8_c_coords};
+use crate::slice::{Matrix, MatrixMut};
 use crate::{kernel, shared, thread, warp};
 
 /// Loads this lane's four `C` elements of a 16 × 8 matrix.
 #[inline(always)]
-unsafe fn load_c16x8(c: *const f32, lane: u32) -> [f32; 4] {
-    core::array::from_fn(|r| {
-        let (i, j) = m16n8_c_coords(lane, r as u32);
-        // SAFETY: the kernel's contract: `c` is 16 × 8.
-        unsafe { *c.add((i * 8 + j) as usize) }
-    })
+fn load_c16x8(c: Matrix<f32>, lane: u32) -> [f32; 4] {
+    core::array::from_fn(|r| c[m16n8_c_coords(lane, r as u32)])
 }
 
 /// Stores this lane's four `D` elements of a 16 × 8 matrix.
 #[inline(always)]
-unsafe fn store_d16x8(d: *mut f32, lane: u32, values: [f32; 4]) {
+fn store_d16x8(mut d: MatrixMut<f32>, lane: u32, values: [f32; 4]) {
     for (r, value) in (0u32..).zip(values) {
-        let (i, j) = m16n8_c_coords(lane, r);
-        // SAFETY: the kernel's contract: `d` is 16 × 8.
-        unsafe { *d.add((i * 8 + j) as usize) = value };
+        d[m16n8_c_coords(lane, r)] = value;
     }
 }
 
 /// `d = a·b + c` through [`mma::mma_tf32_m16n8k8`]: `a` 16 × 8, `b` 8 × 8, `c`, `d` 16 × 8. The
 /// operands are passed as they are (no rounding to tf32).
 #[kernel]
-pub unsafe fn mma_tf32_probe(a: *const f32, b: *const f32, c: *const f32, d: *mut f32) {
+pub fn mma_tf32_probe(a: &[f32], b: &[f32], c: &[f32], d: &mut [f32]) {
     let lane = warp::lane_id();
-    let af = core::array::from_fn(|r| {
-        let (i, p) = mma::tf32_a_coords(lane, r as u32);
-        *a.add((i * 8 + p) as usize)
-    });
-    let bf = core::array::from_fn(|r| {
-        let (p, j) = mma::tf32_b_coords(lane, r as u32);
-        *b.add((p * 8 + j) as usize)
-    });
-    store_d16x8(d, lane, mma::mma_tf32_m16n8k8(af, bf, load_c16x8(c, lane)));
+    let (a, b) = (a.matrix(16, 8), b.matrix(8, 8));
+    let af = core::array::from_fn(|r| a[mma::tf32_a_coords(lane, r as u32)]);
+    let bf = core::array::from_fn(|r| b[mma::tf32_b_coords(lane, r as u32)]);
+    store_d16x8(d.matrix(16, 8), lane, mma::mma_tf32_m16n8k8(af, bf, load_c16x8(c.matrix(16, 8), lane)));
 }
 
 /// Packs halves `2r` and `2r + 1` of a fragment (low half first).
@@ -53,63 +43,52 @@ fn pack<const N: usize>(halves: [u16; N], r: usize) -> u32 {
 
 /// The 16-bit fragments of `a` (16 × 16) and `b` (16 × 8) for the m16n8k16 operations.
 #[inline(always)]
-unsafe fn load_k16(a: *const u16, b: *const u16, lane: u32) -> ([u32; 4], [u32; 2]) {
-    let ah: [u16; 8] = core::array::from_fn(|h| {
-        let (i, p) = mma::m16n8k16_a_coords(lane, h as u32);
-        // SAFETY: the kernel's contract: `a` is 16 × 16.
-        unsafe { *a.add((i * 16 + p) as usize) }
-    });
-    let bh: [u16; 4] = core::array::from_fn(|h| {
-        let (p, j) = mma::m16n8k16_b_coords(lane, h as u32);
-        // SAFETY: the kernel's contract: `b` is 16 × 8.
-        unsafe { *b.add((p * 8 + j) as usize) }
-    });
+fn load_k16(a: Matrix<u16>, b: Matrix<u16>, lane: u32) -> ([u32; 4], [u32; 2]) {
+    let ah: [u16; 8] = core::array::from_fn(|h| a[mma::m16n8k16_a_coords(lane, h as u32)]);
+    let bh: [u16; 4] = core::array::from_fn(|h| b[mma::m16n8k16_b_coords(lane, h as u32)]);
     (core::array::from_fn(|r| pack(ah, r)), core::array::from_fn(|r| pack(bh, r)))
 }
 
 /// `d = a·b + c` through [`mma::mma_f16_m16n8k16`]: `a` 16 × 16 and `b` 16 × 8 as IEEE f16 bit
 /// patterns, `c`, `d` 16 × 8 f32.
 #[kernel]
-pub unsafe fn mma_f16_probe(a: *const u16, b: *const u16, c: *const f32, d: *mut f32) {
+pub fn mma_f16_probe(a: &[u16], b: &[u16], c: &[f32], d: &mut [f32]) {
     let lane = warp::lane_id();
-    let (af, bf) = load_k16(a, b, lane);
-    store_d16x8(d, lane, mma::mma_f16_m16n8k16(af, bf, load_c16x8(c, lane)));
+    let (af, bf) = load_k16(a.matrix(16, 16), b.matrix(16, 8), lane);
+    store_d16x8(d.matrix(16, 8), lane, mma::mma_f16_m16n8k16(af, bf, load_c16x8(c.matrix(16, 8), lane)));
 }
 
 /// `d = a·b + c` through [`mma::mma_bf16_m16n8k16`]: `a` 16 × 16 and `b` 16 × 8 as bfloat16 bit
 /// patterns, `c`, `d` 16 × 8 f32.
 #[kernel]
-pub unsafe fn mma_bf16_probe(a: *const u16, b: *const u16, c: *const f32, d: *mut f32) {
+pub fn mma_bf16_probe(a: &[u16], b: &[u16], c: &[f32], d: &mut [f32]) {
     let lane = warp::lane_id();
-    let (af, bf) = load_k16(a, b, lane);
-    store_d16x8(d, lane, mma::mma_bf16_m16n8k16(af, bf, load_c16x8(c, lane)));
+    let (af, bf) = load_k16(a.matrix(16, 16), b.matrix(16, 8), lane);
+    store_d16x8(d.matrix(16, 8), lane, mma::mma_bf16_m16n8k16(af, bf, load_c16x8(c.matrix(16, 8), lane)));
 }
 
 /// `d = a·b + c` through [`mma::mma_f64_m8n8k4`]: `a` 8 × 4, `b` 4 × 8, `c`, `d` 8 × 8, f64.
 #[kernel]
-pub unsafe fn mma_f64_probe(a: *const f64, b: *const f64, c: *const f64, d: *mut f64) {
+pub fn mma_f64_probe(a: &[f64], b: &[f64], c: &[f64], d: &mut [f64]) {
     let lane = warp::lane_id();
-    let (i, p) = mma::f64_a_coords(lane);
-    let av = *a.add((i * 4 + p) as usize);
-    let (p, j) = mma::f64_b_coords(lane);
-    let bv = *b.add((p * 8 + j) as usize);
-    let cv = core::array::from_fn(|r| {
-        let (i, j) = mma::f64_c_coords(lane, r as u32);
-        *c.add((i * 8 + j) as usize)
-    });
+    let (c, mut d) = (c.matrix(8, 8), d.matrix(8, 8));
+    let av = a.matrix(8, 4)[mma::f64_a_coords(lane)];
+    let bv = b.matrix(4, 8)[mma::f64_b_coords(lane)];
+    let cv = core::array::from_fn(|r| c[mma::f64_c_coords(lane, r as u32)]);
     for (r, value) in (0u32..).zip(mma::mma_f64_m8n8k4(av, bv, cv)) {
-        let (i, j) = mma::f64_c_coords(lane, r);
-        *d.add((i * 8 + j) as usize) = value;
+        d[mma::f64_c_coords(lane, r)] = value;
     }
 }
 
-/// `y[i] = to_tf32(x[i])` for `n` values ([`mma::to_tf32`]). Any 1-D launch (grid-stride loop).
+/// `y[i] = to_tf32(x[i])` for every `i < y.len()` (`x` at least as long) ([`mma::to_tf32`]). Any
+/// 1-D launch (grid-stride loop).
 #[kernel]
-pub unsafe fn tf32_round_probe(x: *const f32, y: *mut f32, n: u32) {
-    let mut i = thread::index_1d();
-    while i < n {
-        *y.add(i as usize) = mma::to_tf32(*x.add(i as usize));
-        i += thread::grid_stride_1d();
+pub fn tf32_round_probe(x: &[f32], y: &mut [f32]) {
+    let x = x.sub(0, y.len());
+    let mut i = thread::index_1d() as usize;
+    while i < y.len() {
+        y[i] = mma::to_tf32(x[i]);
+        i += thread::grid_stride_1d() as usize;
     }
 }
 
@@ -117,13 +96,17 @@ pub unsafe fn tf32_round_probe(x: *const f32, y: *mut f32, n: u32) {
 /// 16-byte copies, 32..48 as 8-byte, 48..64 as 4-byte — reading only the first `valid` floats
 /// (the rest zero-filled), waits for the groups one by one, then writes the shared copy to `dst`.
 /// One block of 16 threads, 256 bytes of dynamic shared memory; `src` aligned to 16 bytes.
+///
+/// # Safety
+/// `src` holds `valid ≤ 64` floats (the copies read them unchecked) and is 16-byte aligned; the
+/// launch is as stated.
 #[kernel]
-pub unsafe fn cp_async_probe(src: *const f32, dst: *mut f32, valid: u32) {
+pub unsafe fn cp_async_probe(src: &[f32], dst: &mut [f32], valid: u32) {
     let t = thread::thread_idx_x();
     let tile = shared::region::<f32>(0, 64);
     let base = mma::shared_address(tile.as_ptr());
     let bytes = |first: u32, count: u32| valid.saturating_sub(first).min(count) * 4;
-    let at = |first: u32| if bytes(first, 1) > 0 { src.add(first as usize) } else { src };
+    let at = |first: u32| if bytes(first, 1) > 0 { src.as_ptr().add(first as usize) } else { src.as_ptr() };
     // Group 1: 8 × 16 bytes (threads 0..8).
     if t < 8 {
         mma::cp_async_16(base + 16 * t, at(4 * t), bytes(4 * t, 4));
@@ -143,9 +126,10 @@ pub unsafe fn cp_async_probe(src: *const f32, dst: *mut f32, valid: u32) {
     mma::cp_async_wait_group::<1>();
     mma::cp_async_wait_group::<0>();
     thread::sync_threads();
+    let mut dst = dst.sub(0, 64);
     for q in 0..4 {
         let i = (q * 16 + t) as usize;
-        *dst.add(i) = tile.read(i);
+        dst[i] = tile.read(i);
     }
 }
 
@@ -160,15 +144,14 @@ pub const WGMMA_PROBE_SHARED_BYTES: u32 = (64 + 128) * mma::WGMMA_ROW_BYTES + mm
 /// [`mma::wgmma_m64_a_coords`]. The operands are passed as they are (the tensor cores truncate them
 /// to tf32). One block of one warpgroup (128 threads), [`WGMMA_PROBE_SHARED_BYTES`] of dynamic
 /// shared memory. Only in the sm_90a module.
+///
+/// # Safety
+/// The launch is as stated (the shared tiles are written unchecked).
 #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))]
 #[kernel]
-pub unsafe fn wgmma_tf32_probe(
-    a: *const f32,
-    b: *const f32,
-    c: *const f32,
-    d: *mut f32,
-    a_from_registers: u32,
-) {
+pub unsafe fn wgmma_tf32_probe(a: &[f32], b: &[f32], c: &[f32], d: &mut [f32], a_from_registers: u32) {
+    let (a, b) = (a.matrix(64, 8), b.matrix(128, 8));
+    let (c, mut d) = (c.matrix(64, 128), d.matrix(64, 128));
     let tid = thread::thread_idx_x();
     let smem = shared::region::<f32>(0, (WGMMA_PROBE_SHARED_BYTES / 4) as usize);
     let raw = mma::shared_address(smem.as_ptr());
@@ -178,21 +161,15 @@ pub unsafe fn wgmma_tf32_probe(
     let mut e = tid;
     while e < 128 * 8 {
         if e < 64 * 8 {
-            smem.write(word(a_tile, e / 8, e % 8), *a.add(e as usize));
+            smem.write(word(a_tile, e / 8, e % 8), a[(e / 8, e % 8)]);
         }
-        smem.write(word(b_tile, e / 8, e % 8), *b.add(e as usize));
+        smem.write(word(b_tile, e / 8, e % 8), b[(e / 8, e % 8)]);
         e += 128;
     }
     mma::fence_proxy_async_shared();
     thread::sync_threads();
-    let mut acc: [f32; 64] = core::array::from_fn(|r| {
-        let (i, j) = mma::wgmma_m64_c_coords(tid, r as u32);
-        *c.add((i * 128 + j) as usize)
-    });
-    let a_fragment: [f32; 4] = core::array::from_fn(|r| {
-        let (i, p) = mma::wgmma_m64_a_coords(tid, r as u32);
-        *a.add((i * 8 + p) as usize)
-    });
+    let mut acc: [f32; 64] = core::array::from_fn(|r| c[mma::wgmma_m64_c_coords(tid, r as u32)]);
+    let a_fragment: [f32; 4] = core::array::from_fn(|r| a[mma::wgmma_m64_a_coords(tid, r as u32)]);
     let b_descriptor = mma::wgmma_descriptor_sw128(b_tile);
     mma::wgmma_fence();
     if a_from_registers != 0 {
@@ -203,7 +180,6 @@ pub unsafe fn wgmma_tf32_probe(
     mma::wgmma_commit_group();
     mma::wgmma_wait_group::<0>();
     for (r, value) in (0u32..).zip(acc) {
-        let (i, j) = mma::wgmma_m64_c_coords(tid, r);
-        *d.add((i * 128 + j) as usize) = value;
+        d[mma::wgmma_m64_c_coords(tid, r)] = value;
     }
 }
