@@ -208,29 +208,6 @@ struct Tile {
     out: SliceMut<f32>,
 }
 
-/// Reads 4 consecutive f32 of shared memory starting at element `i` (a multiple of 4, in a
-/// 16-byte-aligned region) with one 16-byte load on the GPU.
-///
-/// # Safety
-/// `i + 4 <= region.len()`, as for [`shared::DynamicShared::read`].
-#[inline(always)]
-unsafe fn read_f32x4(region: shared::DynamicShared<f32>, i: usize) -> [f32; 4] {
-    // SAFETY: in range by the caller's contract; 16-byte aligned by construction.
-    unsafe {
-        #[cfg(target_arch = "nvptx64")]
-        {
-            #[repr(C, align(16))]
-            struct F32x4([f32; 4]);
-            (region.as_ptr().add(i) as *const F32x4).read().0
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
-        {
-            assert!(i.is_multiple_of(4) && (region.as_ptr() as usize).is_multiple_of(16), "misaligned read");
-            [region.read(i), region.read(i + 1), region.read(i + 2), region.read(i + 3)]
-        }
-    }
-}
-
 impl Tile {
     #[inline(always)]
     /// # Safety
@@ -308,7 +285,7 @@ impl Tile {
                               30] {
                     if k < MH {
                         if k.is_multiple_of(4) {
-                            m4 = read_f32x4(flipped, l * mh_padded + k);
+                            m4 = flipped.read_f32x4(l * mh_padded + k);
                         }
                         unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28
                                       29 30 31] {

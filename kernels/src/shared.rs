@@ -137,6 +137,46 @@ impl<T: Copy> DynamicShared<T> {
     }
 }
 
+/// Four f32 as one 16-byte shared-memory access.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct F32x4([f32; 4]);
+
+impl DynamicShared<f32> {
+    /// Elements `i..i + 4` in one 16-byte load (`ld.shared.v4`).
+    ///
+    /// # Safety
+    /// As for [`read`](Self::read), for all four; element `i` is 16-byte aligned (the simulator
+    /// checks both).
+    #[inline(always)]
+    pub unsafe fn read_f32x4(self, i: usize) -> [f32; 4] {
+        #[cfg(not(target_arch = "nvptx64"))]
+        self.check_f32x4(i);
+        // SAFETY: guaranteed by the caller.
+        unsafe { (self.ptr.add(i) as *const F32x4).read().0 }
+    }
+
+    /// Writes elements `i..i + 4` in one 16-byte store (`st.shared.v4`).
+    ///
+    /// # Safety
+    /// As for [`write`](Self::write), for all four; element `i` is 16-byte aligned (the simulator
+    /// checks both).
+    #[inline(always)]
+    pub unsafe fn write_f32x4(self, i: usize, value: [f32; 4]) {
+        #[cfg(not(target_arch = "nvptx64"))]
+        self.check_f32x4(i);
+        // SAFETY: guaranteed by the caller.
+        unsafe { (self.ptr.add(i) as *mut F32x4).write(F32x4(value)) }
+    }
+
+    #[cfg(not(target_arch = "nvptx64"))]
+    fn check_f32x4(self, i: usize) {
+        self.check(i + 3);
+        let at = self.ptr.wrapping_add(i) as usize;
+        assert!(at.is_multiple_of(16), "16-byte shared-memory access at a misaligned address {at:#x}");
+    }
+}
+
 /// The byte layout of arrays placed one after another in dynamic shared memory, each at the first
 /// offset aligned for its element type. A `const fn` value, so that a kernel module can give the
 /// host the size of what its kernel allocates with an [`Allocator`] (the same steps).

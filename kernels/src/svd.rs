@@ -178,11 +178,6 @@ const REG_STAGE_BYTES: u32 = (REG_TILE_K * (REG_TILE_M + REG_TILE_N)) * 4;
 /// Dynamic shared memory of the register-tiled kernel, bytes: two stages (double buffering).
 pub const REG_SHARED_BYTES: u32 = 2 * REG_STAGE_BYTES;
 
-/// Four floats loaded from shared memory as one 16-byte access.
-#[derive(Clone, Copy)]
-#[repr(C, align(16))]
-struct Float4([f32; 4]);
-
 /// Register tiling (the "more data reuse" step): a 16 × 16 block computes a 128 × 128 tile of `out`,
 /// each thread an 8 × 8 sub-tile held in registers — two 4 × 4 groups 64 rows/columns apart, so that
 /// the warp's 16-byte shared-memory reads are conflict-free. Per step along `k`, each thread reads
@@ -278,6 +273,12 @@ pub unsafe fn svd_reconstruct_regtiled(
     let mut acc = [[0.0f32; 8]; 8];
     // One step along k: 16 shared reads (four 16-byte vectors), 64 FMAs.
     let step = |acc: &mut [[f32; 8]; 8], stage: usize, p: usize| {
+        // Through a pointer to the stage, not `stages.read_f32x4(index)`: the index form gave the
+        // same instructions in another order (ptxas folds the stage into a uniform register), and
+        // this loop is tuned.
+        #[derive(Clone, Copy)]
+        #[repr(C, align(16))]
+        struct Float4([f32; 4]);
         let base = stages.as_ptr().add(stage * STAGE);
         let us_row = base.add(p * BM) as *const Float4;
         let vt_row = base.add(BK * BM + p * BN) as *const Float4;
@@ -459,8 +460,7 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
     unsafe {
         let (u, s, vt, mut out) = batch.image(u, s, vt, out, m, n, k, ldu);
         let smem = shared::region::<f32>(0, MMA_STAGES as usize * MMA_STAGE_FLOATS);
-        let sp = smem.as_ptr();
-        let base = mma::shared_address(sp);
+        let base = mma::shared_address(smem.as_ptr());
         let tid = thread::thread_idx_x();
         let (warp, lane) = (tid / 32, tid % 32);
         let (g, t) = ((lane / 4) as usize, (lane % 4) as usize);
@@ -582,22 +582,22 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
         // and stay zero.
         let prepare_tile = #[inline(always)]
         |stage: usize, sc: [f32; 4]| {
-            let sa = sp.add(stage * MMA_STAGE_FLOATS);
-            let sb = sa.add(MMA_A_FLOATS);
+            let sa = stage * MMA_STAGE_FLOATS;
+            let sb = sa + MMA_A_FLOATS;
             let round = |x: f32| if SPLIT { x } else { mma::round_tf32(x) };
             if u_vec {
                 let c = s_column;
                 for q in 0..groups_per_thread {
                     let (r, _) = u_group(q);
-                    let at = sa.add(r as usize * MMA_A_STRIDE + c as usize) as *mut Float4;
-                    let v = (*at).0;
-                    *at = Float4(core::array::from_fn(|e| round(v[e] * sc[e])));
+                    let at = sa + r as usize * MMA_A_STRIDE + c as usize;
+                    let v = smem.read_f32x4(at);
+                    smem.write_f32x4(at, core::array::from_fn(|e| round(v[e] * sc[e])));
                 }
             } else {
                 let (mut r, c) = (tid / 32, s_column);
                 while r < MMA_TILE_M {
-                    let at = sa.add(r as usize * MMA_A_STRIDE + c as usize);
-                    *at = round(*at * sc[0]);
+                    let at = sa + r as usize * MMA_A_STRIDE + c as usize;
+                    smem.write(at, round(smem.read(at) * sc[0]));
                     r += warps;
                 }
             }
@@ -605,14 +605,14 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
                 if vt_vec {
                     for q in 0..groups_per_thread {
                         let (r, c) = vt_group(q);
-                        let at = sb.add(r as usize * MMA_B_STRIDE + c as usize) as *mut Float4;
-                        *at = Float4((*at).0.map(mma::round_tf32));
+                        let at = sb + r as usize * MMA_B_STRIDE + c as usize;
+                        smem.write_f32x4(at, smem.read_f32x4(at).map(mma::round_tf32));
                     }
                 } else {
                     let (mut r, c) = (tid / MMA_TILE_N, tid % MMA_TILE_N);
                     while r < MMA_TILE_K {
-                        let at = sb.add(r as usize * MMA_B_STRIDE + c as usize);
-                        *at = mma::round_tf32(*at);
+                        let at = sb + r as usize * MMA_B_STRIDE + c as usize;
+                        smem.write(at, mma::round_tf32(smem.read(at)));
                         r += threads / MMA_TILE_N;
                     }
                 }
@@ -628,7 +628,7 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
         let fragments = #[inline(always)]
         |stage: usize, kk: usize| -> Fragments<NI> {
             let sa = stage * MMA_STAGE_FLOATS;
-            let sb = sp.add(sa + MMA_A_FLOATS);
+            let sb = sa + MMA_A_FLOATS;
             let a_at = base + sa as u32 * 4 + a_row;
             let a = core::array::from_fn(|mi| {
                 mma::ldmatrix_x4(a_at + ((mi * 16 * MMA_A_STRIDE + kk * 8) * 4) as u32).map(f32::from_bits)
@@ -636,7 +636,7 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
             let p = kk * 8 + t;
             let b = core::array::from_fn(|ni| {
                 let j = wn + ni * 8 + g;
-                [*sb.add(p * MMA_B_STRIDE + j), *sb.add((p + 4) * MMA_B_STRIDE + j)]
+                [smem.read(sb + p * MMA_B_STRIDE + j), smem.read(sb + (p + 4) * MMA_B_STRIDE + j)]
             });
             (a, b)
         };
@@ -1022,13 +1022,13 @@ unsafe fn reconstruct_wgmma<const SPLIT: bool, const STAGES: u32>(
         |stage: u32| {
             const CHUNKS: u32 = WGMMA_TILE_BYTES / 16;
             let tile = base - raw + stage * WGMMA_STAGE_BYTES + WGMMA_TILE_BYTES;
-            let values = shared::region::<Float4>(tile as usize, CHUNKS as usize);
-            let smalls = shared::region::<Float4>((small - raw) as usize, CHUNKS as usize);
+            let values = shared::region::<f32>(tile as usize, 4 * CHUNKS as usize);
+            let smalls = shared::region::<f32>((small - raw) as usize, 4 * CHUNKS as usize);
             for c in 0..CHUNKS / WGMMA_THREADS {
-                let i = (tid + WGMMA_THREADS * c) as usize;
-                let parts = values.read(i).0.map(split_tf32);
-                values.write(i, Float4(parts.map(|p| p.0)));
-                smalls.write(i, Float4(parts.map(|p| p.1)));
+                let i = 4 * (tid + WGMMA_THREADS * c) as usize;
+                let parts = values.read_f32x4(i).map(split_tf32);
+                values.write_f32x4(i, parts.map(|p| p.0));
+                smalls.write_f32x4(i, parts.map(|p| p.1));
             }
         };
 
