@@ -41,16 +41,8 @@ fn main() -> anyhow::Result<()> {
         let host: Vec<f32> = images.iter().flat_map(|i| i.iter().copied()).collect();
         let raw = device.upload(&host)?;
         let mut a = device.alloc::<f64>(host.len())?;
-        // SAFETY: both buffers hold `host.len()` elements.
-        unsafe {
-            launch_f32_to_f64(
-                &device,
-                device.queue(),
-                raw.as_kernel_ptr(),
-                a.as_kernel_mut_ptr(),
-                host.len(),
-            )?
-        };
+        // SAFETY: both buffers live until `factor` has downloaded its results.
+        unsafe { launch_f32_to_f64(&device, device.queue(), &raw, &mut a)? };
         let mut times = Vec::new();
         let mut last = None;
         for _ in 0..if profile { 2 } else { 6 } {

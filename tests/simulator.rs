@@ -7,37 +7,39 @@ use kernels::{kernel, shared, thread, warp};
 /// Reverses each block's slice of `x` into `y` through shared memory. Threads whose element is
 /// past `n` return before the barrier, as GPU code often does; the rest must still meet.
 #[kernel]
-pub unsafe fn block_reverse(x: *const u32, y: *mut u32, n: u32) {
+pub fn block_reverse(x: &[u32], y: &mut [u32]) {
     let t = thread::thread_idx_x();
     let block = thread::block_dim_x();
     let base = thread::block_idx_x() * block;
-    let valid = (n - base).min(block);
+    let valid = (x.len_u32() - base).min(block);
     if t >= valid {
         return;
     }
     let tile = shared::dynamic::<u32>();
-    tile.write(t as usize, *x.add((base + t) as usize));
+    // SAFETY: `t` and `valid − 1 − t` are below the block size, the launch's shared u32 count.
+    unsafe { tile.write(t as usize, x[(base + t) as usize]) };
     thread::sync_threads();
-    *y.add((base + t) as usize) = tile.read((valid - 1 - t) as usize);
+    y[(base + t) as usize] = unsafe { tile.read((valid - 1 - t) as usize) };
 }
 
 /// Writes one element past the end of the shared region from the block's last thread.
 #[kernel]
-pub unsafe fn shared_overrun(out: *mut f32) {
+pub fn shared_overrun(out: &mut [f32]) {
     let t = thread::thread_idx_x();
     let tile = shared::dynamic::<f32>();
-    tile.write(t as usize + 1, 1.0);
-    *out.add(t as usize) = 0.0;
+    // SAFETY: not for the block's last thread, on purpose (the simulator must catch it).
+    unsafe { tile.write(t as usize + 1, 1.0) };
+    out[t as usize] = 0.0;
 }
 
 /// Each thread packs the index of lane `lane ^ 1`, the index of lane 0 and its own lane id.
 #[kernel]
-pub unsafe fn shuffle_probe(out: *mut u32) {
+pub fn shuffle_probe(out: &mut [u32]) {
     let lane = warp::lane_id();
     let v = thread::index_1d();
     let swapped = warp::shfl_xor_sync(warp::FULL_MASK, v, 1);
     let first = warp::shfl_sync(warp::FULL_MASK, v, 0);
-    *out.add(v as usize) = swapped * 100_000 + first * 100 + lane;
+    out[v as usize] = swapped * 100_000 + first * 100 + lane;
 }
 
 #[test]
@@ -48,7 +50,7 @@ fn barrier_orders_shared_memory_and_tolerates_exited_threads() {
     let dx = device.upload(&x).unwrap();
     let mut dy = device.alloc::<u32>(n as usize).unwrap();
     let cfg = LaunchConfig::for_1d(n as usize, 128).with_shared_bytes(128 * 4);
-    unsafe { device.launch(&BLOCK_REVERSE, cfg, (dx.as_kernel_ptr(), dy.as_kernel_mut_ptr(), n)).unwrap() };
+    unsafe { device.launch(&BLOCK_REVERSE, cfg, (&dx, &mut dy)).unwrap() };
     let y = device.download(&dy).unwrap();
     for (block, chunk) in x.chunks(128).enumerate() {
         let reversed: Vec<u32> = chunk.iter().rev().copied().collect();
@@ -62,7 +64,7 @@ fn shared_memory_overrun_names_kernel_block_and_thread() {
     let mut out = device.alloc::<f32>(64 * 3).unwrap();
     let cfg = LaunchConfig { grid: Dim3::x(3), block: Dim3::x(64), shared_bytes: 64 * 4 };
     let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
-        device.launch(&SHARED_OVERRUN, cfg, (out.as_kernel_mut_ptr(),)).unwrap()
+        device.launch(&SHARED_OVERRUN, cfg, (&mut out,)).unwrap()
     }))
     .expect_err("the overrun must panic");
     let message = panic.downcast_ref::<String>().expect("a formatted message");
@@ -83,9 +85,7 @@ fn warp_shuffles_exchange_between_lanes() {
     let device = Device::simulator();
     let n = 96usize; // three warps
     let mut out = device.alloc::<u32>(n).unwrap();
-    unsafe {
-        device.launch(&SHUFFLE_PROBE, LaunchConfig::for_1d(n, 96), (out.as_kernel_mut_ptr(),)).unwrap()
-    };
+    unsafe { device.launch(&SHUFFLE_PROBE, LaunchConfig::for_1d(n, 96), (&mut out,)).unwrap() };
     let got = device.download(&out).unwrap();
     for (i, &g) in got.iter().enumerate() {
         let expected = (i ^ 1) as u32 * 100_000 + (i / 32 * 32) as u32 * 100 + (i % 32) as u32;
@@ -98,7 +98,7 @@ fn launch_limits_are_enforced() {
     let device = Device::simulator();
     let mut out = device.alloc::<f32>(4).unwrap();
     let cfg = LaunchConfig { grid: Dim3::x(1), block: Dim3::x(2048), shared_bytes: 0 };
-    let err = unsafe { device.launch(&SHARED_OVERRUN, cfg, (out.as_kernel_mut_ptr(),)) }.unwrap_err();
+    let err = unsafe { device.launch(&SHARED_OVERRUN, cfg, (&mut out,)) }.unwrap_err();
     assert_eq!(
         err.to_string(),
         "invalid launch of kernel `shared_overrun`: block (2048, 1, 1) has 2048 threads; at most 1024 (and z ≤ 64) are allowed"

@@ -280,3 +280,52 @@ fn the_gpu_engine_runs_a_job_of_mixed_images() {
         }
     }
 }
+
+#[test]
+fn conversions_and_squared_sums_match_the_host_and_check_their_buffers() {
+    use kernel_suite::svd_factor::{finish_squared_sums, launch_f32_to_f64, queue_squared_sums};
+    for device in common::devices("conversions_and_squared_sums_match_the_host_and_check_their_buffers") {
+        let (images, count) = (3usize, 4_099usize);
+        let a32: Vec<f32> = random_image(21, images, count).iter().map(|v| v * 2.0 - 1.0).collect();
+        let x: Vec<f32> = random_image(22, images, count).iter().copied().collect();
+        let (raw, dx) = (device.upload(&a32).unwrap(), device.upload(&x).unwrap());
+        let mut a = device.upload(&vec![f64::NAN; images * count]).unwrap();
+        let q = device.queue();
+        // SAFETY: every buffer lives until the downloads below have waited for the queue.
+        let (with_x, without_x) = unsafe {
+            launch_f32_to_f64(&device, q, &raw, &mut a).unwrap();
+            let with_x = queue_squared_sums(&device, q, &a, Some(&dx), count, images).unwrap();
+            (with_x, queue_squared_sums(&device, q, &a, None, count, images).unwrap())
+        };
+        let widened = device.download(&a).unwrap();
+        assert!(
+            widened.iter().zip(&a32).all(|(&w, &v)| w == v as f64),
+            "f32_to_f64 on {}",
+            device.describe()
+        );
+        for (sums, compare) in [(with_x, true), (without_x, false)] {
+            let got = finish_squared_sums(&device, &sums.0, sums.1).unwrap();
+            for (img, &g) in got.iter().enumerate() {
+                let range = img * count..(img + 1) * count;
+                let expected: f64 = range
+                    .map(|i| {
+                        let d = a32[i] as f64 - if compare { x[i] as f64 } else { 0.0 };
+                        d * d
+                    })
+                    .sum();
+                assert!((g - expected).abs() <= 1e-12 * expected, "image {img}: {g} vs {expected}");
+            }
+        }
+        let short = device.alloc::<f32>(images * count - 1).unwrap();
+        // SAFETY: the launches are refused before anything is queued.
+        unsafe {
+            let err = queue_squared_sums(&device, q, &a, Some(&short), count, images).err().expect("short x");
+            assert_eq!(
+                err.to_string(),
+                "invalid input: squared sums: 12296 values to compare for 3 images of 4099"
+            );
+            let err = launch_f32_to_f64(&device, q, &short, &mut a).expect_err("lengths differ");
+            assert_eq!(err.to_string(), "invalid input: `f32_to_f64`: 12296 values in, room for 12297 out");
+        }
+    }
+}

@@ -34,6 +34,8 @@ use kernels::{KernelFn, Slice, SliceMut};
 use rayon::prelude::*;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -947,7 +949,30 @@ impl<T: Element> Buffer<T> {
         self.len() == 0
     }
 
-    /// The address a kernel reads through: a device address on a GPU, a host address in the simulator.
+    /// Elements `range` as a read-only kernel argument (`&[T]` in the kernel): one image of a
+    /// batch, or a matrix that starts inside a larger one. A range past the end is an error.
+    pub fn view(&self, range: impl RangeBounds<usize>) -> Result<BufferView<'_, T>> {
+        let range = view_range(range, self.len())?;
+        Ok(BufferView {
+            ptr: self.as_kernel_ptr().wrapping_add(range.start),
+            len: range.len(),
+            buffer: PhantomData,
+        })
+    }
+
+    /// Elements `range` as a writable kernel argument (`&mut [T]` in the kernel).
+    pub fn view_mut(&mut self, range: impl RangeBounds<usize>) -> Result<BufferViewMut<'_, T>> {
+        let range = view_range(range, self.len())?;
+        Ok(BufferViewMut {
+            ptr: self.as_kernel_mut_ptr().wrapping_add(range.start),
+            len: range.len(),
+            buffer: PhantomData,
+        })
+    }
+
+    /// The address a kernel reads through: a device address on a GPU, a host address in the
+    /// simulator. Kernels over slices take the buffer itself (or a [`Buffer::view`]); this is
+    /// for a kernel with raw-pointer arguments.
     pub fn as_kernel_ptr(&self) -> *const T {
         match &self.inner {
             BufferInner::Gpu(b) => b.as_device_ptr().as_raw() as *const T,
@@ -963,6 +988,97 @@ impl<T: Element> Buffer<T> {
             BufferInner::Ordered(b) => b.ptr as *mut T,
             BufferInner::Host(v) => v.as_mut_ptr(),
         }
+    }
+}
+
+/// `range` of a buffer of `len` elements as a half-open range, or why it is not one.
+fn view_range(range: impl RangeBounds<usize>, len: usize) -> Result<std::ops::Range<usize>> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if start > end || end > len {
+        return Err(Error::InvalidInput(format!(
+            "a view of elements {start}..{end} of a buffer of {len} elements"
+        )));
+    }
+    Ok(start..end)
+}
+
+/// Part of a [`Buffer`] passed where a kernel takes `&[T]`, borrowing the buffer as `&buffer`
+/// does: from [`Buffer::view`].
+pub struct BufferView<'a, T: Element> {
+    ptr: *const T,
+    len: usize,
+    buffer: PhantomData<&'a Buffer<T>>,
+}
+
+impl<T: Element> Clone for BufferView<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: Element> Copy for BufferView<'_, T> {}
+
+/// Part of a [`Buffer`] passed where a kernel takes `&mut [T]`, borrowing the buffer as
+/// `&mut buffer` does: from [`Buffer::view_mut`].
+pub struct BufferViewMut<'a, T: Element> {
+    ptr: *mut T,
+    len: usize,
+    buffer: PhantomData<&'a mut Buffer<T>>,
+}
+
+impl<'a, T: Element> BufferView<'a, T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the view has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Elements `range` of this view.
+    pub fn view(&self, range: impl RangeBounds<usize>) -> Result<BufferView<'a, T>> {
+        let range = view_range(range, self.len)?;
+        Ok(BufferView { ptr: self.ptr.wrapping_add(range.start), len: range.len(), buffer: PhantomData })
+    }
+}
+
+impl<'a, T: Element> BufferViewMut<'a, T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the view has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Elements `range` of this view, still writable.
+    pub fn into_view_mut(self, range: impl RangeBounds<usize>) -> Result<BufferViewMut<'a, T>> {
+        let range = view_range(range, self.len)?;
+        Ok(BufferViewMut { ptr: self.ptr.wrapping_add(range.start), len: range.len(), buffer: PhantomData })
+    }
+
+    /// A read-only view of the same elements that lives as long as the buffer's borrow, for a
+    /// launch that reads some elements of a buffer while writing others that no split separates
+    /// (interleaved column blocks of one matrix).
+    ///
+    /// # Safety
+    /// No launch may read an element through the returned view (or one made from it) while
+    /// another view writes it, nor write one it reads.
+    pub unsafe fn aliased_view(&self) -> BufferView<'a, T> {
+        BufferView { ptr: self.ptr, len: self.len, buffer: PhantomData }
     }
 }
 
@@ -1007,6 +1123,33 @@ impl<T: Element> KernelArg<SliceMut<T>> for &mut Buffer<T> {
         let len = slice_len(self.len())?;
         // SAFETY: as for `Slice`; the exclusive borrow keeps other arguments from aliasing it.
         Ok(unsafe { SliceMut::from_raw_parts(self.as_kernel_mut_ptr(), len) })
+    }
+}
+
+impl<T: Element> KernelArg<Slice<T>> for BufferView<'_, T> {
+    fn kernel_arg(self) -> std::result::Result<Slice<T>, String> {
+        // SAFETY: the view lies inside its buffer, which the borrow keeps alive, as for `&Buffer`.
+        Ok(unsafe { Slice::from_raw_parts(self.ptr, slice_len(self.len)?) })
+    }
+}
+
+impl<T: Element> KernelArg<SliceMut<T>> for BufferViewMut<'_, T> {
+    fn kernel_arg(self) -> std::result::Result<SliceMut<T>, String> {
+        // SAFETY: as for `BufferView`; the exclusive borrow keeps other arguments from aliasing it
+        // (but for views made by the unsafe `aliased_view`).
+        Ok(unsafe { SliceMut::from_raw_parts(self.ptr, slice_len(self.len)?) })
+    }
+}
+
+/// An optional input: `None` passes an empty slice, which kernels with optional inputs read as
+/// "absent".
+impl<T: Element, V: KernelArg<Slice<T>>> KernelArg<Slice<T>> for Option<V> {
+    fn kernel_arg(self) -> std::result::Result<Slice<T>, String> {
+        match self {
+            Some(v) => v.kernel_arg(),
+            // SAFETY: an empty slice reads no memory.
+            None => Ok(unsafe { Slice::from_raw_parts(std::ptr::null(), 0) }),
+        }
     }
 }
 

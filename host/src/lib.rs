@@ -38,8 +38,8 @@ pub mod svd_job;
 pub mod workload;
 
 pub use device::{
-    Backend, Buffer, CopyTotals, Device, Element, GpuOptions, HostBuffer, IntoKernelArgs, KernelArg, Mark,
-    Queue, Staging, Startup,
+    Backend, Buffer, BufferView, BufferViewMut, CopyTotals, Device, Element, GpuOptions, HostBuffer,
+    IntoKernelArgs, KernelArg, Mark, Queue, Staging, Startup,
 };
 pub use error::{Error, Result};
 

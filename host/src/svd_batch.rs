@@ -264,10 +264,8 @@ fn upload_batch(device: &Device, batch: &[JobImage], staging: &mut Staging) -> R
                     staging.upload(device, q, data, &mut raw, i * mn)?;
                 }
             }
-            // SAFETY: both buffers hold `images·mn` elements.
-            unsafe {
-                launch_gray8_to_f64(device, q, raw.as_kernel_ptr(), a.as_kernel_mut_ptr(), images * mn)?
-            };
+            // SAFETY: both buffers live until the queue is synchronised below.
+            unsafe { launch_gray8_to_f64(device, q, &raw, &mut a)? };
             device.sync_queue(q)?;
         }
         Pixels::Float(_) => {
@@ -285,8 +283,8 @@ fn upload_batch(device: &Device, batch: &[JobImage], staging: &mut Staging) -> R
                     staging.upload(device, q, values, &mut raw, i * mn)?;
                 }
             }
-            // SAFETY: both buffers hold `images·mn` elements.
-            unsafe { launch_f32_to_f64(device, q, raw.as_kernel_ptr(), a.as_kernel_mut_ptr(), images * mn)? };
+            // SAFETY: both buffers live until the queue is synchronised below.
+            unsafe { launch_f32_to_f64(device, q, &raw, &mut a)? };
             device.sync_queue(q)?;
         }
     }
@@ -342,14 +340,7 @@ fn run_batch(
         unsafe {
             let bufs = (&factors.u, &factors.s, &factors.vt, &mut out);
             launch_reconstruct_batch(device, q, options.variant, 16, bufs, (m, n, k), shape)?;
-            error_sums.push(queue_squared_sums(
-                device,
-                q,
-                a.as_kernel_ptr(),
-                Some(out.as_kernel_ptr()),
-                mn,
-                images,
-            )?);
+            error_sums.push(queue_squared_sums(device, q, &a, Some(&out), mn, images)?);
             if options.keep == Keep::Gray8 && !float_back {
                 let mut gray = device.alloc::<u8>(images * mn)?;
                 launch_quantize_gray8(device, q, &out, &mut gray)?;

@@ -10,7 +10,7 @@
 
 use crate::error::{Error, Result, ensure};
 use crate::profile::Work;
-use crate::{Buffer, Device, Dim3, Element, LaunchConfig, Queue};
+use crate::{Buffer, BufferView, BufferViewMut, Device, Dim3, Element, LaunchConfig, Queue};
 use faer::Mat;
 use kernels::svd_factor::{self as kf, Layout};
 use kernels::{KernelFn, Slice, SliceMut};
@@ -87,58 +87,51 @@ fn gemm_config(m: usize, n: usize, images: usize) -> LaunchConfig {
     }
 }
 
-/// One operand of a batched GEMM: a device address and its layout.
+/// One operand of a batched GEMM: the buffer (or part of one) and the layout it is read through.
 #[derive(Clone, Copy)]
-struct Operand {
-    ptr: *const f64,
+struct Operand<'a> {
+    data: BufferView<'a, f64>,
     layout: Layout,
 }
 
-/// Elements from the first to the last of `images` `rows × cols` matrices through `layout`.
-fn layout_span(layout: Layout, (rows, cols): (usize, usize), images: usize) -> Result<u32> {
-    let last = (images - 1) * layout.batch as usize
-        + (rows - 1) * layout.row as usize
-        + (cols - 1) * layout.col as usize;
-    u32::try_from(last + 1)
-        .map_err(|_| Error::InvalidInput(format!("a GEMM operand of {} elements", last + 1)))
+/// The operand `data` read through `layout`.
+fn operand(data: BufferView<'_, f64>, layout: Layout) -> Operand<'_> {
+    Operand { data, layout }
 }
 
-/// The device slice of `images` `rows × cols` matrices at `ptr` through `layout`.
-///
-/// # Safety
-/// `ptr` must address device memory valid for every element the layout implies.
-unsafe fn operand_slice(
-    ptr: *const f64,
+/// Checks that `len` elements hold `images` `rows × cols` matrices through `layout` (the span from
+/// the first element to the last), which the GEMM kernels index without checks.
+fn check_span(
+    what: &str,
+    len: usize,
     layout: Layout,
-    dims: (usize, usize),
+    (rows, cols): (usize, usize),
     images: usize,
-) -> Result<Slice<f64>> {
-    // SAFETY: forwarded from the caller.
-    Ok(unsafe { Slice::from_raw_parts(ptr, layout_span(layout, dims, images)?) })
+) -> Result<()> {
+    let span = (images - 1) * layout.batch as usize
+        + (rows - 1) * layout.row as usize
+        + (cols - 1) * layout.col as usize
+        + 1;
+    ensure(span <= len, || {
+        format!(
+            "GEMM {what}: {images} matrices of {rows} × {cols} span {span} elements; the buffer holds {len}"
+        )
+    })
 }
 
-/// The scale vectors (`n` per image, `batch` apart) as a device slice; empty for none.
+/// `C = A·B·diag(scale)` for every image (`m × n` result, inner dimension `k`), f64 result;
+/// `scale` is `n` values per image, its stride apart. Only the upper triangle of blocks is
+/// computed and mirrored when `symmetric`.
 ///
 /// # Safety
-/// A non-null `ptr` must address `(images − 1)·batch + n` values of device memory.
-unsafe fn scale_slice((ptr, batch): (*const f64, u32), n: usize, images: usize) -> Slice<f64> {
-    let len = if ptr.is_null() { 0 } else { ((images - 1) * batch as usize + n) as u32 };
-    // SAFETY: forwarded from the caller; an empty slice is never read.
-    unsafe { Slice::from_raw_parts(ptr, len) }
-}
-
-/// `C = A·B·diag(scale)` for every image (`m × n` result, inner dimension `k`), f64 result.
-///
-/// # Safety
-/// The operands must address device memory of `device` valid for every element their layouts
-/// imply; `scale` (`n` values per image, its stride apart) may be null.
+/// The buffers must live until the queue reaches the launch (as for [`Device::launch_on`]).
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemm(
     device: &Device,
     queue: &Queue,
     operands: (Operand, Operand),
-    c: (*mut f64, Layout),
-    scale: (*const f64, u32),
+    c: (BufferViewMut<f64>, Layout),
+    scale: Option<(BufferView<f64>, u32)>,
     dims: (usize, usize, usize),
     images: usize,
     symmetric: bool,
@@ -155,8 +148,8 @@ unsafe fn gemm_to_f32(
     device: &Device,
     queue: &Queue,
     operands: (Operand, Operand),
-    c: (*mut f32, Layout),
-    scale: (*const f64, u32),
+    c: (BufferViewMut<f32>, Layout),
+    scale: Option<(BufferView<f64>, u32)>,
     dims: (usize, usize, usize),
     images: usize,
 ) -> Result<()> {
@@ -164,7 +157,7 @@ unsafe fn gemm_to_f32(
     unsafe { gemm_into(device, queue, &kf::GEMM_F64_TO_F32, operands, c, scale, dims, images, false) }
 }
 
-/// [`gemm`] with the result type of `kernel`.
+/// [`gemm`] with the result type of `kernel`; every operand's layout checked against its buffer.
 ///
 /// # Safety
 /// As for [`gemm`].
@@ -174,31 +167,39 @@ unsafe fn gemm_into<T: Element>(
     queue: &Queue,
     kernel: &KernelFn<GemmArgs<T>>,
     (a, b): (Operand, Operand),
-    c: (*mut T, Layout),
-    scale: (*const f64, u32),
+    (c, c_layout): (BufferViewMut<T>, Layout),
+    scale: Option<(BufferView<f64>, u32)>,
     (m, n, k): (usize, usize, usize),
     images: usize,
     symmetric: bool,
 ) -> Result<()> {
-    let work = gemm_work(m, n, k, images, symmetric);
-    // SAFETY: forwarded from the caller.
-    let args = unsafe {
-        (
-            operand_slice(a.ptr, a.layout, (m, k), images)?,
-            a.layout,
-            operand_slice(b.ptr, b.layout, (k, n), images)?,
-            b.layout,
-            SliceMut::from_raw_parts(c.0, layout_span(c.1, (m, n), images)?),
-            c.1,
-            scale_slice(scale, n, images),
-            scale.1,
-            m as u32,
-            n as u32,
-            k as u32,
-            symmetric as u32,
-        )
+    check_span("A", a.data.len(), a.layout, (m, k), images)?;
+    check_span("B", b.data.len(), b.layout, (k, n), images)?;
+    check_span("C", c.len(), c_layout, (m, n), images)?;
+    let scale_stride = match scale {
+        Some((values, stride)) => {
+            check_span("scale", values.len(), Layout::row_major(1, stride), (1, n), images)?;
+            stride
+        }
+        None => 0,
     };
-    // SAFETY: forwarded from the caller; one thread block per 64 × 64 tile and image.
+    let work = gemm_work(m, n, k, images, symmetric);
+    let args = (
+        a.data,
+        a.layout,
+        b.data,
+        b.layout,
+        c,
+        c_layout,
+        scale.map(|(values, _)| values),
+        scale_stride,
+        m as u32,
+        n as u32,
+        k as u32,
+        symmetric as u32,
+    );
+    // SAFETY: forwarded from the caller; the layouts lie inside their buffers (checked above);
+    // one thread block per 64 × 64 tile and image.
     unsafe { device.launch_counted(queue, kernel, gemm_config(m, n, images), args, Some(work)) }
 }
 
@@ -228,19 +229,28 @@ pub fn starting_basis(r: usize, b: usize) -> Vec<f64> {
     out
 }
 
-/// Sums of squares per image (`Σ (a − x)²`, or `Σ a²` without `x`) over `count` elements each,
-/// queued on `queue`: returns the partial-sum buffer (`images × blocks`) to add up on the host.
+/// Sums of squares per image (`Σ (a − x)²`, or `Σ a²` without `x`) over the `count` elements of
+/// each of `images` images (`count` apart), queued on `queue`: returns the partial-sum buffer
+/// (`images × blocks`) to add up on the host.
 ///
 /// # Safety
-/// `a` (and `x`) must hold `images` arrays of `count` elements, `batch` apart.
+/// `a` and `x` must live until the queue reaches the launch (as for [`Device::launch_on`]).
 pub unsafe fn queue_squared_sums(
     device: &Device,
     queue: &Queue,
-    a: *const f64,
-    x: Option<*const f32>,
+    a: &Buffer<f64>,
+    x: Option<&Buffer<f32>>,
     count: usize,
     images: usize,
 ) -> Result<(Buffer<f64>, usize)> {
+    let len = images * count;
+    ensure(count > 0 && images > 0, || format!("squared sums over {images} images of {count} values"))?;
+    ensure(a.len() >= len, || format!("squared sums: {} values for {images} images of {count}", a.len()))?;
+    if let Some(x) = x {
+        ensure(x.len() >= len, || {
+            format!("squared sums: {} values to compare for {images} images of {count}", x.len())
+        })?;
+    }
     const THREADS: u32 = 256;
     let blocks = count.div_ceil(THREADS as usize * 16).clamp(1, 64);
     let mut partial = device.alloc::<f64>(images * blocks)?;
@@ -249,20 +259,10 @@ pub unsafe fn queue_squared_sums(
         block: Dim3::x(THREADS),
         shared_bytes: THREADS * 8,
     };
-    let len = (images * count) as u32;
-    // SAFETY: forwarded from the caller; no `x` is an empty slice, which the kernel never reads.
-    let (a, x) = unsafe {
-        (
-            Slice::from_raw_parts(a, len),
-            match x {
-                Some(x) => Slice::from_raw_parts(x, len),
-                None => Slice::from_raw_parts(std::ptr::null(), 0),
-            },
-        )
-    };
     let args = (a, count as u32, x, count as u32, count as u32, &mut partial);
-    let work = Work { bytes: (images * count * 12) as f64, flops: (images * count * 3) as f64 };
-    // SAFETY: forwarded from the caller; `partial` holds a value per block and image.
+    let work = Work { bytes: (len * 12) as f64, flops: (len * 3) as f64 };
+    // SAFETY: forwarded from the caller; the kernel reads each image's `count` values through
+    // checked slices; `partial` holds a value per block and image.
     unsafe { device.launch_counted(queue, &kf::SQUARED_DIFFERENCE_SUMS, cfg, args, Some(work))? };
     Ok((partial, blocks))
 }
@@ -446,7 +446,7 @@ pub fn factor_with(
     // A_eff (m_eff × r) is A for tall images and Aᵀ for wide ones.
     let a_layout = Layout::row_major(n as u32, mn);
     let a_eff = if tall { a_layout } else { a_layout.transposed() };
-    let a_ptr = a.as_kernel_ptr();
+    let a_all = a.view(..)?;
 
     let mut g = device.alloc::<f64>(images * r * r)?;
     let mut qy = [device.alloc::<f64>(images * r * 2 * b)?, device.alloc::<f64>(images * r * 2 * b)?];
@@ -479,26 +479,24 @@ pub fn factor_with(
         LaunchConfig { grid: Dim3::x(images as u32), block: Dim3::x(threads), shared_bytes: shared }
     };
 
-    let (norm_partial, norm_blocks) =
-        // SAFETY: `a` holds `images` images of `m·n`.
-        unsafe { queue_squared_sums(device, q, a_ptr, None, m * n, images)? };
+    // SAFETY (every launch in this function): the buffers live until the end, after the last
+    // download has waited for the queue.
+    let (norm_partial, norm_blocks) = unsafe { queue_squared_sums(device, q, a, None, m * n, images)? };
 
     let g_layout = Layout::row_major(r as u32, (r * r) as u32);
     let qy_layout = Layout::row_major(2 * b as u32, (r * 2 * b) as u32);
     let p_layout = Layout::row_major(b as u32, (2 * b * b) as u32);
     let sq_layout = Layout::row_major(b as u32, (b * b) as u32);
-    let none = (std::ptr::null(), 0);
-    let op = |ptr: *const f64, layout: Layout| Operand { ptr, layout };
-    // SAFETY (every launch below): each buffer was allocated above with exactly the elements the
-    // layouts address for `images` images; offsets stay inside their image's block.
+    let op = operand;
+    // SAFETY: as above.
     unsafe {
         // G = A_effᵀ·A_eff, only the upper triangle of blocks computed and mirrored.
         gemm(
             device,
             q,
-            (op(a_ptr, a_eff.transposed()), op(a_ptr, a_eff)),
-            (g.as_kernel_mut_ptr(), g_layout),
-            none,
+            (op(a_all, a_eff.transposed()), op(a_all, a_eff)),
+            (g.view_mut(..)?, g_layout),
+            None,
             (r, r, m_eff),
             images,
             true,
@@ -523,19 +521,21 @@ pub fn factor_with(
         let (left, right) = qy.split_at_mut(1);
         let (qy_cur, qy_next) =
             if cur == 0 { (&mut left[0], &mut right[0]) } else { (&mut right[0], &mut left[0]) };
-        let q_ptr = qy_cur.as_kernel_mut_ptr();
-        let y_ptr = q_ptr.wrapping_add(b);
-        let s_ptr = p.as_kernel_ptr().wrapping_add(b * b);
-        // SAFETY: as above; Y is written to the right half of each row of the work matrix while
-        // the left half (Q) is read.
+        // The work matrix [Q Y] (r × 2b per image): Y = G·Q is written to the right half of each
+        // row while the left half (Q) is read, so the read view aliases the written one.
+        let qy_whole = qy_cur.view_mut(..)?;
+        // SAFETY: Y = G·Q reads only columns 0..b through it and writes only columns b..2b.
+        let qy_read = unsafe { qy_whole.aliased_view() };
+        let y_write = qy_whole.into_view_mut(b..)?;
+        // SAFETY: as above.
         unsafe {
             // Y = G·Q, P = [Q Y]ᵀ·Y.
             gemm(
                 device,
                 q,
-                (op(g.as_kernel_ptr(), g_layout), op(q_ptr, qy_layout)),
-                (y_ptr, qy_layout),
-                none,
+                (op(g.view(..)?, g_layout), op(qy_read, qy_layout)),
+                (y_write, qy_layout),
+                None,
                 (r, b, r),
                 images,
                 false,
@@ -543,9 +543,9 @@ pub fn factor_with(
             gemm(
                 device,
                 q,
-                (op(q_ptr, qy_layout.transposed()), op(y_ptr, qy_layout)),
-                (p.as_kernel_mut_ptr(), p_layout),
-                none,
+                (op(qy_read, qy_layout.transposed()), op(qy_read.view(b..)?, qy_layout)),
+                (p.view_mut(..)?, p_layout),
+                None,
                 (2 * b, b, r),
                 images,
                 false,
@@ -577,9 +577,10 @@ pub fn factor_with(
             gemm(
                 device,
                 q,
-                (op(s_ptr, p_layout), op(ritz.as_kernel_ptr(), sq_layout)),
-                (tmp.as_kernel_mut_ptr(), sq_layout),
-                none,
+                // S: the bottom b × b of each 2b × b block of P.
+                (op(p.view(b * b..)?, p_layout), op(ritz.view(..)?, sq_layout)),
+                (tmp.view_mut(..)?, sq_layout),
+                None,
                 (b, b, b),
                 images,
                 false,
@@ -587,9 +588,9 @@ pub fn factor_with(
             gemm(
                 device,
                 q,
-                (op(ritz.as_kernel_ptr(), sq_layout.transposed()), op(tmp.as_kernel_ptr(), sq_layout)),
-                (d.as_kernel_mut_ptr(), sq_layout),
-                none,
+                (op(ritz.view(..)?, sq_layout.transposed()), op(tmp.view(..)?, sq_layout)),
+                (d.view_mut(..)?, sq_layout),
+                None,
                 (b, b, b),
                 images,
                 false,
@@ -639,9 +640,9 @@ pub fn factor_with(
             gemm(
                 device,
                 q,
-                (op(r2.as_kernel_ptr(), p_layout), op(rinv.as_kernel_ptr(), sq_layout)),
-                (mm.as_kernel_mut_ptr(), p_layout),
-                none,
+                (op(r2.view(..)?, p_layout), op(rinv.view(..)?, sq_layout)),
+                (mm.view_mut(..)?, p_layout),
+                None,
                 (2 * b, b, b),
                 images,
                 false,
@@ -649,9 +650,9 @@ pub fn factor_with(
             gemm(
                 device,
                 q,
-                (op(q_ptr, qy_layout), op(mm.as_kernel_ptr(), p_layout)),
-                (qy_next.as_kernel_mut_ptr(), qy_layout),
-                none,
+                (op(qy_read, qy_layout), op(mm.view(..)?, p_layout)),
+                (qy_next.view_mut(..)?, qy_layout),
+                None,
                 (r, b, 2 * b),
                 images,
                 false,
@@ -669,42 +670,21 @@ pub fn factor_with(
     // Vᵀ (k × n) written as the transpose of an n × k result.
     let v_layout = Layout::row_major(n as u32, (k * n) as u32).transposed();
     let (gram_side, other_side) = if tall { (v_layout, u_layout) } else { (u_layout, v_layout) };
-    let q_ptr = qy[cur].as_kernel_ptr();
     // SAFETY: as above.
     unsafe {
-        let basis = Operand { ptr: q_ptr, layout: qy_layout };
-        let vectors = Operand { ptr: ritz.as_kernel_ptr(), layout: sq_layout };
-        gemm(
-            device,
-            q,
-            (basis, vectors),
-            (x.as_kernel_mut_ptr(), x_layout),
-            (std::ptr::null(), 0),
-            (r, k, b),
-            images,
-            false,
-        )?;
-        let (gram_ptr, other_ptr) = if tall {
-            (vt.as_kernel_mut_ptr(), u.as_kernel_mut_ptr())
-        } else {
-            (u.as_kernel_mut_ptr(), vt.as_kernel_mut_ptr())
-        };
-        gemm_to_f32(
-            device,
-            q,
-            (basis, vectors),
-            (gram_ptr, gram_side),
-            (std::ptr::null(), 0),
-            (r, k, b),
-            images,
-        )?;
+        let basis = op(qy[cur].view(..)?, qy_layout);
+        let vectors = op(ritz.view(..)?, sq_layout);
+        gemm(device, q, (basis, vectors), (x.view_mut(..)?, x_layout), None, (r, k, b), images, false)?;
+        let (gram, other) =
+            if tall { (vt.view_mut(..)?, u.view_mut(..)?) } else { (u.view_mut(..)?, vt.view_mut(..)?) };
+        gemm_to_f32(device, q, (basis, vectors), (gram, gram_side), None, (r, k, b), images)?;
         // Other side = A_eff·X·diag(1/σ) (m_eff × k).
         gemm_to_f32(
             device,
             q,
-            (Operand { ptr: a_ptr, layout: a_eff }, Operand { ptr: x.as_kernel_ptr(), layout: x_layout }),
-            (other_ptr, other_side),
-            (inv_sigma.as_kernel_ptr(), b as u32),
+            (op(a_all, a_eff), op(x.view(..)?, x_layout)),
+            (other, other_side),
+            Some((inv_sigma.view(..)?, b as u32)),
             (m_eff, k, r),
             images,
         )?;
@@ -750,10 +730,8 @@ pub fn truncated_svd_with(
     }
     let raw = device.upload(&host)?;
     let mut a = device.alloc::<f64>(host.len())?;
-    // SAFETY: both buffers hold `host.len()` elements.
-    unsafe {
-        launch_f32_to_f64(device, device.queue(), raw.as_kernel_ptr(), a.as_kernel_mut_ptr(), host.len())?
-    };
+    // SAFETY: both buffers live until `factor_with` has downloaded its results.
+    unsafe { launch_f32_to_f64(device, device.queue(), &raw, &mut a)? };
     let f = factor_with(device, &a, (m, n), images.len(), k, solver)?;
     let (u, vt) = (device.download(&f.u)?, device.download(&f.vt)?);
     Ok((0..images.len())
@@ -766,47 +744,49 @@ pub fn truncated_svd_with(
         .collect())
 }
 
-/// Widens `count` f32 values to f64 on `queue`.
+/// Widens the f32 values of `src` to f64 in `dst` (of the same length) on `queue`.
 ///
 /// # Safety
-/// Both pointers must address `count` elements of device memory of `device`.
+/// Both buffers must live until the queue reaches the launch (as for [`Device::launch_on`]).
 pub unsafe fn launch_f32_to_f64(
     device: &Device,
     queue: &Queue,
-    src: *const f32,
-    dst: *mut f64,
-    count: usize,
+    src: &Buffer<f32>,
+    dst: &mut Buffer<f64>,
 ) -> Result<()> {
-    let cfg = LaunchConfig::for_grid_stride(count, 256, 4096);
-    let count = conversion_count(count)?;
     // SAFETY: forwarded from the caller.
-    unsafe {
-        let (src, dst) = (Slice::from_raw_parts(src, count), SliceMut::from_raw_parts(dst, count));
-        device.launch_on(queue, &kf::F32_TO_F64, cfg, (src, dst))
-    }
+    unsafe { launch_conversion(device, queue, &kf::F32_TO_F64, src, dst) }
 }
 
-/// Converts `count` 8-bit pixels to f64 in `[0, 1]` on `queue`.
+/// Converts the 8-bit pixels of `src` to f64 in `[0, 1]` in `dst` (of the same length) on `queue`.
 ///
 /// # Safety
-/// Both pointers must address `count` elements of device memory of `device`.
+/// As for [`launch_f32_to_f64`].
 pub unsafe fn launch_gray8_to_f64(
     device: &Device,
     queue: &Queue,
-    src: *const u8,
-    dst: *mut f64,
-    count: usize,
+    src: &Buffer<u8>,
+    dst: &mut Buffer<f64>,
 ) -> Result<()> {
-    let cfg = LaunchConfig::for_grid_stride(count, 256, 4096);
-    let count = conversion_count(count)?;
     // SAFETY: forwarded from the caller.
-    unsafe {
-        let (src, dst) = (Slice::from_raw_parts(src, count), SliceMut::from_raw_parts(dst, count));
-        device.launch_on(queue, &kf::GRAY8_TO_F64, cfg, (src, dst))
-    }
+    unsafe { launch_conversion(device, queue, &kf::GRAY8_TO_F64, src, dst) }
 }
 
-/// A conversion's element count as a device slice's `u32` length.
-fn conversion_count(count: usize) -> Result<u32> {
-    u32::try_from(count).map_err(|_| Error::InvalidInput(format!("{count} values exceed a kernel slice")))
+/// One element-wise conversion kernel over two buffers of the same length, grid-stride.
+///
+/// # Safety
+/// As for [`launch_f32_to_f64`].
+unsafe fn launch_conversion<S: Element>(
+    device: &Device,
+    queue: &Queue,
+    kernel: &KernelFn<(Slice<S>, SliceMut<f64>)>,
+    src: &Buffer<S>,
+    dst: &mut Buffer<f64>,
+) -> Result<()> {
+    ensure(src.len() == dst.len(), || {
+        format!("`{}`: {} values in, room for {} out", kernel.name(), src.len(), dst.len())
+    })?;
+    let cfg = LaunchConfig::for_grid_stride(src.len(), 256, 4096);
+    // SAFETY: forwarded from the caller; the kernel indexes both slices below their length.
+    unsafe { device.launch_on(queue, kernel, cfg, (src, dst)) }
 }
