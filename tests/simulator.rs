@@ -1,5 +1,6 @@
-//! The CPU simulator's own guarantees: real barriers, exited threads leaving the barrier, warp
-//! shuffles, and out-of-range shared-memory accesses reported with kernel, block and thread.
+//! The CPU simulator's own guarantees: real barriers, exited threads leaving the barrier, named
+//! barriers between warps, warp shuffles, and out-of-range shared-memory accesses reported with
+//! kernel, block and thread.
 
 use kernel_suite::{Device, Dim3, LaunchConfig};
 use kernels::{kernel, shared, thread, warp};
@@ -40,6 +41,53 @@ pub fn shuffle_probe(out: &mut [u32]) {
     let swapped = warp::shfl_xor_sync(warp::FULL_MASK, v, 1);
     let first = warp::shfl_sync(warp::FULL_MASK, v, 0);
     out[v as usize] = swapped * 100_000 + first * 100 + lane;
+}
+
+/// A producer warp (warp 1) hands `x`, 32 values a round, through two shared slots to the consumer
+/// warp (warp 0), which stores lane `l + 1`'s value of each round plus the round into `y`: named
+/// barrier `1 + slot` publishes a slot, `3 + slot` gives it back, as a warp-specialised kernel's
+/// pipeline does.
+#[kernel]
+pub fn named_barrier_ring(x: &[u32], y: &mut [u32]) {
+    let lane = warp::lane_id();
+    let rounds = x.len_u32() / 32;
+    let slots = shared::dynamic::<u32>();
+    for r in 0..rounds {
+        let slot = r % 2;
+        if thread::thread_idx_x() >= 32 {
+            if r >= 2 {
+                thread::barrier_sync(3 + slot, 64);
+            }
+            // SAFETY: 64 shared u32 (the launch's), slot·32 + lane < 64.
+            unsafe { slots.write((32 * slot + lane) as usize, x[(32 * r + lane) as usize]) };
+            thread::barrier_arrive(1 + slot, 64);
+        } else {
+            thread::barrier_sync(1 + slot, 64);
+            // SAFETY: as above.
+            y[(32 * r + lane) as usize] = unsafe { slots.read((32 * slot + (lane + 1) % 32) as usize) } + r;
+            if r + 2 < rounds {
+                thread::barrier_arrive(3 + slot, 64);
+            }
+        }
+    }
+}
+
+#[test]
+fn named_barriers_hand_shared_memory_between_warps() {
+    let device = Device::simulator();
+    let rounds = 41u32;
+    let x: Vec<u32> = (0..32 * rounds).map(|i| i.wrapping_mul(2_654_435_761) >> 7).collect();
+    let dx = device.upload(&x).unwrap();
+    let mut dy = device.upload(&vec![u32::MAX; x.len()]).unwrap();
+    let cfg = LaunchConfig { grid: Dim3::x(3), block: Dim3::x(64), shared_bytes: 64 * 4 };
+    for _ in 0..3 {
+        unsafe { device.launch(&NAMED_BARRIER_RING, cfg, (&dx, &mut dy)).unwrap() };
+        let y = device.download(&dy).unwrap();
+        for (i, &got) in y.iter().enumerate() {
+            let (r, lane) = (i / 32, i % 32);
+            assert_eq!(got, x[32 * r + (lane + 1) % 32] + r as u32, "round {r}, lane {lane}");
+        }
+    }
 }
 
 #[test]

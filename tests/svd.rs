@@ -83,9 +83,20 @@ fn tensor_core_variants_match_reference_on_odd_shapes() {
     // Shapes: 4-byte copies everywhere (odd ldu and n); 16-byte copies of U only; both 16-byte;
     // several k-tiles through the 3 stages (k = 77, 100); a single element; six column tiles, so
     // that on the simulator (4 SMs) each block of the panel kernel walks two of them, its pipeline
-    // running across the tile boundary.
-    let shapes =
-        [(37, 53, 13), (129, 67, 40), (70, 132, 36), (33, 37, 77), (45, 40, 100), (1, 1, 1), (50, 647, 70)];
+    // running across the tile boundary; eleven column tiles at k = 20, so that blocks walk 3 or 2
+    // tiles of one k-tile each; and 7 k-tiles per tile, more than the panel kernel's 6 stages, so
+    // that its stages come round within a tile and across.
+    let shapes = [
+        (37, 53, 13),
+        (129, 67, 40),
+        (70, 132, 36),
+        (33, 37, 77),
+        (45, 40, 100),
+        (1, 1, 1),
+        (50, 647, 70),
+        (19, 1290, 20),
+        (21, 700, 200),
+    ];
     for device in common::devices("tensor_core_variants_match_reference_on_odd_shapes") {
         for (seed, (m, n, k)) in shapes.into_iter().enumerate() {
             let op = random_operands(100 + seed as u64, m, n, k);

@@ -5,7 +5,10 @@
 //! counts, as on the GPU). Blocks run one after the other within a group of threads; several
 //! groups (one per CPU core) run different blocks at the same time. Shared memory is filled with
 //! `0xff` bytes (a NaN for floats) before each block, so a kernel that reads what it never wrote
-//! shows it. Any panic in a kernel — an out-of-range shared-memory access included — stops the
+//! shows it. Named barriers ([`barrier_sync`](crate::thread::barrier_sync)) count the threads that
+//! arrive, as the hardware counts whole warps; a thread that arrives for a different number of
+//! threads than its round's is an error, and so is a round still incomplete after
+//! [`NAMED_BARRIER_PATIENCE`] (on the GPU, a hang). Any panic in a kernel — an out-of-range shared-memory access included — stops the
 //! launch and is re-raised with the kernel's name, the block and the thread.
 //!
 //! It is for correctness, not speed.
@@ -159,6 +162,16 @@ pub(crate) fn sync_threads() {
     with_block(|_, b| b.barrier.wait());
 }
 
+pub(crate) fn named_barrier(id: u32, threads: u32, wait: bool) {
+    assert!(
+        (1..crate::thread::NAMED_BARRIERS).contains(&id),
+        "named barrier {id} outside 1..{}",
+        crate::thread::NAMED_BARRIERS
+    );
+    assert!(threads > 0 && threads.is_multiple_of(32), "named barrier {id} for {threads} threads");
+    with_block(|_, b| b.named[id as usize].arrive_named(id, threads as usize, wait));
+}
+
 pub(crate) fn shared_region(byte_offset: usize, len: usize, size: usize, align: usize) -> *mut u8 {
     with_block(|t, b| {
         let end = len.checked_mul(size).and_then(|bytes| bytes.checked_add(byte_offset));
@@ -254,6 +267,9 @@ pub(crate) fn shared_bytes_at(address: u32, len: usize) -> *mut u8 {
     })
 }
 
+/// How long a thread waits at a named barrier before the simulator reports the round as stuck.
+pub const NAMED_BARRIER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A barrier whose party shrinks as threads return, and that can be abandoned when a thread panics.
 struct GroupBarrier {
     state: Mutex<BarrierState>,
@@ -304,9 +320,57 @@ impl GroupBarrier {
             self.release(&mut s);
             return;
         }
+        self.block(s, None);
+    }
+
+    /// One thread at a named barrier whose round expects `parties` threads (fixed by the round's
+    /// first arrival); with `wait`, returns when the round completes.
+    fn arrive_named(&self, id: u32, parties: usize, wait: bool) {
+        let mut s = self.lock();
+        if s.abandoned {
+            drop(s);
+            panic::resume_unwind(Box::new(Abandoned));
+        }
+        if s.arrived == 0 {
+            s.live = parties;
+        }
+        let expected = s.live;
+        if expected != parties {
+            drop(s);
+            panic!("named barrier {id}: a thread arrived for {parties} threads in a round of {expected}");
+        }
+        s.arrived += 1;
+        if s.arrived == s.live {
+            self.release(&mut s);
+        } else if wait {
+            self.block(s, Some(id));
+        }
+    }
+
+    /// Waits, holding `s`, until the current round completes (or the launch is abandoned); at named
+    /// barrier `named` for at most [`NAMED_BARRIER_PATIENCE`].
+    fn block(&self, mut s: MutexGuard<'_, BarrierState>, named: Option<u32>) {
         let generation = s.generation;
+        let start = std::time::Instant::now();
         while s.generation == generation && !s.abandoned {
-            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+            s = match named {
+                None => self.cv.wait(s).unwrap_or_else(|e| e.into_inner()),
+                Some(id) => {
+                    let waited = start.elapsed();
+                    if waited >= NAMED_BARRIER_PATIENCE {
+                        let (arrived, expected) = (s.arrived, s.live);
+                        drop(s);
+                        panic!(
+                            "named barrier {id}: {arrived} of {expected} threads arrived, the rest \
+                             never came ({waited:?})"
+                        );
+                    }
+                    self.cv
+                        .wait_timeout(s, NAMED_BARRIER_PATIENCE - waited)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
         }
         if s.generation == generation {
             drop(s);
@@ -334,6 +398,7 @@ struct BlockState {
     threads: usize,
     shared: Vec<u128>,
     barrier: GroupBarrier,
+    named: Vec<GroupBarrier>,
     warps: Vec<GroupBarrier>,
     slots: Vec<AtomicU64>,
     gather: Vec<AtomicU64>,
@@ -345,6 +410,7 @@ impl BlockState {
             threads,
             shared: vec![u128::MAX; shared_bytes.div_ceil(16)],
             barrier: GroupBarrier::new(),
+            named: (0..crate::thread::NAMED_BARRIERS).map(|_| GroupBarrier::new()).collect(),
             warps: (0..threads.div_ceil(32)).map(|_| GroupBarrier::new()).collect(),
             slots: (0..threads).map(|_| AtomicU64::new(0)).collect(),
             gather: (0..threads * GATHER_WORDS).map(|_| AtomicU64::new(0)).collect(),
@@ -362,6 +428,7 @@ impl BlockState {
             std::ptr::write_bytes(self.shared_base(), 0xff, self.shared.len() * 16);
         }
         self.barrier.reset(self.threads);
+        self.named.iter().for_each(|b| b.reset(0));
         for (w, warp) in self.warps.iter().enumerate() {
             warp.reset((self.threads - w * 32).min(32));
         }
@@ -374,6 +441,7 @@ impl BlockState {
 
     fn abandon(&self) {
         self.barrier.abandon();
+        self.named.iter().for_each(GroupBarrier::abandon);
         self.warps.iter().for_each(GroupBarrier::abandon);
     }
 }

@@ -1118,7 +1118,8 @@ unsafe fn reconstruct_wgmma<const SPLIT: bool, const STAGES: u32>(
 /// it holds `acc`, [`mma::wgmma_m64_c_coords`]) into `out` (`m × n`, row-major) at rows
 /// `row0..`, columns `col0..`, clipped to the matrix. Each thread's two adjacent columns of a row
 /// go as one 8-byte store where `n` is even and `out` 8-byte aligned (unrolled, so that the
-/// accumulators stay in registers).
+/// accumulators stay in registers), marked streaming ([`global::store_f32x2_streaming`]): the
+/// output is written once, the operands are read by many blocks and should stay in L2.
 ///
 /// # Safety
 /// `out` holds `m × n` elements.
@@ -1142,7 +1143,7 @@ unsafe fn store_wgmma_tile(
                 // SAFETY: (i, j) clipped to the matrix, as the caller's contract needs.
                 unsafe {
                     let mut row = out.sub_unchecked((i * n) as usize, n as usize);
-                    row.store_f32x2_clipped(j as usize, j, n, [acc[r], acc[r + 1]], out_vec);
+                    row.store_f32x2_clipped_streaming(j as usize, j, n, [acc[r], acc[r + 1]], out_vec);
                 }
             }
         });

@@ -1,4 +1,4 @@
-//! Thread, block and grid indices, and the block barrier.
+//! Thread, block and grid indices, the block barrier and named barriers.
 //!
 //! Names follow cuda_std. All indices are `u32`; `x` is the fastest-varying dimension (for an
 //! image stored row-major, `x` is the column and `y` the row).
@@ -84,4 +84,41 @@ pub fn sync_threads() {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     crate::sim::sync_threads()
+}
+
+/// Named barriers: 16 per block, `id` 0 being [`sync_threads`]'s.
+pub const NAMED_BARRIERS: u32 = 16;
+
+/// `bar.sync id, threads`: waits at named barrier `id` (1..[`NAMED_BARRIERS`]) until `threads`
+/// threads (a multiple of 32) have reached it, here or through [`barrier_arrive`]; memory accesses
+/// made before arriving by any of them are visible to the threads that waited. With
+/// [`barrier_arrive`] it lets warps of one block hand work to each other (a producer warp arrives,
+/// the consumers wait) without stopping the whole block. Every lane of a warp calls it together,
+/// and all parties of one round pass the same `threads`.
+#[inline(always)]
+pub fn barrier_sync(id: u32, threads: u32) {
+    named_barrier::<true>(id, threads)
+}
+
+/// `bar.arrive id, threads`: counts this thread at named barrier `id` without waiting (see
+/// [`barrier_sync`]); its earlier memory accesses are visible to the threads that wait there.
+#[inline(always)]
+pub fn barrier_arrive(id: u32, threads: u32) {
+    named_barrier::<false>(id, threads)
+}
+
+/// [`barrier_sync`] (`WAIT`) or [`barrier_arrive`].
+#[inline(always)]
+fn named_barrier<const WAIT: bool>(id: u32, threads: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: a barrier has no memory-safety preconditions.
+    unsafe {
+        if WAIT {
+            core::arch::asm!("bar.sync {}, {};", in(reg32) id, in(reg32) threads);
+        } else {
+            core::arch::asm!("bar.arrive {}, {};", in(reg32) id, in(reg32) threads);
+        }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::sim::named_barrier(id, threads, WAIT)
 }
