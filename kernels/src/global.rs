@@ -42,16 +42,41 @@ pub unsafe fn load_f32x4(ptr: *const f32) -> [f32; 4] {
 /// accesses during the kernel.
 #[inline(always)]
 pub unsafe fn store_f32x4(ptr: *mut f32, value: [f32; 4]) {
+    // SAFETY: forwarded from the caller.
+    unsafe { store_quad::<false>(ptr, value) }
+}
+
+/// [`store_f32x4`] marked as streaming (`st.global.cs.v4.f32`), as [`store_f32x2_streaming`].
+///
+/// # Safety
+/// As for [`store_f32x4`].
+#[inline(always)]
+pub unsafe fn store_f32x4_streaming(ptr: *mut f32, value: [f32; 4]) {
+    // SAFETY: forwarded from the caller.
+    unsafe { store_quad::<true>(ptr, value) }
+}
+
+/// [`store_f32x4`] (`STREAMING` false) and [`store_f32x4_streaming`].
+#[inline(always)]
+unsafe fn store_quad<const STREAMING: bool>(ptr: *mut f32, value: [f32; 4]) {
     #[cfg(target_arch = "nvptx64")]
     {
         let [a, b, c, d] = value.map(f32::to_bits);
         // SAFETY: guaranteed by the caller.
         unsafe {
-            core::arch::asm!(
-                "st.global.v4.b32 [{}], {{{}, {}, {}, {}}};",
-                in(reg64) ptr, in(reg32) a, in(reg32) b, in(reg32) c, in(reg32) d,
-                options(nostack),
-            );
+            if STREAMING {
+                core::arch::asm!(
+                    "st.global.cs.v4.b32 [{}], {{{}, {}, {}, {}}};",
+                    in(reg64) ptr, in(reg32) a, in(reg32) b, in(reg32) c, in(reg32) d,
+                    options(nostack),
+                );
+            } else {
+                core::arch::asm!(
+                    "st.global.v4.b32 [{}], {{{}, {}, {}, {}}};",
+                    in(reg64) ptr, in(reg32) a, in(reg32) b, in(reg32) c, in(reg32) d,
+                    options(nostack),
+                );
+            }
         }
     }
     #[cfg(not(target_arch = "nvptx64"))]

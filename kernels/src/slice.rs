@@ -330,6 +330,7 @@ impl SliceMut<f32> {
     }
 
     clipped_store!(store_f32x4_clipped, 4, 16, global::store_f32x4);
+    clipped_store!(store_f32x4_clipped_streaming, 4, 16, global::store_f32x4_streaming);
     clipped_store!(store_f32x2_clipped, 2, 8, global::store_f32x2);
     clipped_store!(store_f32x2_clipped_streaming, 2, 8, global::store_f32x2_streaming);
 }
