@@ -56,37 +56,6 @@ pub unsafe fn store_f32x4_streaming(ptr: *mut f32, value: [f32; 4]) {
     unsafe { store_quad::<true>(ptr, value) }
 }
 
-/// [`store_f32x4`] (`STREAMING` false) and [`store_f32x4_streaming`].
-#[inline(always)]
-unsafe fn store_quad<const STREAMING: bool>(ptr: *mut f32, value: [f32; 4]) {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let [a, b, c, d] = value.map(f32::to_bits);
-        // SAFETY: guaranteed by the caller.
-        unsafe {
-            if STREAMING {
-                core::arch::asm!(
-                    "st.global.cs.v4.b32 [{}], {{{}, {}, {}, {}}};",
-                    in(reg64) ptr, in(reg32) a, in(reg32) b, in(reg32) c, in(reg32) d,
-                    options(nostack),
-                );
-            } else {
-                core::arch::asm!(
-                    "st.global.v4.b32 [{}], {{{}, {}, {}, {}}};",
-                    in(reg64) ptr, in(reg32) a, in(reg32) b, in(reg32) c, in(reg32) d,
-                    options(nostack),
-                );
-            }
-        }
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        assert!(is_aligned_16(ptr), "16-byte global access at a misaligned address {ptr:p}");
-        // SAFETY: guaranteed by the caller.
-        unsafe { *(ptr as *mut [f32; 4]) = value }
-    }
-}
-
 /// Stores two f32 at `ptr` in one `st.global.v2.f32`.
 ///
 /// # Safety
@@ -112,36 +81,52 @@ pub unsafe fn store_f32x2_streaming(ptr: *mut f32, value: [f32; 2]) {
     unsafe { store_pair::<true>(ptr, value) }
 }
 
-/// [`store_f32x2`] (`STREAMING` false) and [`store_f32x2_streaming`].
-#[inline(always)]
-unsafe fn store_pair<const STREAMING: bool>(ptr: *mut f32, value: [f32; 2]) {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let [a, b] = value.map(f32::to_bits);
-        // SAFETY: guaranteed by the caller.
-        unsafe {
-            if STREAMING {
-                core::arch::asm!(
-                    "st.global.cs.v2.b32 [{}], {{{}, {}}};",
-                    in(reg64) ptr, in(reg32) a, in(reg32) b,
-                    options(nostack),
-                );
-            } else {
-                core::arch::asm!(
-                    "st.global.v2.b32 [{}], {{{}, {}}};",
-                    in(reg64) ptr, in(reg32) a, in(reg32) b,
-                    options(nostack),
-                );
+/// Defines `$name::<STREAMING>(ptr, value)`: `$n` f32 in one `st.global.v$n.b32`, or with
+/// `STREAMING` one `st.global.cs.v$n.b32`; in the simulator a plain store that checks the
+/// alignment.
+macro_rules! vector_store {
+    ($(#[$doc:meta])* $name:ident, $n:literal, $aligned:ident, [$($x:ident)*], $operands:literal) => {
+        $(#[$doc])*
+        #[inline(always)]
+        unsafe fn $name<const STREAMING: bool>(ptr: *mut f32, value: [f32; $n]) {
+            #[cfg(target_arch = "nvptx64")]
+            {
+                let [$($x),*] = value.map(f32::to_bits);
+                // SAFETY: guaranteed by the caller.
+                unsafe {
+                    if STREAMING {
+                        core::arch::asm!(
+                            concat!("st.global.cs.v", $n, ".b32 [{}], {{", $operands, "}};"),
+                            in(reg64) ptr, $(in(reg32) $x,)*
+                            options(nostack),
+                        );
+                    } else {
+                        core::arch::asm!(
+                            concat!("st.global.v", $n, ".b32 [{}], {{", $operands, "}};"),
+                            in(reg64) ptr, $(in(reg32) $x,)*
+                            options(nostack),
+                        );
+                    }
+                }
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            {
+                assert!($aligned(ptr), "{}-byte global access at a misaligned address {ptr:p}", 4 * $n);
+                // SAFETY: guaranteed by the caller.
+                unsafe { *(ptr as *mut [f32; $n]) = value }
             }
         }
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        assert!(is_aligned_8(ptr), "8-byte global access at a misaligned address {ptr:p}");
-        // SAFETY: guaranteed by the caller.
-        unsafe { *(ptr as *mut [f32; 2]) = value }
-    }
+    };
 }
+
+vector_store!(
+    /// [`store_f32x2`] (`STREAMING` false) and [`store_f32x2_streaming`].
+    store_pair, 2, is_aligned_8, [a b], "{}, {}"
+);
+vector_store!(
+    /// [`store_f32x4`] (`STREAMING` false) and [`store_f32x4_streaming`].
+    store_quad, 4, is_aligned_16, [a b c d], "{}, {}, {}, {}"
+);
 
 /// Whether `ptr` may be used for an 8-byte access.
 #[inline(always)]
