@@ -8,8 +8,9 @@
 //! shows it. Named barriers ([`barrier_sync`](crate::thread::barrier_sync)) count the threads that
 //! arrive, as the hardware counts whole warps; a thread that arrives for a different number of
 //! threads than its round's is an error, and so is a round still incomplete after
-//! [`NAMED_BARRIER_PATIENCE`] (on the GPU, a hang). Any panic in a kernel — an out-of-range shared-memory access included — stops the
-//! launch and is re-raised with the kernel's name, the block and the thread.
+//! [`NAMED_BARRIER_PATIENCE`] (on the GPU, a hang). Any panic in a kernel — an out-of-range
+//! shared-memory access included — stops the launch and is re-raised with the kernel's name, the
+//! block and the thread.
 //!
 //! It is for correctness, not speed.
 
