@@ -369,3 +369,23 @@ fn batch_launch_rejects_buffers_shorter_than_the_batch() {
     .unwrap_err();
     assert!(err.to_string().contains("the output buffer holds 69 elements"), "{err}");
 }
+
+#[test]
+fn panel_order_permutes_each_group_of_16_onto_the_register_fragments() {
+    // The panel kernel's `A` fragments of k8 steps 2q and 2q + 1 are the elements 16q + 4t ..
+    // 16q + 4t + 4 of a row (one 16-byte load per thread t of a quad), in the order of the
+    // fragment's columns t, t + 4 of step 2q, then of step 2q + 1; `b` must put element p of `k`
+    // at the column where `A` holds it.
+    use kernels::{mma, svd::panel_position};
+    for p in 0..272u32 {
+        let at = panel_position(p);
+        assert_eq!(at / 16, p / 16, "element {p} left its group of 16 (to {at})");
+        let (t, h, e) = (p % 16 / 4, p % 4 / 2, p % 2);
+        let (row, column) = mma::tf32_a_coords(t, 2 * e);
+        assert_eq!(row, 0);
+        assert_eq!(at % 16, 8 * h + column, "element {p}");
+    }
+    let mut seen = [false; 16];
+    (0..16).for_each(|p| seen[panel_position(p) as usize] = true);
+    assert!(seen.iter().all(|&s| s), "not a permutation of 0..16: {seen:?}");
+}

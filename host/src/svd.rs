@@ -122,10 +122,17 @@ impl Variant {
         }
     }
 
-    /// Whether rank `k` runs on [`k::svd_reconstruct_tf32_wgmma_panel`], which keeps each block's
-    /// panel of `U·s` in shared memory: one pass of `wgmma` up to [`k::PANEL_MAX_K`].
+    /// Whether rank `k` runs on a panel kernel, which keeps each block's panel of `U·s`: one pass
+    /// of `wgmma` up to [`k::PANEL_MAX_K`].
     fn uses_panel(self, k: usize) -> bool {
         self == Variant::Tf32Wgmma && k::prepared_row(k as u32) <= k::PANEL_MAX_K
+    }
+
+    /// Whether rank `k` runs on [`k::svd_reconstruct_tf32_wgmma_register_panel`] (the panel in
+    /// registers, up to [`k::REGISTER_PANEL_MAX_K`]) rather than
+    /// [`k::svd_reconstruct_tf32_wgmma_panel`] (in shared memory).
+    fn uses_register_panel(self, k: usize) -> bool {
+        self.uses_panel(k) && k::prepared_row(k as u32) <= k::REGISTER_PANEL_MAX_K
     }
 
     /// The kernel that computes the product at rank `k` (the `wgmma` variants launch
@@ -137,6 +144,9 @@ impl Variant {
             Variant::Regtiled => k::SVD_RECONSTRUCT_REGTILED.name(),
             Variant::Tf32 => k::SVD_RECONSTRUCT_TF32.name(),
             Variant::Tf32x3 => k::SVD_RECONSTRUCT_TF32X3.name(),
+            Variant::Tf32Wgmma if self.uses_register_panel(k) => {
+                k::SVD_RECONSTRUCT_TF32_WGMMA_REGISTER_PANEL.name()
+            }
             Variant::Tf32Wgmma if self.uses_panel(k) => k::SVD_RECONSTRUCT_TF32_WGMMA_PANEL.name(),
             Variant::Tf32Wgmma => k::SVD_RECONSTRUCT_TF32_WGMMA.name(),
             Variant::Tf32x3Wgmma => k::SVD_RECONSTRUCT_TF32X3_WGMMA.name(),
@@ -363,7 +373,8 @@ pub unsafe fn launch_reconstruct_batch(
 
 /// The `wgmma` variants: prepares the operands in temporaries of `queue` ([`k::tf32_prepare`];
 /// rounded to tf32 for one pass, as they are for the 3xTF32 split), then multiplies them
-/// ([`k::svd_reconstruct_tf32_wgmma_panel`] for one pass at `k ≤` [`k::PANEL_MAX_K`],
+/// ([`k::svd_reconstruct_tf32_wgmma_register_panel`] for one pass at `k ≤`
+/// [`k::REGISTER_PANEL_MAX_K`], [`k::svd_reconstruct_tf32_wgmma_panel`] up to [`k::PANEL_MAX_K`],
 /// [`k::svd_reconstruct_tf32_wgmma`] above, [`k::svd_reconstruct_tf32x3_wgmma`]).
 ///
 /// # Safety
@@ -399,9 +410,11 @@ unsafe fn launch_wgmma(
         block: Dim3::x(k::PREPARE_THREADS),
         shared_bytes: k::PREPARE_SHARED_BYTES,
     };
-    let sizes = (m32, n32, k32, shape.ldu as u32, shape.strides);
-    let prepare_args =
-        (u, sv, vt, &mut a, &mut b, sizes.0, sizes.1, sizes.2, sizes.3, sizes.4, one_pass as u32);
+    // The register-panel kernel takes `b` in the order of its register fragments of `a`.
+    let (panel, register_panel) = (variant.uses_panel(kk), variant.uses_register_panel(kk));
+    let flags = (one_pass as u32, register_panel as u32);
+    let (ldu, strides) = (shape.ldu as u32, shape.strides);
+    let prepare_args = (u, sv, vt, &mut a, &mut b, m32, n32, k32, ldu, strides, flags.0, flags.1);
     let moved = Work { bytes: (images * 4 * (m * kk + kk + kk * n + (m + n) * kp)) as f64, flops: 0.0 };
     let work = Work {
         bytes: (images * 4 * (m * kp + n * kp + m * n)) as f64,
@@ -412,9 +425,15 @@ unsafe fn launch_wgmma(
     // allocated above for it and live until the queued work is done (their frees are queued after it).
     unsafe {
         device.launch_counted(queue, &k::TF32_PREPARE, prepare, prepare_args, Some(moved))?;
-        // One pass at small ranks: the kernel that keeps each block's panel of `a` in shared
-        // memory, a panel's columns shared out among blocks so that the grid fills the GPU once.
-        if variant.uses_panel(kk) {
+        // One pass at small ranks: a kernel that keeps each block's panel of `a` (in registers at
+        // the smallest), a panel's columns shared out among blocks so that the grid fills the GPU
+        // once.
+        if panel {
+            let (kernel, shared_bytes) = if register_panel {
+                (&k::SVD_RECONSTRUCT_TF32_WGMMA_REGISTER_PANEL, k::REGISTER_PANEL_SHARED_BYTES)
+            } else {
+                (&k::SVD_RECONSTRUCT_TF32_WGMMA_PANEL, k::panel_shared_bytes(kp as u32))
+            };
             let tiles_n = n.div_ceil(k::MMA_TILE_N as usize);
             let panels = m.div_ceil(k::MMA_TILE_M as usize);
             let sms = device.multiprocessors()? as usize;
@@ -422,10 +441,10 @@ unsafe fn launch_wgmma(
             let cfg = LaunchConfig {
                 grid: Dim3 { x: tiles_n.div_ceil(per_block) as u32, y: panels as u32, z: images as u32 },
                 block: Dim3::x(k::WGMMA_THREADS),
-                shared_bytes: k::panel_shared_bytes(kp as u32),
+                shared_bytes,
             };
             let args = (&a, &b, out, m32, n32, kp as u32, stride, per_block as u32);
-            device.launch_counted(queue, &k::SVD_RECONSTRUCT_TF32_WGMMA_PANEL, cfg, args, Some(work))
+            device.launch_counted(queue, kernel, cfg, args, Some(work))
         } else {
             let mut product = variant.launch_config(m, n, 16);
             product.grid.z = images as u32;

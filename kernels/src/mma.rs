@@ -33,7 +33,8 @@
 //! nothing: the way to pad edge tiles). Copies issued since the last [`cp_async_commit_group`] form a
 //! group; [`cp_async_wait_group`]`::<N>()` waits until at most `N` groups of this thread are still in
 //! flight. Another thread sees the data only after a barrier following the wait. Destinations are
-//! shared-window addresses from [`shared_address`].
+//! shared-window addresses from [`shared_address`]. On sm_90, [`cp_async_bulk_store_streaming`]
+//! goes the other way, from shared to global memory, many bytes at once through the copy engine.
 //!
 //! # Matrix loads
 //!
@@ -47,9 +48,9 @@
 //! and rounded once to f32 (tf32 operands are first truncated to their tf32 bits, as the hardware
 //! reads them). The hardware's order of accumulation inside one MMA is not specified, so GPU results
 //! may differ from the simulator's in the last bits. An `ldmatrix` gathers the lanes' row
-//! addresses and reads shared memory as the hardware does. A `cp.async` is a synchronous copy (with the
-//! same zero fill) and the wait is a no-op; shared-window addresses are byte offsets into the
-//! block's dynamic shared memory, checked against its size.
+//! addresses and reads shared memory as the hardware does. A `cp.async` is a synchronous copy (with
+//! the same zero fill), and so is a bulk copy; the waits are no-ops; shared-window addresses are
+//! byte offsets into the block's dynamic shared memory, checked against its size.
 
 #[cfg(not(target_arch = "nvptx64"))]
 use crate::warp::lane_id;
@@ -490,6 +491,70 @@ pub fn cp_async_wait_group<const N: u32>() {
     }
 }
 
+/// Starts a bulk copy of `bytes` from shared to global memory, done by the SM's copy engine (TMA)
+/// while the thread goes on (`cp.async.bulk.global.shared::cta.bulk_group [dst], [src], bytes`),
+/// marked evict-first in L2 (`.L2::cache_hint` with a `createpolicy` evict-first policy): for
+/// output written once. Copies issued since the last [`cp_async_bulk_commit_group`] form one bulk
+/// group of this thread; [`cp_async_bulk_wait_group_read`] says when their source may be
+/// overwritten. Needs sm_90. In the simulator a synchronous copy.
+///
+/// # Safety
+/// `src` is a shared-window address ([`shared_address`]) of `bytes` inside the block's dynamic
+/// shared memory and `dst` a global address of `bytes` writable bytes, both 16-byte aligned, and
+/// `bytes` a multiple of 16. The shared-memory writes of the source must be made visible to the
+/// copy engine first ([`fence_proxy_async_shared`] by each writer, then a barrier), and nothing
+/// may write the source before the wait.
+#[inline(always)]
+pub unsafe fn cp_async_bulk_store_streaming<T>(dst: *mut T, src: u32, bytes: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .b64 policy; createpolicy.fractional.L2::evict_first.b64 policy, 1.0; \
+             cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [{}], [{}], {}, policy; }}",
+            in(reg64) dst,
+            in(reg32) src,
+            in(reg32) bytes,
+        );
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let (at, dst) = (src as usize, dst as *mut u8);
+        assert!(
+            at.is_multiple_of(16) && (dst as usize).is_multiple_of(16) && bytes.is_multiple_of(16),
+            "bulk copy of {bytes} bytes from shared address {at} to {dst:p}: both addresses and the \
+             size must be multiples of 16"
+        );
+        let from = crate::sim::shared_bytes_at(src, bytes as usize);
+        // SAFETY: `from` holds `bytes` (checked by the simulator), `dst` by the caller's contract.
+        unsafe { core::ptr::copy_nonoverlapping(from, dst, bytes as usize) };
+    }
+}
+
+/// Closes this thread's group of bulk copies issued since the previous commit
+/// (`cp.async.bulk.commit_group`).
+#[inline(always)]
+pub fn cp_async_bulk_commit_group() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: no operands.
+    unsafe {
+        core::arch::asm!("cp.async.bulk.commit_group;");
+    }
+}
+
+/// Waits until at most `N` of this thread's bulk groups are still reading their shared-memory
+/// sources (`cp.async.bulk.wait_group.read N`): after it (and a barrier, for other threads) the
+/// sources may be overwritten. A block must wait for its copies' reads before it exits. A no-op in
+/// the simulator.
+#[inline(always)]
+pub fn cp_async_bulk_wait_group_read<const N: u32>() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: no memory operands.
+    unsafe {
+        core::arch::asm!("cp.async.bulk.wait_group.read {};", const N);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Warpgroup MMA (Hopper, sm_90a)
 // ---------------------------------------------------------------------------------------------
@@ -520,10 +585,10 @@ use wgmma_asm;
 /// [`wgmma_asm`] with `A` from four registers (tf32 bits of the fragment, [`wgmma_m64_a_coords`]).
 #[cfg(target_arch = "nvptx64")]
 macro_rules! wgmma_rs_asm {
-    ($acc:ident, $a:expr, $b:expr, $shape:literal, [$first:literal $($i:literal)*]) => {
+    ($acc:ident, $a:expr, $b:expr, $add:expr, $shape:literal, [$first:literal $($i:literal)*]) => {
         core::arch::asm!(
             concat!(
-                "{{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.", $shape,
+                "{{ .reg .pred p; setp.ne.b32 p, {add}, 0; wgmma.mma_async.sync.aligned.", $shape,
                 ".f32.tf32.tf32 {{{", stringify!($first), "}", $(", {", stringify!($i), "}",)*
                 "}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1; }}"
             ),
@@ -534,6 +599,7 @@ macro_rules! wgmma_rs_asm {
             a2 = in(reg32) $a[2].to_bits(),
             a3 = in(reg32) $a[3].to_bits(),
             b = in(reg64) $b,
+            add = in(reg32) $add,
         )
     };
 }
@@ -695,10 +761,21 @@ pub fn wgmma_m64_a_coords(thread: u32, r: u32) -> (u32, u32) {
 /// As for [`wgmma_tf32_m64n128k8`], for `b`.
 #[inline(always)]
 pub unsafe fn wgmma_tf32_m64n128k8_rs(acc: &mut [f32; 64], a: [f32; 4], b: u64) {
+    // SAFETY: forwarded from the caller.
+    unsafe { wgmma_tf32_m64n128k8_rs_into(acc, a, b, true) }
+}
+
+/// [`wgmma_tf32_m64n128k8_rs`] that accumulates only where `add`, and otherwise overwrites the
+/// accumulators, as [`wgmma_tf32_m64n128k8_into`] does: `A` held in registers for a whole panel.
+///
+/// # Safety
+/// As for [`wgmma_tf32_m64n128k8`], for `b`.
+#[inline(always)]
+pub unsafe fn wgmma_tf32_m64n128k8_rs_into(acc: &mut [f32; 64], a: [f32; 4], b: u64, add: bool) {
     #[cfg(target_arch = "nvptx64")]
     // SAFETY: guaranteed by the caller.
     unsafe {
-        wgmma_rs_asm!(acc, a, b, "m64n128k8", [
+        wgmma_rs_asm!(acc, a, b, add as u32, "m64n128k8", [
             0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
             32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63
         ]);
@@ -721,7 +798,7 @@ pub unsafe fn wgmma_tf32_m64n128k8_rs(acc: &mut [f32; 64], a: [f32; 4], b: u64) 
             let (i, j) = wgmma_m64_c_coords(thread, r);
             let row = &am[(i % 16) as usize];
             let sum: f64 = (0..8).map(|p| row[p as usize] * sw128_read_tf32(b, j, p)).sum();
-            *d = (sum + *d as f64) as f32;
+            *d = if add { (sum + *d as f64) as f32 } else { sum as f32 };
         }
     }
 }

@@ -137,6 +137,11 @@ impl<T: Copy> DynamicShared<T> {
     }
 }
 
+/// Two f32 as one 8-byte shared-memory access.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct F32x2([f32; 2]);
+
 /// Four f32 as one 16-byte shared-memory access.
 #[derive(Clone, Copy)]
 #[repr(C, align(16))]
@@ -167,6 +172,23 @@ impl DynamicShared<f32> {
         self.check_f32x4(i);
         // SAFETY: guaranteed by the caller.
         unsafe { (self.ptr.add(i) as *mut F32x4).write(F32x4(value)) }
+    }
+
+    /// Writes elements `i..i + 2` in one 8-byte store (`st.shared.v2`).
+    ///
+    /// # Safety
+    /// As for [`write`](Self::write), for both; element `i` is 8-byte aligned (the simulator checks
+    /// both).
+    #[inline(always)]
+    pub unsafe fn write_f32x2(self, i: usize, value: [f32; 2]) {
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            self.check(i + 1);
+            let at = self.ptr.wrapping_add(i) as usize;
+            assert!(at.is_multiple_of(8), "8-byte shared-memory access at a misaligned address {at:#x}");
+        }
+        // SAFETY: guaranteed by the caller.
+        unsafe { (self.ptr.add(i) as *mut F32x2).write(F32x2(value)) }
     }
 
     #[cfg(not(target_arch = "nvptx64"))]

@@ -797,9 +797,21 @@ pub const WGMMA_TF32_SHARED_BYTES: u32 = wgmma_shared_bytes(WGMMA_TF32_STAGES, f
 /// small parts and an alignment atom (81 KiB: two blocks per SM).
 pub const WGMMA_TF32X3_SHARED_BYTES: u32 = wgmma_shared_bytes(WGMMA_TF32X3_STAGES, true);
 /// Row length (elements) of the prepared operands of the `wgmma` kernels for rank `k`: `k`
-/// rounded up to a multiple of 4, so that every row starts on 16 bytes.
+/// rounded up to a multiple of 16, so that every row starts on 16 bytes and holds whole groups of
+/// [`panel_position`].
 pub const fn prepared_row(k: u32) -> u32 {
-    k.div_ceil(4) * 4
+    k.div_ceil(16) * 16
+}
+
+/// Where element `p` of `k` goes in a row of `b` prepared for
+/// [`svd_reconstruct_tf32_wgmma_register_panel`]: within each group of 16, `p = 16q + 4t + 2h + e`
+/// goes to `16q + 8h + t + 4e`. That is the column of the `h`-th k8 step's `A` fragment in which thread
+/// `t` of a quad holds element `e` of the 4 consecutive values `16q + 4t ..` it loads from `a` in
+/// one 16-byte load ([`mma::tf32_a_coords`]: columns `t` and `t + 4`); the product sums over `k`
+/// in any order, so `b` only has to follow the same order.
+pub const fn panel_position(p: u32) -> u32 {
+    let r = p % 16;
+    p - r + 8 * (r % 4 / 2) + r / 4 + 4 * (r % 2)
 }
 
 /// Threads per block of [`tf32_prepare`].
@@ -820,7 +832,9 @@ pub const fn prepare_blocks(m: u32, n: u32, k: u32) -> (u32, u32) {
 /// `a[i, p] = U[i, p]·s[p]` (`m × kp`, `kp =` [`prepared_row`]`(k)`) and `b[j, p] = Vᵀ[p, j]`
 /// (`n × kp`, `Vᵀ` transposed), columns `k..kp` zero; with `round_to_tf32 ≠ 0` (for
 /// [`svd_reconstruct_tf32_wgmma`]) every value rounded with [`mma::round_tf32`], otherwise (for
-/// [`svd_reconstruct_tf32x3_wgmma`], which splits them) left in f32. The first blocks
+/// [`svd_reconstruct_tf32x3_wgmma`], which splits them) left in f32; with `register_panel ≠ 0`
+/// (for [`svd_reconstruct_tf32_wgmma_register_panel`]) each row of `b` in the order of
+/// [`panel_position`] (`b[j, panel_position(p)] = Vᵀ[p, j]`). The first blocks
 /// ([`prepare_blocks`]) scale `U`, each thread 4 elements of a row and one 16-byte store; the
 /// others move a 32 × 32 tile of `Vᵀ` through shared memory (padded rows: no bank conflicts),
 /// reading and writing 128-byte rows. Image `z = blockIdx.z` reads `u + z·batch.u`,
@@ -846,6 +860,7 @@ pub unsafe fn tf32_prepare(
     ldu: u32,
     batch: Batch,
     round_to_tf32: u32,
+    register_panel: u32,
 ) {
     const T: u32 = TRANSPOSE_TILE;
     let kp = prepared_row(k);
@@ -900,7 +915,8 @@ pub unsafe fn tf32_prepare(
             while r < T {
                 let (j, p) = (j0 + r, p0 + tx);
                 if j < n && p < kp {
-                    b.set_unchecked((j * kp + p) as usize, round(tile.read((tx * (T + 1) + r) as usize)));
+                    let at = if register_panel != 0 { panel_position(p) } else { p };
+                    b.set_unchecked((j * kp + at) as usize, round(tile.read((tx * (T + 1) + r) as usize)));
                 }
                 r += PREPARE_THREADS / T;
             }
@@ -1156,11 +1172,16 @@ unsafe fn store_wgmma_tile(
 /// Largest prepared rank `kp` that [`svd_reconstruct_tf32_wgmma_panel`] keeps whole in shared
 /// memory (its `a` panel: 128 rows × 256 × 4 bytes = 128 KiB).
 pub const PANEL_MAX_K: u32 = 256;
-/// Steps (k-tiles of `b`) that the copies of [`svd_reconstruct_tf32_wgmma_panel`] run ahead of
-/// the MMAs: with one block per SM, 64 KiB in flight per SM to cover the latency of L2.
+/// Largest prepared rank `kp` that [`svd_reconstruct_tf32_wgmma_register_panel`] takes: its `a`
+/// panel in registers costs 64 × `kp` / 128 per thread, and below this rank a tile's MMAs are short
+/// enough for the epilogue to dominate, which its bulk copies overlap (on the H100, k = 64: 12–18%
+/// less time than the shared-memory panel; k = 256: 3% more, 21% more at 2048²).
+pub const REGISTER_PANEL_MAX_K: u32 = 64;
+/// Steps (k-tiles of `b`) that the copies of the panel kernels run ahead of the MMAs: with one
+/// block per SM, 64 KiB in flight per SM to cover the latency of L2.
 const PANEL_AHEAD: u32 = 4;
-/// Stages of `b` tiles in [`svd_reconstruct_tf32_wgmma_panel`]: [`PANEL_AHEAD`] in flight, the
-/// one being multiplied, and the one whose MMAs may still be reading while the next are issued.
+/// Stages of `b` tiles in the panel kernels: [`PANEL_AHEAD`] in flight, the one being multiplied,
+/// and the one whose MMAs may still be reading while the next are issued.
 const PANEL_STAGES: u32 = PANEL_AHEAD + 2;
 /// Dynamic shared memory of [`svd_reconstruct_tf32_wgmma_panel`] for prepared rank `kp`, bytes:
 /// the `a` panel (one 16 KiB swizzled tile per 32 of `kp`), 6 stages of `b` tiles, an alignment
@@ -1168,15 +1189,211 @@ const PANEL_STAGES: u32 = PANEL_AHEAD + 2;
 pub const fn panel_shared_bytes(kp: u32) -> u32 {
     (kp.div_ceil(MMA_TILE_K) + PANEL_STAGES) * WGMMA_TILE_BYTES + mma::WGMMA_ATOM_BYTES
 }
+/// Bytes between two rows of the output tile that [`svd_reconstruct_tf32_wgmma_register_panel`]
+/// stages in shared memory: 128 f32 and 32 bytes of padding, so that rows start 8 banks apart and
+/// a warp's 8-byte stores of its accumulators (8 rows × 4 threads) hit every bank once per
+/// half-warp.
+const STAGING_ROW_BYTES: u32 = 4 * MMA_TILE_N + 32;
+/// Dynamic shared memory of [`svd_reconstruct_tf32_wgmma_register_panel`], bytes: 6 stages of `b`
+/// tiles, the staged 128 × 128 output tile and an alignment atom (165 KiB).
+pub const REGISTER_PANEL_SHARED_BYTES: u32 =
+    PANEL_STAGES * WGMMA_TILE_BYTES + MMA_TILE_M * STAGING_ROW_BYTES + mma::WGMMA_ATOM_BYTES;
+
+/// The body of the panel kernels: `out = a·bᵀ` on operands prepared by [`tf32_prepare`], a block
+/// keeping its 128-row panel of `a` while it walks `tiles_per_block` consecutive 128-column tiles
+/// of it (grid `x`): only `b` streams, through a 6-stage `cp.async` pipeline that runs 4 steps
+/// ahead and on across tile boundaries, so that the next tile's first copies are in flight during
+/// a tile's epilogue. Each step's MMAs stay in flight while the next step's are issued (waited for
+/// one step later, before their stage is refilled, or before the epilogue reads the
+/// accumulators), and each tile's first MMA overwrites the accumulators.
+///
+/// With `REGISTERS` each warpgroup holds its 64 rows of the panel as `A` fragments
+/// ([`mma::wgmma_tf32_m64n128k8_rs_into`]), loaded once (`b` in the order of [`panel_position`],
+/// so that a thread's fragments of two k8 steps in a row are 4 consecutive elements of `a`: one
+/// 16-byte load), and a finished tile goes to shared memory and from there to global memory by
+/// bulk copies (one 512-byte row per thread of the first half of each warpgroup,
+/// [`mma::cp_async_bulk_store_streaming`]) that run while the warpgroup computes its next tile;
+/// where `n` is not a multiple of 4 or `out` not 16-byte aligned (bulk copies move 16-byte units)
+/// the accumulators are stored directly ([`store_wgmma_tile`]). Without, the panel is a swizzled
+/// tile of shared memory per k-tile, brought in by the first tile's steps, and the epilogue stores
+/// directly.
+///
+/// # Safety
+/// As for the kernels.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn reconstruct_panel<const REGISTERS: bool>(
+    a: Slice<f32>,
+    b: Slice<f32>,
+    out: SliceMut<f32>,
+    m: u32,
+    n: u32,
+    kp: u32,
+    out_stride: u32,
+    tiles_per_block: u32,
+) {
+    const BK: u32 = MMA_TILE_K;
+    // SAFETY (whole body): the kernel's contract — `a`, `b` and `out` hold the batch's images;
+    // every global access below is guarded by `m`, `n` and `kp`, every shared one stays in the
+    // launch's dynamic shared memory.
+    unsafe {
+        let (a, b, mut out) = wgmma_image(a, b, out, m, n, kp, out_stride);
+        let ktiles = kp.div_ceil(BK);
+        let shared_bytes = if REGISTERS { REGISTER_PANEL_SHARED_BYTES } else { panel_shared_bytes(kp) };
+        let (raw, base) = wgmma_shared_base(shared_bytes);
+        // Shared memory: the stages, then the staged output tile (REGISTERS); or the `a` panel,
+        // then the stages.
+        let panel = base;
+        let stages = if REGISTERS { base } else { base + ktiles * WGMMA_TILE_BYTES };
+        let tid = thread::thread_idx_x();
+        let (warpgroup, thread) = (tid / 128, tid % 128);
+        let row0 = thread::block_idx_y() * MMA_TILE_M;
+        let first = thread::block_idx_x() * tiles_per_block;
+        let tiles = tiles_per_block.min(n.div_ceil(MMA_TILE_N) - first);
+        let (row, chunk) = (tid / 8, tid % 8);
+
+        // A step of the walk: k-tile `kt` of tile `t`. Without REGISTERS the first tile's steps
+        // also bring the panel's k-tile kt, so that the first MMAs wait for their own part of the
+        // panel only.
+        let load_step = #[inline(always)]
+        |(t, kt): (u32, u32), stage: u32| {
+            let p = kt * BK + 4 * chunk;
+            copy_tile_rows(stages + stage * WGMMA_TILE_BYTES, b, (first + t) * MMA_TILE_N, n, kp, row, p);
+            if !REGISTERS && t == 0 {
+                copy_tile_rows(panel + kt * WGMMA_TILE_BYTES, a, row0, m, kp, row, p);
+            }
+        };
+        let next = |(t, kt): (u32, u32)| if kt + 1 < ktiles { (t, kt + 1) } else { (t + 1, 0) };
+        let steps = tiles * ktiles;
+        // Copies run PANEL_AHEAD steps ahead (one group per step). Step `it` refills the stage of
+        // step it − 2, whose MMAs each warpgroup waited for at the end of step it − 1 (before the
+        // barrier).
+        const { assert!(PANEL_AHEAD == 4 && PANEL_STAGES == PANEL_AHEAD + 2) };
+        let mut ahead = (0u32, 0u32);
+        for it in 0..PANEL_AHEAD {
+            if it < steps {
+                load_step(ahead, it);
+                ahead = next(ahead);
+            }
+            mma::cp_async_commit_group();
+        }
+
+        // REGISTERS: this warpgroup's 64 rows of the panel as the `A` fragments of every k8 step
+        // (k-tile by k-tile), zero past `m`. A thread's fragments of steps 2q and 2q + 1 in a row
+        // are the elements 16q + 4t .. 16q + 4t + 4 of that row of `a`.
+        const { assert!(REGISTER_PANEL_MAX_K == 2 * MMA_TILE_K) };
+        let mut frags = [[[0.0f32; 4]; 4]; 2];
+        if REGISTERS {
+            let (i, _) = mma::wgmma_m64_a_coords(thread, 0);
+            let (i, t4) = (row0 + 64 * warpgroup + i, 4 * (thread % 4));
+            let load = |i: u32, p: u32| {
+                if i < m { global::load_f32x4(a.as_ptr().add((i * kp + p) as usize)) } else { [0.0; 4] }
+            };
+            unroll!(q in [0, 1, 2, 3] {
+                let p = 16 * q as u32 + t4;
+                if p < kp {
+                    let (x, y) = (load(i, p), load(i + 8, p));
+                    frags[q / 2][2 * (q % 2)] = [x[0], y[0], x[1], y[1]];
+                    frags[q / 2][2 * (q % 2) + 1] = [x[2], y[2], x[3], y[3]];
+                }
+            });
+        }
+        // REGISTERS: the staged output tile, this warpgroup's 64 rows.
+        let staging = stages + PANEL_STAGES * WGMMA_TILE_BYTES + warpgroup * 64 * STAGING_ROW_BYTES;
+        let bulk = REGISTERS && n.is_multiple_of(4) && global::is_aligned_16(out.as_ptr());
+        let copier = REGISTERS && thread < 64;
+
+        let mut acc = [0.0f32; 64];
+        let (mut stage, mut it) = (0u32, 0u32);
+        for t in 0..tiles {
+            // Step `kt` of this tile; `a` holds its `A` fragments (REGISTERS).
+            let mut step = #[inline(always)]
+            |kt: u32, a: &[[f32; 4]; 4]| {
+                mma::cp_async_wait_group::<{ PANEL_AHEAD - 1 }>();
+                mma::fence_proxy_async_shared();
+                thread::sync_threads();
+                if it + PANEL_AHEAD < steps {
+                    load_step(ahead, (stage + PANEL_AHEAD) % PANEL_STAGES);
+                    ahead = next(ahead);
+                }
+                mma::cp_async_commit_group();
+                let a_tile = panel + kt * WGMMA_TILE_BYTES + warpgroup * 64 * mma::WGMMA_ROW_BYTES;
+                let b_tile = stages + stage * WGMMA_TILE_BYTES;
+                mma::wgmma_fence();
+                unroll!(step in [0, 1, 2, 3] {
+                    let b = mma::wgmma_descriptor_sw128(b_tile + 32 * step as u32);
+                    // A tile's first MMA overwrites the previous tile's accumulators (written by no
+                    // other instruction: ptxas would then wait for every MMA).
+                    let add = kt > 0 || step > 0;
+                    if REGISTERS {
+                        mma::wgmma_tf32_m64n128k8_rs_into(&mut acc, a[step], b, add);
+                    } else {
+                        let a = mma::wgmma_descriptor_sw128(a_tile + 32 * step as u32);
+                        mma::wgmma_tf32_m64n128k8_into(&mut acc, a, b, add);
+                    }
+                });
+                mma::wgmma_commit_group();
+                mma::wgmma_wait_group::<1>();
+                stage = (stage + 1) % PANEL_STAGES;
+                it += 1;
+            };
+            if REGISTERS {
+                // Unrolled, so that the fragments stay in registers.
+                unroll!(kt in [0, 1] {
+                    if (kt as u32) < ktiles {
+                        step(kt as u32, &frags[kt]);
+                    }
+                });
+            } else {
+                for kt in 0..ktiles {
+                    step(kt, &[[0.0; 4]; 4]);
+                }
+            }
+            // The epilogue cannot overlap this warpgroup's next MMAs: ptxas serialises every MMA
+            // of a kernel in which other instructions read accumulators of a pending group.
+            mma::wgmma_wait_group::<0>();
+            let col0 = (first + t) * MMA_TILE_N;
+            if !bulk {
+                store_wgmma_tile(&acc, out, m, n, row0 + 64 * warpgroup, col0, thread);
+                continue;
+            }
+            // The previous tile's copies must have read the staging rows before they are rewritten.
+            if copier {
+                mma::cp_async_bulk_wait_group_read::<0>();
+            }
+            thread::barrier_sync(1 + warpgroup, 128);
+            let staged =
+                shared::region::<f32>((staging - raw) as usize, (64 * STAGING_ROW_BYTES / 4) as usize);
+            unroll!(r in [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62] {
+                let (i, j) = mma::wgmma_m64_c_coords(thread, r as u32);
+                staged.write_f32x2((i * STAGING_ROW_BYTES / 4 + j) as usize, [acc[r], acc[r + 1]]);
+            });
+            mma::fence_proxy_async_shared();
+            thread::barrier_sync(1 + warpgroup, 128);
+            let i = row0 + 64 * warpgroup + thread;
+            if copier && i < m {
+                let bytes = 4 * (n - col0).min(MMA_TILE_N);
+                let dst = out.as_mut_ptr().add((i * n + col0) as usize);
+                mma::cp_async_bulk_store_streaming(dst, staging + thread * STAGING_ROW_BYTES, bytes);
+            }
+            if copier {
+                mma::cp_async_bulk_commit_group();
+            }
+        }
+        // Shared memory must outlive the copies' reads of it.
+        if copier {
+            mma::cp_async_bulk_wait_group_read::<0>();
+        }
+    }
+}
 
 /// [`svd_reconstruct_tf32_wgmma`] for small ranks (`kp ≤` [`PANEL_MAX_K`]), with the block's
 /// 128-row panel of `a` loaded once and kept in shared memory while the block walks
-/// `tiles_per_block` consecutive 128-column tiles of its panel (grid `x`): only `b` streams
-/// through a 6-stage pipeline, and it runs on across tile boundaries, so the next tile's first
-/// copies are in flight during a tile's epilogue. With one block per SM the MMAs must not wait
-/// for the barrier: each step's MMAs stay in flight while the next step's are issued (waited for
-/// one step later, before their stage is refilled, or before the epilogue reads the accumulators). Per 128 × 128 tile the block reads 128 KiB of `b`
-/// from L2 instead of 256 KiB of `a` and `b` — what bounds the streaming kernel.
+/// `tiles_per_block` consecutive 128-column tiles of its panel (grid `x`): only `b` streams,
+/// through a 6-stage pipeline that runs 4 steps ahead and on across tile boundaries; each step's
+/// MMAs stay in flight while the next step's are issued, and each tile's first MMA overwrites the
+/// accumulators. Per 128 × 128 tile the block reads 128 KiB of `b` from L2 instead of 256 KiB of
+/// `a` and `b` — what bounds the streaming kernel.
 ///
 /// Launch: block [`WGMMA_THREADS`] × 1, grid `⌈⌈n/128⌉ / tiles_per_block⌉ × ⌈m/128⌉ × images`,
 /// [`panel_shared_bytes`]`(kp)` of dynamic shared memory; `a` and `b` 16-byte aligned. Only in
@@ -1198,82 +1415,39 @@ pub unsafe fn svd_reconstruct_tf32_wgmma_panel(
     out_stride: u32,
     tiles_per_block: u32,
 ) {
-    const BK: u32 = MMA_TILE_K;
-    // SAFETY (whole body): the kernel's contract — `a`, `b` and `out` hold the batch's images;
-    // every global access below is guarded by `m`, `n` and `kp`, every shared one stays in the
-    // launch's `panel_shared_bytes(kp)`.
-    unsafe {
-        let (a, b, out) = wgmma_image(a, b, out, m, n, kp, out_stride);
-        let ktiles = kp.div_ceil(BK);
-        let (_, panel) = wgmma_shared_base(panel_shared_bytes(kp));
-        let stages = panel + ktiles * WGMMA_TILE_BYTES;
-        let tid = thread::thread_idx_x();
-        let row0 = thread::block_idx_y() * MMA_TILE_M;
-        let first = thread::block_idx_x() * tiles_per_block;
-        let tiles = tiles_per_block.min(n.div_ceil(MMA_TILE_N) - first);
-        let (row, chunk) = (tid / 8, tid % 8);
+    // SAFETY: forwarded contract.
+    unsafe { reconstruct_panel::<false>(a, b, out, m, n, kp, out_stride, tiles_per_block) }
+}
 
-        // A step of the walk: k-tile `kt` of tile `t`. The first tile's steps also bring the
-        // panel's k-tile kt (to panel + kt·TILE), so that the first MMAs wait for their own part
-        // of the panel only.
-        let load_step = #[inline(always)]
-        |(t, kt): (u32, u32), stage: u32| {
-            let p = kt * BK + 4 * chunk;
-            copy_tile_rows(stages + stage * WGMMA_TILE_BYTES, b, (first + t) * MMA_TILE_N, n, kp, row, p);
-            if t == 0 {
-                copy_tile_rows(panel + kt * WGMMA_TILE_BYTES, a, row0, m, kp, row, p);
-            }
-        };
-        let next = |(t, kt): (u32, u32)| if kt + 1 < ktiles { (t, kt + 1) } else { (t + 1, 0) };
-
-        let warpgroup = tid / 128;
-        let mut acc = [0.0f32; 64];
-        let steps = tiles * ktiles;
-        // Copies run PANEL_AHEAD steps ahead (one group per step). Step `it` refills the stage of
-        // step it − 2, whose MMAs each warpgroup waited for at the end of step it − 1 (before the
-        // barrier).
-        const { assert!(PANEL_AHEAD == 4 && PANEL_STAGES == PANEL_AHEAD + 2) };
-        let mut ahead = (0u32, 0u32);
-        for it in 0..PANEL_AHEAD {
-            if it < steps {
-                load_step(ahead, it);
-                ahead = next(ahead);
-            }
-            mma::cp_async_commit_group();
-        }
-        let (mut stage, mut it) = (0u32, 0u32);
-        for t in 0..tiles {
-            for kt in 0..ktiles {
-                mma::cp_async_wait_group::<{ PANEL_AHEAD - 1 }>();
-                mma::fence_proxy_async_shared();
-                thread::sync_threads();
-                if it + PANEL_AHEAD < steps {
-                    load_step(ahead, (stage + PANEL_AHEAD) % PANEL_STAGES);
-                    ahead = next(ahead);
-                }
-                mma::cp_async_commit_group();
-                let a_tile = panel + kt * WGMMA_TILE_BYTES + warpgroup * 64 * mma::WGMMA_ROW_BYTES;
-                let b_tile = stages + stage * WGMMA_TILE_BYTES;
-                mma::wgmma_fence();
-                for step in 0..BK / 8 {
-                    let a = mma::wgmma_descriptor_sw128(a_tile + 32 * step);
-                    let b = mma::wgmma_descriptor_sw128(b_tile + 32 * step);
-                    // A tile's first MMA overwrites the previous tile's accumulators (written by
-                    // no other instruction: ptxas would then wait for every MMA).
-                    mma::wgmma_tf32_m64n128k8_into(&mut acc, a, b, kt > 0 || step > 0);
-                }
-                mma::wgmma_commit_group();
-                mma::wgmma_wait_group::<1>();
-                stage = (stage + 1) % PANEL_STAGES;
-                it += 1;
-            }
-            // The epilogue cannot overlap this warpgroup's next MMAs: ptxas serialises every MMA
-            // of a kernel in which other instructions read accumulators of a pending group.
-            mma::wgmma_wait_group::<0>();
-            let col0 = (first + t) * MMA_TILE_N;
-            store_wgmma_tile(&acc, out, m, n, row0 + 64 * warpgroup, col0, tid % 128);
-        }
-    }
+/// [`svd_reconstruct_tf32_wgmma_panel`] for the smallest ranks (`kp ≤` [`REGISTER_PANEL_MAX_K`]):
+/// each warpgroup holds its 64 rows of the panel as `A` fragments
+/// ([`mma::wgmma_tf32_m64n128k8_rs_into`]), loaded once with 16-byte loads (`b` prepared by
+/// [`tf32_prepare`] in the order of [`panel_position`]), and a finished tile goes to shared memory
+/// and from there to global memory by bulk copies (one 512-byte row per thread of the first half
+/// of each warpgroup, [`mma::cp_async_bulk_store_streaming`]) that run while the warpgroup
+/// computes its next tile. Where `n` is not a multiple of 4 or `out` not 16-byte aligned, the
+/// accumulators are stored directly.
+///
+/// Launch: as [`svd_reconstruct_tf32_wgmma_panel`], with [`REGISTER_PANEL_SHARED_BYTES`] of
+/// dynamic shared memory and `kp` a multiple of 16 ([`prepared_row`]).
+///
+/// # Safety
+/// As for [`svd_reconstruct_tf32_wgmma_panel`].
+#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))]
+#[kernel(launch_bounds(256, 1))]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn svd_reconstruct_tf32_wgmma_register_panel(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    m: u32,
+    n: u32,
+    kp: u32,
+    out_stride: u32,
+    tiles_per_block: u32,
+) {
+    // SAFETY: forwarded contract.
+    unsafe { reconstruct_panel::<true>(a, b, out, m, n, kp, out_stride, tiles_per_block) }
 }
 
 /// Tensor cores through Hopper's warpgroup MMA (`wgmma`, sm_90a), one pass of TF32, on operands
