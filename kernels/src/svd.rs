@@ -1173,9 +1173,9 @@ unsafe fn store_wgmma_tile(
 /// memory (its `a` panel: 128 rows × 256 × 4 bytes = 128 KiB).
 pub const PANEL_MAX_K: u32 = 256;
 /// Largest prepared rank `kp` that [`svd_reconstruct_tf32_wgmma_register_panel`] takes: its `a`
-/// panel in registers costs 64 × `kp` / 128 per thread, and below this rank a tile's MMAs are short
-/// enough for the epilogue to dominate, which its bulk copies overlap (on the H100, k = 64: 12–18%
-/// less time than the shared-memory panel; k = 256: 3% more, 21% more at 2048²).
+/// panel in registers costs `kp / 2` registers per thread, and at small ranks a tile's MMAs are
+/// short enough for the epilogue to dominate, which its bulk copies overlap (on the H100, k = 64:
+/// 10–20% less time than the shared-memory panel; k = 256: 3% more, 21% more at 2048²).
 pub const REGISTER_PANEL_MAX_K: u32 = 64;
 /// Steps (k-tiles of `b`) that the copies of the panel kernels run ahead of the MMAs: with one
 /// block per SM, 64 KiB in flight per SM to cover the latency of L2.
