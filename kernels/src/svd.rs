@@ -816,15 +816,21 @@ pub const fn panel_position(p: u32) -> u32 {
 
 /// Threads per block of [`tf32_prepare`].
 pub const PREPARE_THREADS: u32 = 256;
+/// 16-byte chunks of `a` per thread of [`tf32_prepare`]'s scaling blocks: each thread issues the
+/// loads of all of them before its first store, so that one wave of blocks keeps enough reads in
+/// flight (one chunk per thread took two waves of short, latency-bound blocks).
+pub const SCALE_CHUNKS: u32 = 4;
 /// Side of the square tiles in which [`tf32_prepare`] transposes `Vᵀ`.
-const TRANSPOSE_TILE: u32 = 32;
-/// Dynamic shared memory of [`tf32_prepare`], bytes: one 32 × 33 tile.
+const TRANSPOSE_TILE: u32 = 64;
+/// Elements of a tile per thread of [`tf32_prepare`]: rows `ty, ty + 4, …` of column `tx`.
+const TRANSPOSE_ROWS: u32 = TRANSPOSE_TILE * TRANSPOSE_TILE / PREPARE_THREADS;
+/// Dynamic shared memory of [`tf32_prepare`], bytes: one 64 × 65 tile.
 pub const PREPARE_SHARED_BYTES: u32 = TRANSPOSE_TILE * (TRANSPOSE_TILE + 1) * 4;
 
-/// Blocks of [`tf32_prepare`] per image: first those that scale `U` (4 elements of a row per
-/// thread), then one per 32 × 32 tile of `Vᵀ`. Returns `(scale blocks, total)`.
+/// Blocks of [`tf32_prepare`] per image: first those that scale `U` ([`SCALE_CHUNKS`] × 4
+/// elements per thread), then one per 64 × 64 tile of `Vᵀ`. Returns `(scale blocks, total)`.
 pub const fn prepare_blocks(m: u32, n: u32, k: u32) -> (u32, u32) {
-    let scale = (m * (prepared_row(k) / 4)).div_ceil(PREPARE_THREADS);
+    let scale = (m * (prepared_row(k) / 4)).div_ceil(PREPARE_THREADS * SCALE_CHUNKS);
     (scale, scale + n.div_ceil(TRANSPOSE_TILE) * prepared_row(k).div_ceil(TRANSPOSE_TILE))
 }
 
@@ -835,9 +841,10 @@ pub const fn prepare_blocks(m: u32, n: u32, k: u32) -> (u32, u32) {
 /// [`svd_reconstruct_tf32x3_wgmma`], which splits them) left in f32; with `register_panel ≠ 0`
 /// (for [`svd_reconstruct_tf32_wgmma_register_panel`]) each row of `b` in the order of
 /// [`panel_position`] (`b[j, panel_position(p)] = Vᵀ[p, j]`). The first blocks
-/// ([`prepare_blocks`]) scale `U`, each thread 4 elements of a row and one 16-byte store; the
-/// others move a 32 × 32 tile of `Vᵀ` through shared memory (padded rows: no bank conflicts),
-/// reading and writing 128-byte rows. Image `z = blockIdx.z` reads `u + z·batch.u`,
+/// ([`prepare_blocks`]) scale `U`, each thread [`SCALE_CHUNKS`] × 4 elements, written by 16-byte
+/// stores; the others move a 64 × 64 tile of `Vᵀ` through shared memory (padded rows: no bank
+/// conflicts), reading and writing 256-byte rows. Every thread issues all its loads before its
+/// first store. Image `z = blockIdx.z` reads `u + z·batch.u`,
 /// `s + z·batch.s`, `vt + z·batch.vt` and writes `a + z·m·kp`, `b + z·n·kp`.
 ///
 /// Launch: block [`PREPARE_THREADS`] × 1, grid `prepare_blocks(m, n, k).1 × 1 × images`,
@@ -879,19 +886,25 @@ pub unsafe fn tf32_prepare(
                 s.sub_unchecked(z * batch.s as usize, k as usize),
                 a.sub_unchecked(z * (m * kp) as usize, (m * kp) as usize),
             );
-            let e = block * PREPARE_THREADS + tid;
             let chunks = kp / 4;
-            if e < m * chunks {
+            // Chunk `q` of this thread: consecutive threads take consecutive chunks of a row.
+            let chunk = |q: u32| (block * SCALE_CHUNKS + q) * PREPARE_THREADS + tid;
+            let mut values = [[0.0f32; 4]; SCALE_CHUNKS as usize];
+            for (q, chunk_values) in values.iter_mut().enumerate() {
+                let e = chunk(q as u32);
                 let (i, p) = (e / chunks, 4 * (e % chunks));
-                let value = |q: u32| {
-                    let p = p + q;
-                    if p < k {
-                        round(u.get_unchecked((i * ldu + p) as usize) * s.get_unchecked(p as usize))
-                    } else {
-                        0.0
+                for (r, value) in chunk_values.iter_mut().enumerate() {
+                    let p = p + r as u32;
+                    if i < m && p < k {
+                        *value = u.get_unchecked((i * ldu + p) as usize) * s.get_unchecked(p as usize);
                     }
-                };
-                a.store_f32x4_unchecked((i * kp + p) as usize, [value(0), value(1), value(2), value(3)]);
+                }
+            }
+            for (q, chunk_values) in values.iter().enumerate() {
+                let e = chunk(q as u32);
+                if e < m * chunks {
+                    a.store_f32x4_unchecked((4 * e) as usize, chunk_values.map(round));
+                }
             }
         } else {
             let (vt, mut b) = (
@@ -902,23 +915,27 @@ pub unsafe fn tf32_prepare(
             let tiles_n = n.div_ceil(T);
             let (j0, p0) = (t % tiles_n * T, t / tiles_n * T);
             let (tx, ty) = (tid % T, tid / T);
+            const STEP: u32 = PREPARE_THREADS / TRANSPOSE_TILE;
             let tile = shared::region::<f32>(0, (T * (T + 1)) as usize);
-            let mut r = ty;
-            while r < T {
-                let (p, j) = (p0 + r, j0 + tx);
-                let value = if p < k && j < n { vt.get_unchecked((p * n + j) as usize) } else { 0.0 };
-                tile.write((r * (T + 1) + tx) as usize, value);
-                r += PREPARE_THREADS / T;
+            // All loads first, then the shared-memory writes.
+            let mut values = [0.0f32; TRANSPOSE_ROWS as usize];
+            for (q, value) in values.iter_mut().enumerate() {
+                let (p, j) = (p0 + ty + STEP * q as u32, j0 + tx);
+                if p < k && j < n {
+                    *value = vt.get_unchecked((p * n + j) as usize);
+                }
+            }
+            for (q, value) in values.iter().enumerate() {
+                tile.write(((ty + STEP * q as u32) * (T + 1) + tx) as usize, *value);
             }
             thread::sync_threads();
-            let mut r = ty;
-            while r < T {
+            for q in 0..TRANSPOSE_ROWS {
+                let r = ty + STEP * q;
                 let (j, p) = (j0 + r, p0 + tx);
                 if j < n && p < kp {
                     let at = if register_panel != 0 { panel_position(p) } else { p };
                     b.set_unchecked((j * kp + at) as usize, round(tile.read((tx * (T + 1) + r) as usize)));
                 }
-                r += PREPARE_THREADS / T;
             }
         }
     }
