@@ -1189,6 +1189,17 @@ unsafe fn store_wgmma_tile(
 /// Largest prepared rank `kp` that [`svd_reconstruct_tf32_wgmma_panel`] keeps whole in shared
 /// memory (its `a` panel: 128 rows × 256 × 4 bytes = 128 KiB).
 pub const PANEL_MAX_K: u32 = 256;
+/// SM cycles (about 2 µs on an H100) by which half the blocks of
+/// [`svd_reconstruct_tf32_wgmma_panel`] start late when the panel is full (`kp > 224`: 8 k-tiles
+/// per tile) and a block walks at least [`PANEL_STAGGER_MIN_TILES`] tiles. Every block otherwise
+/// runs in step, and all of them write their 64 KiB tiles at the same moments, which the memory
+/// system takes more slowly than two half-size bursts while the other half computes. On the H100
+/// at 4096², k = 256, this took the call from 0.0495 to 0.0473 ms (8192²: −1.3%); at k = 128 (a
+/// tile half as long) every delay from 3000 to 5000 cycles lost 1.5–5.4%, hence the condition.
+pub const PANEL_STAGGER_CYCLES: u64 = 4000;
+/// Tiles per block from which [`svd_reconstruct_tf32_wgmma_panel`] staggers its blocks' starts:
+/// with fewer, the delay is a larger share of the call.
+pub const PANEL_STAGGER_MIN_TILES: u32 = 4;
 /// Largest prepared rank `kp` that [`svd_reconstruct_tf32_wgmma_register_panel`] takes: its `a`
 /// panel in registers costs `kp / 2` registers per thread, and at small ranks a tile's MMAs are
 /// short enough for the epilogue to dominate, which its bulk copies overlap (on the H100, k = 64:
@@ -1282,6 +1293,12 @@ unsafe fn reconstruct_panel<const REGISTERS: bool>(
         };
         let next = |(t, kt): (u32, u32)| if kt + 1 < ktiles { (t, kt + 1) } else { (t + 1, 0) };
         let steps = tiles * ktiles;
+        // Half the blocks (a checkerboard of the grid) start late, so that the two halves' epilogues
+        // — each block writes 64 KiB at once — do not coincide (see PANEL_STAGGER_CYCLES).
+        let odd = (thread::block_idx_x() + thread::block_idx_y()) % 2 == 1;
+        if !REGISTERS && ktiles == PANEL_MAX_K / BK && tiles >= PANEL_STAGGER_MIN_TILES && odd {
+            thread::spin_cycles(PANEL_STAGGER_CYCLES);
+        }
         // Copies run PANEL_AHEAD steps ahead (one group per step). Step `it` refills the stage of
         // step it − 2, whose MMAs each warpgroup waited for at the end of step it − 1 (before the
         // barrier).

@@ -1,4 +1,4 @@
-//! Thread, block and grid indices, the block barrier and named barriers.
+//! Thread, block and grid indices, the block barrier and named barriers, and a timed delay.
 //!
 //! Names follow cuda_std. All indices are `u32`; `x` is the fastest-varying dimension (for an
 //! image stored row-major, `x` is the column and `y` the row).
@@ -121,4 +121,25 @@ fn named_barrier<const WAIT: bool>(id: u32, threads: u32) {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     crate::sim::named_barrier(id, threads, WAIT)
+}
+
+/// Busy-waits until `cycles` cycles of this SM's clock (`%clock64`) have passed since the call: a
+/// deliberate delay, e.g. to start some blocks of a grid later than others so that phases that
+/// compete for one resource (such as the epilogues' writes) do not line up. Returns at once in the
+/// simulator, whose threads have no clock.
+#[inline(always)]
+pub fn spin_cycles(cycles: u64) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let clock = || {
+            let now: u64;
+            // SAFETY: reading a special register has no preconditions.
+            unsafe { core::arch::asm!("mov.u64 {}, %clock64;", out(reg64) now, options(nomem, nostack)) };
+            now
+        };
+        let start = clock();
+        while clock().wrapping_sub(start) < cycles {}
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    let _ = cycles;
 }

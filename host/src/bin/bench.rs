@@ -149,12 +149,12 @@ fn saxpy_cases(quick: bool) -> Vec<Case> {
 fn svd_cases(quick: bool) -> Vec<Case> {
     use svd::Variant;
     let sizes: &[usize] = if quick { &[1024, 4096] } else { &[512, 1024, 2048, 4096, 8192] };
-    // Every variant at k = 256; the fast ones also at k = 64 and 1024 on the larger sizes.
+    // Every variant at k = 256; the fast ones also at k = 64, 128 and 1024 on the larger sizes.
     let mut shapes: Vec<(usize, usize, &[Variant])> =
         sizes.iter().map(|&size| (size, 256, &Variant::ALL[..])).collect();
     if !quick {
         for size in [1024, 4096, 8192] {
-            for k in [64, 1024] {
+            for k in [64, 128, 1024] {
                 shapes.push((
                     size,
                     k,
