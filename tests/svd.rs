@@ -263,56 +263,69 @@ fn batch_pipeline_matches_reference_in_order() {
 }
 
 /// One launch for several images (`gridDim.z`), `U` with a leading dimension above `k` (as the job
-/// passes its factors): every variant, each image against its own reference.
+/// passes its factors): every variant, each image against its own reference. `U`'s columns past
+/// `k`, `s` past `k` and `Vᵀ`'s rows past `k` are NaN, so reading any of them shows; k = 75 takes
+/// `tf32-wgmma`'s shared-memory panel kernel, 150 rows two of its panels.
 #[test]
 fn one_launch_reconstructs_a_batch_of_images() {
     use kernel_suite::svd::{BatchShape, launch_reconstruct_batch};
-    let (images, m, n, k, ldu) = (3usize, 37usize, 45usize, 11usize, 14usize);
-    let jobs: Vec<RankK> = (0..images).map(|i| random_operands(40 + i as u64, m, n, ldu)).collect();
-    let (u, s, vt): (Vec<f32>, Vec<f32>, Vec<f32>) = (
-        jobs.iter().flat_map(|j| j.u.iter().copied()).collect(),
-        jobs.iter().flat_map(|j| j.s.iter().copied()).collect(),
-        jobs.iter().flat_map(|j| j.vt.iter().copied()).collect(),
-    );
-    let strides =
-        kernels::svd::Batch { u: (m * ldu) as u32, s: ldu as u32, vt: (ldu * n) as u32, out: (m * n) as u32 };
-    for device in common::devices("one_launch_reconstructs_a_batch_of_images") {
-        let (du, ds, dvt) =
-            (device.upload(&u).unwrap(), device.upload(&s).unwrap(), device.upload(&vt).unwrap());
-        for variant in Variant::ALL {
-            if !variant.available_on(&device) {
-                eprintln!(
-                    "SKIPPED batch launch of {} on {}: no sm_90a cubin",
-                    variant.name(),
-                    device.describe()
-                );
-                continue;
-            }
-            // Poisoned: every element must be written.
-            let mut out = device.upload(&vec![f32::NAN; images * m * n]).unwrap();
-            let shape = BatchShape { images, ldu, strides };
-            let bufs = (&du, &ds, &dvt, &mut out);
-            // SAFETY: the download below waits for the queue before the buffers are dropped.
-            unsafe { launch_reconstruct_batch(&device, device.queue(), variant, 16, bufs, (m, n, k), shape) }
+    for (images, m, n, k, ldu) in [(3usize, 37usize, 45usize, 11usize, 14usize), (2, 150, 45, 75, 84)] {
+        let jobs: Vec<RankK> = (0..images).map(|i| random_operands(40 + i as u64, m, n, ldu)).collect();
+        let (mut u, mut s, mut vt): (Vec<f32>, Vec<f32>, Vec<f32>) = (
+            jobs.iter().flat_map(|j| j.u.iter().copied()).collect(),
+            jobs.iter().flat_map(|j| j.s.iter().copied()).collect(),
+            jobs.iter().flat_map(|j| j.vt.iter().copied()).collect(),
+        );
+        u.iter_mut().enumerate().filter(|(e, _)| e % ldu >= k).for_each(|(_, x)| *x = f32::NAN);
+        s.iter_mut().enumerate().filter(|(e, _)| e % ldu >= k).for_each(|(_, x)| *x = f32::NAN);
+        vt.iter_mut().enumerate().filter(|(e, _)| e / n % ldu >= k).for_each(|(_, x)| *x = f32::NAN);
+        let strides = kernels::svd::Batch {
+            u: (m * ldu) as u32,
+            s: ldu as u32,
+            vt: (ldu * n) as u32,
+            out: (m * n) as u32,
+        };
+        for device in common::devices("one_launch_reconstructs_a_batch_of_images") {
+            let (du, ds, dvt) =
+                (device.upload(&u).unwrap(), device.upload(&s).unwrap(), device.upload(&vt).unwrap());
+            for variant in Variant::ALL {
+                if !variant.available_on(&device) {
+                    eprintln!(
+                        "SKIPPED batch launch of {} on {}: no sm_90a cubin",
+                        variant.name(),
+                        device.describe()
+                    );
+                    continue;
+                }
+                // Poisoned: every element must be written.
+                let mut out = device.upload(&vec![f32::NAN; images * m * n]).unwrap();
+                let shape = BatchShape { images, ldu, strides };
+                let bufs = (&du, &ds, &dvt, &mut out);
+                // SAFETY: the download below waits for the queue before the buffers are dropped.
+                unsafe {
+                    launch_reconstruct_batch(&device, device.queue(), variant, 16, bufs, (m, n, k), shape)
+                }
                 .unwrap();
-            let got = device.download(&out).unwrap();
-            for (z, job) in jobs.iter().enumerate() {
-                let first_k = RankK {
-                    u: job.u.slice(ndarray::s![.., ..k]).to_owned(),
-                    s: job.s[..k].to_vec(),
-                    vt: job.vt.slice(ndarray::s![..k, ..]).to_owned(),
-                };
-                let want = reconstruct_reference_f32(&first_k);
-                let got = Array2::from_shape_vec((m, n), got[z * m * n..(z + 1) * m * n].to_vec()).unwrap();
-                let err = max_error(&got, &want);
-                let tolerance =
-                    if matches!(variant, Variant::Tf32 | Variant::Tf32Wgmma) { 1e-3 } else { 1e-5 };
-                assert!(
-                    err <= tolerance,
-                    "{} image {z} on {}: max error {err:e}",
-                    variant.name(),
-                    device.describe()
-                );
+                let got = device.download(&out).unwrap();
+                for (z, job) in jobs.iter().enumerate() {
+                    let first_k = RankK {
+                        u: job.u.slice(ndarray::s![.., ..k]).to_owned(),
+                        s: job.s[..k].to_vec(),
+                        vt: job.vt.slice(ndarray::s![..k, ..]).to_owned(),
+                    };
+                    let want = reconstruct_reference_f32(&first_k);
+                    let got =
+                        Array2::from_shape_vec((m, n), got[z * m * n..(z + 1) * m * n].to_vec()).unwrap();
+                    let err = max_error(&got, &want);
+                    let tolerance =
+                        if matches!(variant, Variant::Tf32 | Variant::Tf32Wgmma) { 1e-3 } else { 1e-5 };
+                    assert!(
+                        err <= tolerance,
+                        "{} image {z} of {m} × {n}, k = {k} on {}: max error {err:e}",
+                        variant.name(),
+                        device.describe()
+                    );
+                }
             }
         }
     }
