@@ -84,8 +84,9 @@ fn tensor_core_variants_match_reference_on_odd_shapes() {
     // several k-tiles through the 3 stages (k = 77, 100); a single element; six column tiles, so
     // that on the simulator (4 SMs) each block of the panel kernel walks two of them, its pipeline
     // running across the tile boundary; eleven column tiles at k = 20, so that blocks walk 3 or 2
-    // tiles of one k-tile each; and 7 k-tiles per tile, more than the panel kernel's 6 stages, so
-    // that its stages come round within a tile and across.
+    // tiles of one k-tile each; 7 k-tiles per tile, more than the panel kernel's 6 stages, so
+    // that its stages come round within a tile and across; and 20 tiles at k = 100 (4 k-tiles, the
+    // last partial), enough per SM (4 on the simulator) for the register panel above k = 64.
     let shapes = [
         (37, 53, 13),
         (129, 67, 40),
@@ -96,6 +97,7 @@ fn tensor_core_variants_match_reference_on_odd_shapes() {
         (50, 647, 70),
         (19, 1290, 20),
         (21, 700, 200),
+        (400, 600, 100),
     ];
     for device in common::devices("tensor_core_variants_match_reference_on_odd_shapes") {
         for (seed, (m, n, k)) in shapes.into_iter().enumerate() {
@@ -219,6 +221,17 @@ fn tensor_core_variants_are_accurate_at_benchmark_size() {
         let err = max_error(&got, &want);
         eprintln!("{m}×{n} k={k}: {} max error {err:.2e} of max |out|", variant.name());
         assert!(err <= bound, "{} at {m}×{n} k={k}: max error {err:e} > {bound:e}", variant.name());
+    }
+    // At k = 100 a GPU's 4096² has enough tiles per SM for tf32-wgmma's register panel above
+    // k = 64 (4 k-tiles, the last partial).
+    let k = 100;
+    let op = random_operands(8, m, n, k);
+    let want = reconstruct_reference_f32(&op);
+    if Variant::Tf32Wgmma.available_on(&device) {
+        let (got, _) = reconstruct(&device, &op, Variant::Tf32Wgmma, 16).unwrap();
+        let err = max_error(&got, &want);
+        eprintln!("{m}×{n} k={k}: tf32-wgmma max error {err:.2e} of max |out|");
+        assert!(err <= 1e-3, "tf32-wgmma at {m}×{n} k={k}: max error {err:e}");
     }
 }
 

@@ -38,6 +38,21 @@ pub enum Variant {
     Tf32x3Wgmma,
 }
 
+/// Prepared ranks up to which `tf32-wgmma` always keeps its panel in registers
+/// ([`k::svd_reconstruct_tf32_wgmma_register_panel`]; 10–25% faster there on the H100).
+const REGISTER_PANEL_ALWAYS_K: u32 = 64;
+/// Output tiles (128 × 128, all images) per SM from which `tf32-wgmma` keeps its panel in
+/// registers up to [`k::REGISTER_PANEL_MAX_K`] too: on the H100 (132 SMs) at k = 128 that took 11%
+/// off the call at 4096² (7.8 tiles per SM) and 20% at 8192², but added 22% at 1024² (0.5 per
+/// SM: a block's fragments load before its only tile). 2048² (1.9 per SM) was not measured and
+/// keeps the shared-memory panel.
+const REGISTER_PANEL_MIN_TILES_PER_SM: usize = 4;
+
+/// 128 × 128 tiles of an `m × n` output, as the panel kernels cut it.
+fn output_tiles(m: usize, n: usize) -> usize {
+    m.div_ceil(k::MMA_TILE_M as usize) * n.div_ceil(k::MMA_TILE_N as usize)
+}
+
 impl Variant {
     /// All variants, in order of sophistication.
     pub const ALL: [Variant; 7] = [
@@ -128,23 +143,27 @@ impl Variant {
         self == Variant::Tf32Wgmma && k::prepared_row(k as u32) <= k::PANEL_MAX_K
     }
 
-    /// Whether rank `k` runs on [`k::svd_reconstruct_tf32_wgmma_register_panel`] (the panel in
-    /// registers, up to [`k::REGISTER_PANEL_MAX_K`]) rather than
-    /// [`k::svd_reconstruct_tf32_wgmma_panel`] (in shared memory).
-    fn uses_register_panel(self, k: usize) -> bool {
-        self.uses_panel(k) && k::prepared_row(k as u32) <= k::REGISTER_PANEL_MAX_K
+    /// Whether a launch of `tiles` 128 × 128 tiles of output (every image's) at rank `k` on a GPU
+    /// of `sms` multiprocessors runs on [`k::svd_reconstruct_tf32_wgmma_register_panel`] (the panel
+    /// in registers) rather than [`k::svd_reconstruct_tf32_wgmma_panel`] (in shared memory): always
+    /// up to [`REGISTER_PANEL_ALWAYS_K`], and up to [`k::REGISTER_PANEL_MAX_K`] from
+    /// [`REGISTER_PANEL_MIN_TILES_PER_SM`] tiles per SM.
+    fn uses_register_panel(self, k: usize, tiles: usize, sms: usize) -> bool {
+        let kp = k::prepared_row(k as u32);
+        let many_tiles = tiles >= REGISTER_PANEL_MIN_TILES_PER_SM * sms;
+        self.uses_panel(k) && (kp <= REGISTER_PANEL_ALWAYS_K || kp <= k::REGISTER_PANEL_MAX_K && many_tiles)
     }
 
-    /// The kernel that computes the product at rank `k` (the `wgmma` variants launch
-    /// [`k::tf32_prepare`] before it).
-    pub fn kernel_name(self, k: usize) -> &'static str {
+    /// The kernel that computes the product of one `m × n` image at rank `k` on a GPU of `sms`
+    /// multiprocessors (the `wgmma` variants launch [`k::tf32_prepare`] before it).
+    pub fn kernel_name(self, (m, n, k): (usize, usize, usize), sms: usize) -> &'static str {
         match self {
             Variant::Naive => k::SVD_RECONSTRUCT_NAIVE.name(),
             Variant::Tiled => k::SVD_RECONSTRUCT_TILED.name(),
             Variant::Regtiled => k::SVD_RECONSTRUCT_REGTILED.name(),
             Variant::Tf32 => k::SVD_RECONSTRUCT_TF32.name(),
             Variant::Tf32x3 => k::SVD_RECONSTRUCT_TF32X3.name(),
-            Variant::Tf32Wgmma if self.uses_register_panel(k) => {
+            Variant::Tf32Wgmma if self.uses_register_panel(k, output_tiles(m, n), sms) => {
                 k::SVD_RECONSTRUCT_TF32_WGMMA_REGISTER_PANEL.name()
             }
             Variant::Tf32Wgmma if self.uses_panel(k) => k::SVD_RECONSTRUCT_TF32_WGMMA_PANEL.name(),
@@ -156,7 +175,8 @@ impl Variant {
     /// Whether `device` can run this variant: all but the `wgmma` ones run everywhere; those
     /// exist only in the sm_90a cubin, all of them or none.
     pub fn available_on(self, device: &Device) -> bool {
-        !matches!(self, Variant::Tf32Wgmma | Variant::Tf32x3Wgmma) || device.has_kernel(self.kernel_name(0))
+        !matches!(self, Variant::Tf32Wgmma | Variant::Tf32x3Wgmma)
+            || device.has_kernel(self.kernel_name((1, 1, 1), 1))
     }
 }
 
@@ -411,7 +431,8 @@ unsafe fn launch_wgmma(
         shared_bytes: k::PREPARE_SHARED_BYTES,
     };
     // The register-panel kernel takes `b` in the order of its register fragments of `a`.
-    let (panel, register_panel) = (variant.uses_panel(kk), variant.uses_register_panel(kk));
+    let (tiles, sms) = (images * output_tiles(m, n), device.multiprocessors()? as usize);
+    let (panel, register_panel) = (variant.uses_panel(kk), variant.uses_register_panel(kk, tiles, sms));
     let flags = (one_pass as u32, register_panel as u32);
     let (ldu, strides) = (shape.ldu as u32, shape.strides);
     let prepare_args = (u, sv, vt, &mut a, &mut b, m32, n32, k32, ldu, strides, flags.0, flags.1);
@@ -436,7 +457,6 @@ unsafe fn launch_wgmma(
             };
             let tiles_n = n.div_ceil(k::MMA_TILE_N as usize);
             let panels = m.div_ceil(k::MMA_TILE_M as usize);
-            let sms = device.multiprocessors()? as usize;
             let per_block = (images * panels * tiles_n).div_ceil(sms).clamp(1, tiles_n);
             let cfg = LaunchConfig {
                 grid: Dim3 { x: tiles_n.div_ceil(per_block) as u32, y: panels as u32, z: images as u32 },

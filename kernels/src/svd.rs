@@ -1201,10 +1201,12 @@ pub const PANEL_STAGGER_CYCLES: u64 = 4000;
 /// with fewer, the delay is a larger share of the call.
 pub const PANEL_STAGGER_MIN_TILES: u32 = 4;
 /// Largest prepared rank `kp` that [`svd_reconstruct_tf32_wgmma_register_panel`] takes: its `a`
-/// panel in registers costs `kp / 2` registers per thread, and at small ranks a tile's MMAs are
-/// short enough for the epilogue to dominate, which its bulk copies overlap (on the H100, k = 64:
-/// 10–20% less time than the shared-memory panel; k = 256: 3% more, 21% more at 2048²).
-pub const REGISTER_PANEL_MAX_K: u32 = 64;
+/// panel in registers costs `kp / 2` registers per thread (186 in all at 128, no spills), and at
+/// small ranks a tile's MMAs are short enough for the epilogue to dominate, which its bulk copies
+/// overlap (on the H100 against the shared-memory panel, k = 64: 10–20% less time; k = 128:
+/// 11% less at 4096², 20% at 8192², but 22% more at 1024², where each block has one tile; k = 256:
+/// 3% more, 21% more at 2048²). The host picks it by rank and size.
+pub const REGISTER_PANEL_MAX_K: u32 = 128;
 /// Steps (k-tiles of `b`) that the copies of the panel kernels run ahead of the MMAs: with one
 /// block per SM, 64 KiB in flight per SM to cover the latency of L2.
 const PANEL_AHEAD: u32 = 4;
@@ -1313,17 +1315,17 @@ unsafe fn reconstruct_panel<const REGISTERS: bool>(
         }
 
         // REGISTERS: this warpgroup's 64 rows of the panel as the `A` fragments of every k8 step
-        // (k-tile by k-tile), zero past `m`. A thread's fragments of steps 2q and 2q + 1 in a row
+        // (k-tile by k-tile), zero past `m` and `kp`. A thread's fragments of steps 2q and 2q + 1 in a row
         // are the elements 16q + 4t .. 16q + 4t + 4 of that row of `a`.
-        const { assert!(REGISTER_PANEL_MAX_K == 2 * MMA_TILE_K) };
-        let mut frags = [[[0.0f32; 4]; 4]; 2];
+        const { assert!(REGISTER_PANEL_MAX_K == 4 * MMA_TILE_K) };
+        let mut frags = [[[0.0f32; 4]; 4]; 4];
         if REGISTERS {
             let (i, _) = mma::wgmma_m64_a_coords(thread, 0);
             let (i, t4) = (row0 + 64 * warpgroup + i, 4 * (thread % 4));
             let load = |i: u32, p: u32| {
                 if i < m { global::load_f32x4(a.as_ptr().add((i * kp + p) as usize)) } else { [0.0; 4] }
             };
-            unroll!(q in [0, 1, 2, 3] {
+            unroll!(q in [0, 1, 2, 3, 4, 5, 6, 7] {
                 let p = 16 * q as u32 + t4;
                 if p < kp {
                     let (x, y) = (load(i, p), load(i + 8, p));
@@ -1373,7 +1375,7 @@ unsafe fn reconstruct_panel<const REGISTERS: bool>(
             };
             if REGISTERS {
                 // Unrolled, so that the fragments stay in registers.
-                unroll!(kt in [0, 1] {
+                unroll!(kt in [0, 1, 2, 3] {
                     if (kt as u32) < ktiles {
                         step(kt as u32, &frags[kt]);
                     }

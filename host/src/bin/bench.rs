@@ -381,9 +381,14 @@ fn main() -> ExitCode {
                 s.init_ms, s.context_ms, s.module_load_ms
             );
         }
-        let missing = |c: &Case| kernel_entry(c).is_some_and(|k| !device.has_kernel(k));
+        let sms = device.multiprocessors()? as usize;
+        let missing = |c: &Case| kernel_entry(c, sms).is_some_and(|k| !device.has_kernel(k));
         for case in cases.iter().filter(|c| missing(c)) {
-            println!("SKIPPED {}: this device has no `{}`", case.name(), kernel_entry(case).unwrap_or("?"));
+            println!(
+                "SKIPPED {}: this device has no `{}`",
+                case.name(),
+                kernel_entry(case, sms).unwrap_or("?")
+            );
         }
         cases.retain(|c| !missing(c));
         anyhow::ensure!(!cases.is_empty(), "no benchmark case runs on this device");
@@ -418,7 +423,7 @@ fn main() -> ExitCode {
                 None => None,
             };
             let seconds = stats.median_ms * 1e-3;
-            let kernel_name = kernel_entry(case);
+            let kernel_name = kernel_entry(case, sms);
             outcomes.push(Outcome {
                 family: case.family.into(),
                 kernel: case.kernel.clone(),
@@ -453,13 +458,14 @@ fn main() -> ExitCode {
 }
 
 /// The PTX entry a case launches, for its register count.
-fn kernel_entry(case: &Case) -> Option<&'static str> {
+fn kernel_entry(case: &Case, sms: usize) -> Option<&'static str> {
     Some(match (case.family, case.kernel.as_str(), case.precision) {
         ("saxpy", _, _) => "saxpy",
         ("svd", name, _) => {
             let variant = svd::Variant::ALL.into_iter().find(|v| v.name() == name)?;
             let k = case.size.rsplit("k=").next()?.parse().ok()?;
-            variant.kernel_name(k)
+            let side = case.size.split('²').next()?.parse().ok()?;
+            variant.kernel_name((side, side, k), sms)
         }
         ("conv", "naive", "f32") => "conv2d_naive_f32",
         ("conv", "naive", "f64") => "conv2d_naive_f64",
