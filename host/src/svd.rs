@@ -457,7 +457,7 @@ unsafe fn launch_wgmma(
             };
             let tiles_n = n.div_ceil(k::MMA_TILE_N as usize);
             let panels = m.div_ceil(k::MMA_TILE_M as usize);
-            let per_block = (images * panels * tiles_n).div_ceil(sms).clamp(1, tiles_n);
+            let per_block = tiles.div_ceil(sms).clamp(1, tiles_n);
             let cfg = LaunchConfig {
                 grid: Dim3 { x: tiles_n.div_ceil(per_block) as u32, y: panels as u32, z: images as u32 },
                 block: Dim3::x(k::WGMMA_THREADS),

@@ -1315,8 +1315,8 @@ unsafe fn reconstruct_panel<const REGISTERS: bool>(
         }
 
         // REGISTERS: this warpgroup's 64 rows of the panel as the `A` fragments of every k8 step
-        // (k-tile by k-tile), zero past `m` and `kp`. A thread's fragments of steps 2q and 2q + 1 in a row
-        // are the elements 16q + 4t .. 16q + 4t + 4 of that row of `a`.
+        // (k-tile by k-tile), zero past `m` and `kp`. A thread's fragments of steps 2q and 2q + 1
+        // in a row are the elements 16q + 4t .. 16q + 4t + 4 of that row of `a`.
         const { assert!(REGISTER_PANEL_MAX_K == 4 * MMA_TILE_K) };
         let mut frags = [[[0.0f32; 4]; 4]; 4];
         if REGISTERS {
