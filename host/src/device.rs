@@ -749,6 +749,46 @@ impl Device {
         args: impl IntoKernelArgs<A>,
         work: Option<Work>,
     ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_with(queue, kernel, cfg, args, work, false) }
+    }
+
+    /// [`Device::launch_counted`] as a programmatic dependent launch (sm_90 and later): the
+    /// kernel's blocks may start, and run what comes before their
+    /// [`grid_dependency_synchronize`](kernels::thread::grid_dependency_synchronize), while the
+    /// kernel queued before it on `queue` is finishing. Saves the gap between two kernels where
+    /// the second can only use the first's results. Under `--profile`, whose events go between
+    /// the kernels, and in the simulator, an ordinary launch.
+    ///
+    /// # Safety
+    /// As for [`Device::launch`]; in addition, the kernel calls `grid_dependency_synchronize`
+    /// before it touches memory that the kernel before it writes, or writes memory that kernel
+    /// reads.
+    pub unsafe fn launch_dependent<A: Copy>(
+        &self,
+        queue: &Queue,
+        kernel: &KernelFn<A>,
+        cfg: LaunchConfig,
+        args: impl IntoKernelArgs<A>,
+        work: Option<Work>,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_with(queue, kernel, cfg, args, work, true) }
+    }
+
+    /// [`Device::launch_counted`], or with `dependent` [`Device::launch_dependent`].
+    ///
+    /// # Safety
+    /// As for [`Device::launch_dependent`] with `dependent`, else [`Device::launch`].
+    unsafe fn launch_with<A: Copy>(
+        &self,
+        queue: &Queue,
+        kernel: &KernelFn<A>,
+        cfg: LaunchConfig,
+        args: impl IntoKernelArgs<A>,
+        work: Option<Work>,
+        dependent: bool,
+    ) -> Result<()> {
         let name = kernel.name();
         cfg.validate().map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 })?;
         let args =
@@ -769,21 +809,35 @@ impl Device {
                         )
                     })?;
                 }
-                let params = kernel.param_ptrs(&args);
+                let mut params = kernel.param_ptrs(&args);
                 let (grid, block) = (cfg.grid, cfg.block);
                 let start = self.profiler.get().map(|p| p.start(stream)).transpose()?;
                 // SAFETY: `params` matches the kernel's signature by construction of `KernelFn<A>`;
-                // pointer validity is the caller's contract.
-                unsafe {
-                    stream.launch(
-                        &function,
-                        (grid.x, grid.y, grid.z),
-                        (block.x, block.y, block.z),
-                        cfg.shared_bytes,
-                        &params,
-                    )
+                // pointer validity (and, for a dependent launch, the kernel's wait) is the
+                // caller's contract.
+                if dependent && start.is_none() {
+                    raw("cuLaunchKernelEx", unsafe {
+                        crate::dependent_launch::launch(
+                            function.to_raw(),
+                            stream.as_inner(),
+                            [grid.x, grid.y, grid.z],
+                            [block.x, block.y, block.z],
+                            cfg.shared_bytes,
+                            &mut params,
+                        )
+                    })?;
+                } else {
+                    unsafe {
+                        stream.launch(
+                            &function,
+                            (grid.x, grid.y, grid.z),
+                            (block.x, block.y, block.z),
+                            cfg.shared_bytes,
+                            &params,
+                        )
+                    }
+                    .map_err(|source| Error::Kernel { kernel: name, source })?;
                 }
-                .map_err(|source| Error::Kernel { kernel: name, source })?;
                 if let (Some(p), Some(start)) = (self.profiler.get(), start) {
                     p.kernel(stream, start, &function, name, cfg, work)?;
                 }

@@ -869,6 +869,9 @@ pub unsafe fn tf32_prepare(
     round_to_tf32: u32,
     register_panel: u32,
 ) {
+    // The product launched after this kernel may start its blocks as SMs free up; it waits for
+    // this kernel's writes itself.
+    thread::trigger_programmatic_launch_completion();
     const T: u32 = TRANSPOSE_TILE;
     let kp = prepared_row(k);
     let z = thread::block_idx_z() as usize;
@@ -1267,6 +1270,9 @@ unsafe fn reconstruct_panel<const REGISTERS: bool>(
     // every global access below is guarded by `m`, `n` and `kp`, every shared one stays in the
     // launch's dynamic shared memory.
     unsafe {
+        // `a` and `b` come from `tf32_prepare`, which this kernel may overlap (a programmatic
+        // dependent launch): everything below reads them.
+        thread::grid_dependency_synchronize();
         let (a, b, mut out) = wgmma_image(a, b, out, m, n, kp, out_stride);
         let ktiles = kp.div_ceil(BK);
         let shared_bytes = if REGISTERS { REGISTER_PANEL_SHARED_BYTES } else { panel_shared_bytes(kp) };
@@ -1433,7 +1439,9 @@ unsafe fn reconstruct_panel<const REGISTERS: bool>(
 ///
 /// Launch: block [`WGMMA_THREADS`] × 1, grid `⌈⌈n/128⌉ / tiles_per_block⌉ × ⌈m/128⌉ × images`,
 /// [`panel_shared_bytes`]`(kp)` of dynamic shared memory; `a` and `b` 16-byte aligned. Only in
-/// the sm_90a module. Launch bounds: 256 threads, 1 block per SM.
+/// the sm_90a module. Launch bounds: 256 threads, 1 block per SM. It may be launched as a
+/// programmatic dependent of the [`tf32_prepare`] that makes `a` and `b`: it waits for them
+/// ([`thread::grid_dependency_synchronize`]) before anything else.
 ///
 /// # Safety
 /// `a` holds `images·m·kp` and `b` `images·n·kp` elements, `out` image `z`'s `m·n` from

@@ -1,4 +1,5 @@
-//! Thread, block and grid indices, the block barrier and named barriers, and a timed delay.
+//! Thread, block and grid indices, the block barrier and named barriers, a timed delay, and the
+//! waits of programmatic dependent launches.
 //!
 //! Names follow cuda_std. All indices are `u32`; `x` is the fastest-varying dimension (for an
 //! image stored row-major, `x` is the column and `y` the row).
@@ -142,4 +143,34 @@ pub fn spin_cycles(cycles: u64) {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     let _ = cycles;
+}
+
+/// `griddepcontrol.wait` (CUDA's `cudaGridDependencySynchronize`): in a kernel launched as a
+/// programmatic dependent of the kernel before it on its queue (host: `Device::launch_dependent`),
+/// waits until that kernel has finished and its memory writes are visible. Whatever a block does
+/// before the call (its set-up, reading data the earlier kernel does not write) overlaps the
+/// earlier kernel's last blocks, and the launch itself overlaps it too. Returns at once in a
+/// kernel launched normally, in modules below sm_90 (where it compiles to nothing), and in the
+/// simulator, which runs launches one after another.
+#[inline(always)]
+pub fn grid_dependency_synchronize() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: waiting for the prerequisite grid has no memory-safety preconditions.
+    unsafe {
+        core::arch::asm!("griddepcontrol.wait;", options(nostack))
+    }
+}
+
+/// `griddepcontrol.launch_dependents` (CUDA's `cudaTriggerProgrammaticLaunchCompletion`): lets a
+/// programmatic dependent of this kernel (see [`grid_dependency_synchronize`]) start its blocks
+/// once every block of this one has called it or exited. It says nothing about this kernel's
+/// writes: the dependent still waits for them in [`grid_dependency_synchronize`]. A no-op where
+/// that is one.
+#[inline(always)]
+pub fn trigger_programmatic_launch_completion() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: signalling the dependent launch has no memory-safety preconditions.
+    unsafe {
+        core::arch::asm!("griddepcontrol.launch_dependents;", options(nostack))
+    }
 }
