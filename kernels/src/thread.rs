@@ -1,5 +1,5 @@
 //! Thread, block and grid indices, the block barrier and named barriers, a timed delay, and the
-//! waits of programmatic dependent launches.
+//! controls of programmatic dependent launches.
 //!
 //! Names follow cuda_std. All indices are `u32`; `x` is the fastest-varying dimension (for an
 //! image stored row-major, `x` is the column and `y` the row).
