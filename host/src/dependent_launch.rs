@@ -57,8 +57,9 @@ fn launch_kernel_ex() -> Option<LaunchKernelEx> {
 
 /// Launches `function` on `stream` as a programmatic dependent of the kernel queued before it:
 /// its blocks may start before that kernel has finished, so the kernel must call
-/// `grid_dependency_synchronize` before it reads what that kernel writes. Where the driver has no
-/// `cuLaunchKernelEx`, an ordinary launch (the wait then returns at once).
+/// `grid_dependency_synchronize` before it reads what that kernel writes. `None` where the driver
+/// has no `cuLaunchKernelEx`: the caller then launches it the ordinary way (the wait returns at
+/// once).
 ///
 /// # Safety
 /// As for `cuLaunchKernel`: a function of the stream's context, and `params` the kernel's
@@ -70,29 +71,12 @@ pub(crate) unsafe fn launch(
     block: [u32; 3],
     shared_bytes: u32,
     params: &mut [*mut c_void],
-) -> CUresult {
-    let Some(launch_ex) = launch_kernel_ex() else {
-        // SAFETY: forwarded from the caller.
-        return unsafe {
-            cust::sys::cuLaunchKernel(
-                function,
-                grid[0],
-                grid[1],
-                grid[2],
-                block[0],
-                block[1],
-                block[2],
-                shared_bytes,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-    };
+) -> Option<CUresult> {
+    let launch_ex = launch_kernel_ex()?;
     let mut attribute = LaunchAttribute { id: PROGRAMMATIC_STREAM_SERIALIZATION, pad: [0; 4], value: [0; 8] };
     attribute.value[0] = 1;
     let config =
         LaunchConfigEx { grid, block, shared_bytes, stream, attributes: &mut attribute, attribute_count: 1 };
     // SAFETY: `config` and its attribute live across the call; the rest is the caller's contract.
-    unsafe { launch_ex(&config, function, params.as_mut_ptr(), std::ptr::null_mut()) }
+    Some(unsafe { launch_ex(&config, function, params.as_mut_ptr(), std::ptr::null_mut()) })
 }

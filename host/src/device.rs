@@ -815,8 +815,8 @@ impl Device {
                 // SAFETY: `params` matches the kernel's signature by construction of `KernelFn<A>`;
                 // pointer validity (and, for a dependent launch, the kernel's wait) is the
                 // caller's contract.
-                if dependent && start.is_none() {
-                    raw("cuLaunchKernelEx", unsafe {
+                let dependent_launch = (dependent && start.is_none())
+                    .then(|| unsafe {
                         crate::dependent_launch::launch(
                             function.to_raw(),
                             stream.as_inner(),
@@ -825,9 +825,11 @@ impl Device {
                             cfg.shared_bytes,
                             &mut params,
                         )
-                    })?;
-                } else {
-                    unsafe {
+                    })
+                    .flatten();
+                match dependent_launch {
+                    Some(result) => raw("cuLaunchKernelEx", result)?,
+                    None => unsafe {
                         stream.launch(
                             &function,
                             (grid.x, grid.y, grid.z),
@@ -836,7 +838,7 @@ impl Device {
                             &params,
                         )
                     }
-                    .map_err(|source| Error::Kernel { kernel: name, source })?;
+                    .map_err(|source| Error::Kernel { kernel: name, source })?,
                 }
                 if let (Some(p), Some(start)) = (self.profiler.get(), start) {
                     p.kernel(stream, start, &function, name, cfg, work)?;
