@@ -32,7 +32,7 @@ fn main() -> anyhow::Result<()> {
     let workloads: &[(usize, usize, usize)] = if profile {
         &[(64, 256, 50), (8, 2048, 50)]
     } else {
-        &[(64, 256, 50), (16, 1024, 50), (8, 2048, 50), (1, 4096, 256)]
+        &[(1, 512, 100), (64, 256, 50), (16, 1024, 50), (8, 2048, 50), (1, 4096, 256)]
     };
     for &(count, size, k) in workloads {
         let images: Vec<_> = (0..count)

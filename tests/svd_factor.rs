@@ -104,22 +104,33 @@ fn triplets_match_faer_on_odd_shapes_and_edge_cases() {
     }
 }
 
-/// The host's small solvers (used where the subspace is too large for shared memory) give the same
-/// triplets, on shapes small enough for the simulator.
+/// The solvers for subspaces too large for one block's shared memory — block Jacobi on the device
+/// (its blocks smaller in the simulator, so several rounds run) and the host's — give the same
+/// triplets, on shapes small enough for the simulator, and on batches with a batch stride.
 #[test]
-fn the_host_small_solver_matches_faer() {
+fn the_large_subspace_solvers_match_faer() {
     let cases: Vec<(&str, Array2<f32>, usize)> = vec![
         ("tall 47×31", smooth_image(31, 47, 31), 6),
         ("wide 23×40", random_image(32, 23, 40), 5),
+        ("noise 70×64, b = 56", random_image(35, 70, 64), 28),
         ("zero", Array2::zeros((9, 12)), 2),
         ("repeated σ", with_singular_values(33, 25, 21, &[2.0, 2.0, 1.0, 0.5]), 3),
         ("k = min(m, n)", random_image(34, 13, 9), 9),
     ];
-    for device in common::devices("the_host_small_solver_matches_faer") {
-        for (label, image, k) in &cases {
-            let got = truncated_svd_with(&device, &[image.view()], *k, SmallSolver::Host)
-                .unwrap_or_else(|e| panic!("{label} on {}: {e}", device.describe()));
-            check(&format!("{label} (host solver) on {}", device.describe()), image.view(), &got[0], *k);
+    for device in common::devices("the_large_subspace_solvers_match_faer") {
+        for solver in [SmallSolver::DeviceBlocked, SmallSolver::Host] {
+            for (label, image, k) in &cases {
+                let label = format!("{label} ({solver:?}) on {}", device.describe());
+                let got = truncated_svd_with(&device, &[image.view()], *k, solver)
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                check(&label, image.view(), &got[0], *k);
+            }
+            let batch = [smooth_image(36, 40, 33), random_image(37, 40, 33), Array2::zeros((40, 33))];
+            let views: Vec<_> = batch.iter().map(|i| i.view()).collect();
+            let got = truncated_svd_with(&device, &views, 20, solver).unwrap();
+            for (i, (image, t)) in batch.iter().zip(&got).enumerate() {
+                check(&format!("batch image {i} ({solver:?}) on {}", device.describe()), image.view(), t, 20);
+            }
         }
     }
 }

@@ -56,6 +56,10 @@ pub enum Error {
     /// The caller's data cannot be processed (empty, mismatched lengths, NaN, …).
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A numerical method failed on valid input: it did not converge, or its result failed a
+    /// consistency check (so no wrong answer is returned).
+    #[error("numerical failure: {0}")]
+    Numerical(String),
 }
 
 /// `Result` with this crate's [`Error`].

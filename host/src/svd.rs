@@ -243,16 +243,38 @@ pub fn thin_svd(a: ArrayView2<f32>) -> Result<Factors> {
         return Err(crate::Error::InvalidInput(format!("pixel ({i}, {j}) is {v}: the image must be finite")));
     }
     let mat = faer::Mat::<f64>::from_fn(m, n, |i, j| a[[i, j]] as f64);
-    let svd =
-        mat.thin_svd().map_err(|e| crate::Error::InvalidInput(format!("SVD did not converge: {e:?}")))?;
+    let svd = mat
+        .thin_svd()
+        .map_err(|e| crate::Error::Numerical(format!("the CPU SVD did not converge: {e:?}")))?;
     let (u, v) = (svd.U(), svd.V());
     let r = m.min(n);
     let sv = svd.S().column_vector();
+    let s: Vec<f64> = (0..r).map(|p| sv[p]).collect();
+    check_spectrum(&s, a.iter().map(|&v| (v as f64).powi(2)).sum())?;
     Ok(Factors {
         u: Array2::from_shape_fn((m, r), |(i, p)| u[(i, p)]),
-        s: (0..r).map(|p| sv[p]).collect(),
+        s,
         vt: Array2::from_shape_fn((r, n), |(p, j)| v[(j, p)]),
     })
+}
+
+/// Checks a full spectrum `s` (all `min(m, n)` singular values) against `‖A‖_F² = Σ sᵢ²` and
+/// that it is non-negative and non-increasing: an SVD that lost or invented part of the spectrum
+/// (faer 0.22 returned `[25.1, 1e-307, 0, …]` for four equal values) fails here instead of
+/// reporting wrong errors and a bound that agrees with them.
+pub fn check_spectrum(s: &[f64], norm_sq: f64) -> Result<()> {
+    let sum: f64 = s.iter().map(|v| v * v).sum();
+    if !(s.iter().all(|v| *v >= 0.0) && s.windows(2).all(|w| w[0] >= w[1])) {
+        return Err(crate::Error::Numerical(
+            "the CPU SVD returned singular values that are negative or out of order".into(),
+        ));
+    }
+    if (sum - norm_sq).abs() > 1e-10 * norm_sq {
+        return Err(crate::Error::Numerical(format!(
+            "the CPU SVD lost part of the spectrum: Σσ² = {sum:e}, but ‖A‖_F² = {norm_sq:e}"
+        )));
+    }
+    Ok(())
 }
 
 /// Device time of each phase of one reconstruction, milliseconds (CUDA events on a GPU).

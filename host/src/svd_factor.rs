@@ -280,32 +280,191 @@ pub enum SmallSolver {
     /// On the device, one block per image, in shared memory: the default wherever the work space
     /// fits ([`kernels::svd_factor::jacobi_shared_bytes`]; `b ≤ 118` on an H100, so `k ≤ 59`).
     Device,
+    /// The Ritz pairs on the device by block Jacobi (several blocks per image, [`BlockJacobi`]),
+    /// the Cholesky factorisations on the host: the default for larger subspaces.
+    DeviceBlocked,
     /// On the host (faer's symmetric eigensolver and a Cholesky factorisation, images in
-    /// parallel), the matrices copied each way once per iteration: for larger subspaces, where a
-    /// single block working from global memory would take seconds (`b = 512` for `k = 256`).
+    /// parallel), the matrices copied each way once per iteration: the MAGMA-style hybrid, kept to
+    /// compare against.
     Host,
 }
 
 impl SmallSolver {
     /// [`SmallSolver::Device`] when the work space of a `b`-column subspace fits in one block's
-    /// shared memory on `device`, else [`SmallSolver::Host`].
+    /// shared memory on `device`, else [`SmallSolver::DeviceBlocked`].
     pub fn for_subspace(device: &Device, b: usize) -> Result<SmallSolver> {
         let fits = kf::jacobi_shared_bytes(b as u32) <= device.max_shared_bytes_per_block()?;
-        Ok(if fits { SmallSolver::Device } else { SmallSolver::Host })
+        Ok(if fits { SmallSolver::Device } else { SmallSolver::DeviceBlocked })
     }
 }
 
-/// The host's [`kf::ritz_eigen`]: per image, the Ritz pairs of `T` (the top `b × b` of each
-/// `2b × b` block of `p`), as `(theta, sigma, inv_sigma, ritz)` laid out as the kernel writes them.
-fn ritz_eigen_host(p: &[f64], b: usize, images: usize) -> Result<[Vec<f64>; 4]> {
-    let per_image: Vec<[Vec<f64>; 4]> = p
-        .par_chunks(2 * b * b)
+/// Sweeps after which the block Jacobi gives up (a dense matrix needs about 10; the Ritz
+/// problems of later iterations, nearly diagonal, 1–3).
+const BLOCK_JACOBI_SWEEPS: usize = 40;
+
+/// The symmetric eigenproblems of a batch of `b × b` matrices on the device, by block Jacobi
+/// (`kernels::svd_factor::block_jacobi_*`): the matrix, zero-padded to `n = 2·nb·pairs`, is
+/// diagonalised by sweeps of `2·pairs − 1` rounds, each round diagonalising `pairs` submatrices
+/// of `2nb × 2nb` per image in shared memory and applying their rotations to the whole matrix and
+/// to the eigenvectors (two launches); the host reads one flag per image and sweep.
+pub struct BlockJacobi {
+    /// The padded size `n`.
+    pub n: usize,
+    /// Rows per block.
+    nb: usize,
+    images: usize,
+    /// The matrix (two buffers: each round reads one and writes the other), `n × n` per image.
+    x: [Buffer<f64>; 2],
+    /// The accumulated eigenvectors, likewise.
+    z: [Buffer<f64>; 2],
+    rot: Buffer<f64>,
+    rotated: Buffer<u32>,
+    scratch: Buffer<f64>,
+}
+
+impl BlockJacobi {
+    /// Rows per block for `b × b` problems: 32 on a GPU (`2nb × 2nb` subproblems of 64: 67 KiB
+    /// of work space); in the simulator 8 up to `b = 64` and 16 above, so that its tests take
+    /// several rounds and stay quick (it runs one OS thread per GPU thread).
+    pub fn block_rows(device: &Device, b: usize) -> usize {
+        match device.backend() {
+            crate::Backend::Gpu => 32,
+            _ if b <= 64 => 8,
+            _ => 16,
+        }
+    }
+
+    /// Work space for `images` matrices of `b × b`; the matrix buffer to fill is
+    /// [`BlockJacobi::matrix`] (zero past `b`).
+    pub fn new(device: &Device, b: usize, images: usize) -> Result<BlockJacobi> {
+        let nb = Self::block_rows(device, b);
+        let n = b.next_multiple_of(2 * nb);
+        let zeros = vec![0.0f64; images * n * n];
+        let x = [device.upload(&zeros)?, device.upload(&zeros)?];
+        let z = [device.alloc::<f64>(images * n * n)?, device.alloc::<f64>(images * n * n)?];
+        let rot = device.alloc::<f64>(images * n * 2 * nb)?;
+        let rotated = device.alloc::<u32>(images)?;
+        let scratch = device.alloc::<f64>(images * 2 * b)?;
+        Ok(BlockJacobi { n, nb, images, x, z, rot, rotated, scratch })
+    }
+
+    /// The matrix to diagonalise: `n × n` per image, row-major, `n²` apart; write the `b × b`
+    /// problem into its top left corner (the rest stays zero).
+    pub fn matrix(&mut self) -> &mut Buffer<f64> {
+        &mut self.x[0]
+    }
+
+    /// Diagonalises the matrices and writes the leading `b` Ritz pairs per image as
+    /// [`kf::ritz_eigen`] does: `(theta, sigma, inv_sigma, ritz)`.
+    pub fn solve(
+        &mut self,
+        device: &Device,
+        b: usize,
+        (theta, sigma, inv_sigma, ritz): (
+            &mut Buffer<f64>,
+            &mut Buffer<f64>,
+            &mut Buffer<f64>,
+            &mut Buffer<f64>,
+        ),
+    ) -> Result<usize> {
+        let (n, nb, images) = (self.n, self.nb, self.images);
+        let q = device.queue();
+        let pairs = n / (2 * nb);
+        let players = 2 * pairs;
+        let threads = if device.backend() == crate::Backend::Gpu { 256 } else { 64 };
+        let rotations_cfg = LaunchConfig {
+            grid: Dim3 { x: pairs as u32, y: 1, z: images as u32 },
+            block: Dim3::x(threads),
+            shared_bytes: kf::block_jacobi_rotations_bytes(nb as u32),
+        };
+        let apply_cfg = LaunchConfig {
+            grid: Dim3 { x: pairs as u32, y: pairs as u32, z: images as u32 },
+            block: Dim3::x(threads),
+            shared_bytes: kf::block_jacobi_apply_bytes(nb as u32),
+        };
+        let fill_cfg = LaunchConfig {
+            grid: Dim3 { x: (n * n).div_ceil(256).min(1024) as u32, y: 1, z: images as u32 },
+            block: Dim3::x(256),
+            shared_bytes: 0,
+        };
+        let (n32, nb32) = (n as u32, nb as u32);
+        let mut cur = 0;
+        // SAFETY (every launch here): the buffers belong to `self` and the caller, alive until
+        // the downloads below wait for the queue; each kernel indexes through checked slices but
+        // the rotations' work space, which the launch's shared memory holds.
+        unsafe { device.launch_on(q, &kf::SET_IDENTITY, fill_cfg, (&mut self.z[0], n32))? };
+        let mut sweeps = 0;
+        loop {
+            sweeps += 1;
+            device.upload_into(&mut self.rotated, &vec![0; images])?;
+            for round in 0..players as u32 - 1 {
+                let (x_src, x_dst) = split_pair(&mut self.x, cur);
+                let (z_src, z_dst) = split_pair(&mut self.z, cur);
+                // SAFETY: as above.
+                unsafe {
+                    device.launch_on(
+                        q,
+                        &kf::BLOCK_JACOBI_ROTATIONS,
+                        rotations_cfg,
+                        (x_src, n32, nb32, round, &mut self.rot, &mut self.rotated),
+                    )?;
+                    device.launch_on(
+                        q,
+                        &kf::BLOCK_JACOBI_APPLY,
+                        apply_cfg,
+                        (x_src, n32, nb32, round, &self.rot, 1u32, x_dst),
+                    )?;
+                    device.launch_on(
+                        q,
+                        &kf::BLOCK_JACOBI_APPLY,
+                        apply_cfg,
+                        (z_src, n32, nb32, round, &self.rot, 0u32, z_dst),
+                    )?;
+                }
+                cur = 1 - cur;
+            }
+            if device.download(&self.rotated)?.iter().all(|&r| r == 0) {
+                break;
+            }
+            if sweeps >= BLOCK_JACOBI_SWEEPS {
+                return Err(Error::Numerical(format!(
+                    "the block Jacobi eigensolver did not converge in {BLOCK_JACOBI_SWEEPS} sweeps ({b} × {b})"
+                )));
+            }
+        }
+        // The result may end in either buffer; the next problem overwrites buffer 0's `b × b`
+        // corner, and both buffers' padding stays zero (no rotation ever mixes it in).
+        let config = LaunchConfig { grid: Dim3::x(images as u32), block: Dim3::x(threads), shared_bytes: 0 };
+        // SAFETY: as above.
+        unsafe {
+            device.launch_on(
+                q,
+                &kf::BLOCK_JACOBI_FINISH,
+                config,
+                (&self.x[cur], &self.z[cur], n32, b as u32, &mut self.scratch, theta, sigma, inv_sigma, ritz),
+            )?;
+        }
+        Ok(sweeps)
+    }
+}
+
+/// The buffer `cur` of a pair to read and the other to write.
+fn split_pair(pair: &mut [Buffer<f64>; 2], cur: usize) -> (&Buffer<f64>, &mut Buffer<f64>) {
+    let (first, second) = pair.split_at_mut(1);
+    if cur == 0 { (&first[0], &mut second[0]) } else { (&second[0], &mut first[0]) }
+}
+
+/// The host's [`kf::ritz_eigen`]: per image, the Ritz pairs of `T` (`b × b` per image), as
+/// `(theta, sigma, inv_sigma, ritz)` laid out as the kernel writes them.
+fn ritz_eigen_host(t: &[f64], b: usize, images: usize) -> Result<[Vec<f64>; 4]> {
+    let per_image: Vec<[Vec<f64>; 4]> = t
+        .par_chunks(b * b)
         .take(images)
         .map(|block| {
             let t = Mat::<f64>::from_fn(b, b, |i, j| 0.5 * (block[i * b + j] + block[j * b + i]));
             let evd = t
                 .self_adjoint_eigen(faer::Side::Lower)
-                .map_err(|e| Error::InvalidInput(format!("the Ritz eigenproblem did not converge: {e:?}")))?;
+                .map_err(|e| Error::Numerical(format!("the Ritz eigenproblem did not converge: {e:?}")))?;
             let values: Vec<f64> = evd.S().column_vector().iter().copied().collect();
             let mut order: Vec<usize> = (0..b).collect();
             order.sort_by(|&x, &y| values[y].total_cmp(&values[x]));
@@ -334,79 +493,56 @@ fn ritz_eigen_host(p: &[f64], b: usize, images: usize) -> Result<[Vec<f64>; 4]> 
     Ok(out)
 }
 
-/// The host's [`kf::orthonormalize_weights`] (same inputs, same outputs and pivot floors): per
-/// image the convergence flag, `R⁻¹` (`b × b`) and `r2` (`2b × b`).
-fn orthonormalize_weights_host(
-    d: &[f64],
-    theta: &[f64],
-    ritz: &[f64],
-    (b, k, images): (usize, usize, usize),
-) -> (Vec<u32>, Vec<f64>, Vec<f64>) {
+/// The host's [`kf::cholesky_inverse`] (same input, output and pivot floors): per image `R⁻¹`
+/// (`b × b`) for the Gram matrix `w = RᵀR` (`b × b`, upper triangle read). The trailing updates
+/// and the columns of `R⁻¹` are spread over the cores (one image at `b = 512` is the slow case).
+fn cholesky_inverse_host(w: &[f64], b: usize, images: usize) -> Vec<f64> {
     let bb = b * b;
-    let per_image: Vec<(u32, Vec<f64>, Vec<f64>)> = (0..images)
-        .into_par_iter()
-        .map(|img| {
-            let (d, theta, ritz) = (&d[img * bb..][..bb], &theta[img * b..][..b], &ritz[img * bb..][..bb]);
-            let theta0 = theta[0].max(0.0);
-            let mut converged = 1;
-            let (mut e, mut f) = (vec![0.0; b], vec![0.0; b]);
-            for i in 0..b {
-                let (th, di) = (theta[i], d[i * b + i]);
-                let good = th > kf::NULL_THRESHOLD * theta0 && di > 0.0;
-                let residual = (di - th * th).max(0.0).sqrt();
-                if i < k && good && residual > TOLERANCE * (theta0 * th).sqrt() {
-                    converged = 0;
-                }
-                e[i] = if good { 0.0 } else { 1.0 };
-                f[i] = if good { 1.0 / di.sqrt() } else { 0.0 };
-            }
-            // W = E + F·d·F, its Cholesky factor R (upper, in place), with the kernel's floors.
-            let mut w = vec![0.0; bb];
-            for r in 0..b {
-                for c in r..b {
-                    w[r * b + c] = f[r] * d[r * b + c] * f[c] + if r == c { e[r] } else { 0.0 };
-                }
-            }
+    w.par_chunks(bb)
+        .take(images)
+        .flat_map_iter(|w| {
+            let mut w = w.to_vec();
             let diagonal: Vec<f64> = (0..b).map(|j| w[j * b + j]).collect();
             for j in 0..b {
-                let pivot = w[j * b + j].max(1e-12 * diagonal[j]).max(f64::MIN_POSITIVE).sqrt();
-                w[j * b + j] = pivot;
-                for c in j + 1..b {
-                    w[j * b + c] /= pivot;
-                }
-                for r in j + 1..b {
-                    let wjr = w[j * b + r];
+                let (done, trailing) = w.split_at_mut((j + 1) * b);
+                let row_j = &mut done[j * b..];
+                let pivot = row_j[j].max(1e-12 * diagonal[j]).max(f64::MIN_POSITIVE).sqrt();
+                row_j[j] = pivot;
+                row_j[j + 1..].iter_mut().for_each(|v| *v /= pivot);
+                let row_j = &*row_j;
+                trailing.par_chunks_mut(b).enumerate().for_each(|(i, row)| {
+                    let r = j + 1 + i;
+                    let wjr = row_j[r];
                     for c in r..b {
-                        w[r * b + c] -= wjr * w[j * b + c];
+                        row[c] -= wjr * row_j[c];
                     }
-                }
+                });
             }
+            // Column c of R⁻¹ by back substitution, columns in parallel.
+            let columns: Vec<Vec<f64>> = (0..b)
+                .into_par_iter()
+                .map(|c| {
+                    let mut x = vec![0.0; c + 1];
+                    for r in (0..=c).rev() {
+                        let row = &w[r * b..(r + 1) * b];
+                        let mut acc = if r == c { 1.0 } else { 0.0 };
+                        for l in r + 1..=c {
+                            acc -= row[l] * x[l];
+                        }
+                        x[r] = acc / row[r];
+                    }
+                    x
+                })
+                .collect();
             let mut rinv = vec![0.0; bb];
-            for c in 0..b {
-                for r in (0..=c).rev() {
-                    let mut acc = if r == c { 1.0 } else { 0.0 };
-                    for l in r + 1..=c {
-                        acc -= w[r * b + l] * rinv[l * b + c];
-                    }
-                    rinv[r * b + c] = acc / w[r * b + r];
+            for (c, column) in columns.iter().enumerate() {
+                for (r, &v) in column.iter().enumerate() {
+                    rinv[r * b + c] = v;
                 }
             }
-            let mut r2 = vec![0.0; 2 * bb];
-            for i in 0..bb {
-                r2[i] = ritz[i] * e[i % b];
-                r2[bb + i] = ritz[i] * f[i % b];
-            }
-            (converged, rinv, r2)
+            rinv
         })
-        .collect();
-    let mut out =
-        (Vec::with_capacity(images), Vec::with_capacity(images * bb), Vec::with_capacity(images * 2 * bb));
-    for (flag, rinv, r2) in per_image {
-        out.0.push(flag);
-        out.1.extend(rinv);
-        out.2.extend(r2);
-    }
-    out
+        .collect()
 }
 
 /// Factors the `images` row-major `m × n` f64 images in `a` (device memory, `m·n` apart): the
@@ -449,26 +585,30 @@ pub fn factor_with(
     let a_all = a.view(..)?;
 
     let mut g = device.alloc::<f64>(images * r * r)?;
-    let mut qy = [device.alloc::<f64>(images * r * 2 * b)?, device.alloc::<f64>(images * r * 2 * b)?];
+    // [Q Y] (r × 2b per image); the next basis is built in its left half.
+    let mut qy = device.alloc::<f64>(images * r * 2 * b)?;
+    // [V W]: the Ritz vectors V = Q·Z and W = G·V; the first Cholesky QR pass's result goes to
+    // its left half.
+    let mut vw = device.alloc::<f64>(images * r * 2 * b)?;
     let square = || device.alloc::<f64>(images * b * b);
-    let (mut ritz, mut tmp, mut d, mut rinv) = (square()?, square()?, square()?, square()?);
-    let (mut p, mut r2, mut mm) = (
-        device.alloc::<f64>(images * 2 * b * b)?,
-        device.alloc::<f64>(images * 2 * b * b)?,
-        device.alloc::<f64>(images * 2 * b * b)?,
-    );
+    let (mut t, mut ritz, mut gram, mut rinv) = (square()?, square()?, square()?, square()?);
+    let mut blocked =
+        if solver == SmallSolver::DeviceBlocked { Some(BlockJacobi::new(device, b, images)?) } else { None };
+    let mut stats = device.alloc::<f64>(images * 2 * b)?;
+    let mut weights = device.alloc::<f64>(images * 2 * b)?;
     let mut scratch = device.alloc::<f64>(images * kf::eigen_scratch(b as u32) as usize)?;
     let mut theta = device.alloc::<f64>(images * b)?;
     let mut sigma = device.alloc::<f64>(images * b)?;
     let mut inv_sigma = device.alloc::<f64>(images * b)?;
     let mut converged = device.alloc::<u32>(images)?;
     let q0 = device.upload(&starting_basis(r, b))?;
-    // The Jacobi solvers keep their matrices in shared memory where they fit.
+    let gpu = device.backend() == crate::Backend::Gpu;
+    // The Jacobi and Cholesky solvers keep their matrices in shared memory where they fit.
     let jacobi_cfg = {
         let bytes = kf::jacobi_shared_bytes(b as u32);
         let shared = if bytes <= device.max_shared_bytes_per_block()? { bytes } else { 8 };
-        let threads = if device.backend() == crate::Backend::Gpu {
-            let fit = [kf::RITZ_EIGEN.name(), kf::ORTHONORMALIZE_WEIGHTS.name()]
+        let threads = if gpu {
+            let fit = [kf::RITZ_EIGEN.name(), kf::CHOLESKY_INVERSE.name()]
                 .into_iter()
                 .map(|name| device.max_threads_per_block(name))
                 .collect::<Result<Vec<_>>>()?;
@@ -478,6 +618,21 @@ pub fn factor_with(
         };
         LaunchConfig { grid: Dim3::x(images as u32), block: Dim3::x(threads), shared_bytes: shared }
     };
+    let per_image_cfg = LaunchConfig {
+        grid: Dim3::x(images as u32),
+        block: Dim3::x(if gpu { 256 } else { 64 }),
+        shared_bytes: 8,
+    };
+    let residuals_cfg = LaunchConfig {
+        grid: Dim3 { x: b.div_ceil(32) as u32, y: 1, z: images as u32 },
+        block: Dim3 { x: 32, y: kf::RESIDUAL_ROWS, z: 1 },
+        shared_bytes: 32 * kf::RESIDUAL_ROWS * 16,
+    };
+    let columns_cfg = LaunchConfig {
+        grid: Dim3 { x: (r * b).div_ceil(256).min(1024) as u32, y: 1, z: images as u32 },
+        block: Dim3::x(256),
+        shared_bytes: 0,
+    };
 
     // SAFETY (every launch in this function): the buffers live until the end, after the last
     // download has waited for the queue.
@@ -485,7 +640,6 @@ pub fn factor_with(
 
     let g_layout = Layout::row_major(r as u32, (r * r) as u32);
     let qy_layout = Layout::row_major(2 * b as u32, (r * 2 * b) as u32);
-    let p_layout = Layout::row_major(b as u32, (2 * b * b) as u32);
     let sq_layout = Layout::row_major(b as u32, (b * b) as u32);
     let op = operand;
     // SAFETY: as above.
@@ -501,164 +655,177 @@ pub fn factor_with(
             images,
             true,
         )?;
-        let cfg = LaunchConfig {
-            grid: Dim3 { x: (r * b).div_ceil(256).min(1024) as u32, y: 1, z: images as u32 },
-            block: Dim3::x(256),
-            shared_bytes: 0,
-        };
         device.launch_on(
             q,
             &kf::INIT_SUBSPACE,
-            cfg,
-            (&q0, &mut qy[0], r as u32, b as u32, (r * 2 * b) as u32),
+            columns_cfg,
+            (&q0, &mut qy, r as u32, b as u32, (r * 2 * b) as u32),
         )?;
     }
+    // R⁻¹ of the Gram matrix in `gram`, on the device or the host.
+    let cholesky = |gram: &Buffer<f64>, scratch: &mut Buffer<f64>, rinv: &mut Buffer<f64>| -> Result<()> {
+        match solver {
+            // SAFETY: as above.
+            SmallSolver::Device => unsafe {
+                device.launch_on(q, &kf::CHOLESKY_INVERSE, jacobi_cfg, (gram, b as u32, scratch, rinv))
+            },
+            SmallSolver::DeviceBlocked | SmallSolver::Host => {
+                device.upload_into(rinv, &cholesky_inverse_host(&device.download(gram)?, b, images))
+            }
+        }
+    };
 
     let mut iterations = 0;
-    let mut cur = 0;
     loop {
         iterations += 1;
-        let (left, right) = qy.split_at_mut(1);
-        let (qy_cur, qy_next) =
-            if cur == 0 { (&mut left[0], &mut right[0]) } else { (&mut right[0], &mut left[0]) };
-        // The work matrix [Q Y] (r × 2b per image): Y = G·Q is written to the right half of each
-        // row while the left half (Q) is read, so the read view aliases the written one.
-        let qy_whole = qy_cur.view_mut(..)?;
-        // SAFETY: Y = G·Q reads only columns 0..b through it and writes only columns b..2b.
-        let qy_read = unsafe { qy_whole.aliased_view() };
-        let y_write = qy_whole.into_view_mut(b..)?;
+        {
+            // Y = G·Q is written to the right half of each row of [Q Y] while the left half (Q) is
+            // read, so the read view aliases the written one.
+            let qy_whole = qy.view_mut(..)?;
+            // SAFETY: Y = G·Q reads only columns 0..b through it and writes only columns b..2b.
+            let qy_read = unsafe { qy_whole.aliased_view() };
+            let y_write = qy_whole.into_view_mut(b..)?;
+            // SAFETY: as above.
+            unsafe {
+                gemm(
+                    device,
+                    q,
+                    (op(g.view(..)?, g_layout), op(qy_read, qy_layout)),
+                    (y_write, qy_layout),
+                    None,
+                    (r, b, r),
+                    images,
+                    false,
+                )?;
+            }
+        }
         // SAFETY: as above.
         unsafe {
-            // Y = G·Q, P = [Q Y]ᵀ·Y.
+            // T = QᵀY (symmetric: only the upper triangle of blocks computed, and mirrored), into
+            // the block Jacobi's padded matrix when that solves it.
+            let target = match &mut blocked {
+                Some(solver) => {
+                    let n = solver.n as u32;
+                    (solver.matrix().view_mut(..)?, Layout::row_major(n, n * n))
+                }
+                None => (t.view_mut(..)?, sq_layout),
+            };
             gemm(
                 device,
                 q,
-                (op(g.view(..)?, g_layout), op(qy_read, qy_layout)),
-                (y_write, qy_layout),
+                (op(qy.view(..)?, qy_layout.transposed()), op(qy.view(b..)?, qy_layout)),
+                target,
                 None,
-                (r, b, r),
+                (b, b, r),
                 images,
-                false,
-            )?;
-            gemm(
-                device,
-                q,
-                (op(qy_read, qy_layout.transposed()), op(qy_read.view(b..)?, qy_layout)),
-                (p.view_mut(..)?, p_layout),
-                None,
-                (2 * b, b, r),
-                images,
-                false,
+                true,
             )?;
         }
-        // Ritz pairs of T = QᵀY, then d = ritzᵀ·S·ritz.
-        let host_ritz = match solver {
+        // Ritz pairs of T.
+        match solver {
             // SAFETY: as above.
             SmallSolver::Device => unsafe {
                 device.launch_on(
                     q,
                     &kf::RITZ_EIGEN,
                     jacobi_cfg,
-                    (&p, b as u32, &mut scratch, &mut theta, &mut sigma, &mut inv_sigma, &mut ritz),
+                    (&t, b as u32, &mut scratch, &mut theta, &mut sigma, &mut inv_sigma, &mut ritz),
                 )?;
-                None
             },
+            SmallSolver::DeviceBlocked => {
+                let solver = blocked.as_mut().expect("allocated for this solver");
+                solver.solve(device, b, (&mut theta, &mut sigma, &mut inv_sigma, &mut ritz))?;
+            }
             SmallSolver::Host => {
-                let [t, s, inv, vectors] = ritz_eigen_host(&device.download(&p)?, b, images)?;
-                device.upload_into(&mut theta, &t)?;
+                let [th, s, inv, vectors] = ritz_eigen_host(&device.download(&t)?, b, images)?;
+                device.upload_into(&mut theta, &th)?;
                 device.upload_into(&mut sigma, &s)?;
                 device.upload_into(&mut inv_sigma, &inv)?;
                 device.upload_into(&mut ritz, &vectors)?;
-                Some((t, vectors))
             }
-        };
+        }
         // SAFETY: as above.
         unsafe {
-            gemm(
-                device,
+            // [V W] = [Q·Z  Y·Z], then each pair's ‖W_i‖ and residual ‖W_i − θ_i·V_i‖, the
+            // convergence flags and the next basis's column weights.
+            for half in [0, b] {
+                gemm(
+                    device,
+                    q,
+                    (op(qy.view(half..)?, qy_layout), op(ritz.view(..)?, sq_layout)),
+                    (vw.view_mut(half..)?, qy_layout),
+                    None,
+                    (r, b, b),
+                    images,
+                    false,
+                )?;
+            }
+            device.launch_on(
                 q,
-                // S: the bottom b × b of each 2b × b block of P.
-                (op(p.view(b * b..)?, p_layout), op(ritz.view(..)?, sq_layout)),
-                (tmp.view_mut(..)?, sq_layout),
-                None,
-                (b, b, b),
-                images,
-                false,
+                &kf::RITZ_RESIDUALS,
+                residuals_cfg,
+                (&vw, &theta, r as u32, b as u32, &mut stats),
             )?;
-            gemm(
-                device,
+            device.launch_on(
                 q,
-                (op(ritz.view(..)?, sq_layout.transposed()), op(tmp.view(..)?, sq_layout)),
-                (d.view_mut(..)?, sq_layout),
-                None,
-                (b, b, b),
-                images,
-                false,
+                &kf::RITZ_WEIGHTS,
+                per_image_cfg,
+                (&stats, &theta, b as u32, k as u32, TOLERANCE, &mut weights, &mut converged),
             )?;
         }
-        let flags = match host_ritz {
-            // SAFETY: as above.
-            None => unsafe {
-                device.launch_on(
-                    q,
-                    &kf::ORTHONORMALIZE_WEIGHTS,
-                    jacobi_cfg,
-                    (
-                        &d,
-                        &theta,
-                        &ritz,
-                        b as u32,
-                        k as u32,
-                        TOLERANCE,
-                        &mut scratch,
-                        &mut rinv,
-                        &mut r2,
-                        &mut converged,
-                    ),
-                )?;
-                device.download(&converged)?
-            },
-            Some((t, vectors)) => {
-                let (flags, inverse, weights) =
-                    orthonormalize_weights_host(&device.download(&d)?, &t, &vectors, (b, k, images));
-                device.upload_into(&mut rinv, &inverse)?;
-                device.upload_into(&mut r2, &weights)?;
-                flags
-            }
-        };
+        let flags = device.download(&converged)?;
         if flags.iter().all(|&f| f == 1) {
             break;
         }
         if iterations >= MAX_ITERATIONS {
             let stuck = flags.iter().filter(|&&f| f != 1).count();
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::Numerical(format!(
                 "the GPU SVD did not converge in {MAX_ITERATIONS} iterations for {stuck} of {images} images of {m} × {n}"
             )));
         }
-        // SAFETY: as above; the next basis [Q Y]·r2·R⁻¹ goes to the other work matrix.
+        // The next basis X = V·E + W·F in Q's place, orthonormalised by two passes of Cholesky
+        // QR (X → [V W]'s left half → Q's place): each pass forms the Gram matrix, inverts its
+        // Cholesky factor and multiplies.
+        // SAFETY: as above.
         unsafe {
-            gemm(
-                device,
+            device.launch_on(
                 q,
-                (op(r2.view(..)?, p_layout), op(rinv.view(..)?, sq_layout)),
-                (mm.view_mut(..)?, p_layout),
-                None,
-                (2 * b, b, b),
-                images,
-                false,
-            )?;
-            gemm(
-                device,
-                q,
-                (op(qy_read, qy_layout), op(mm.view(..)?, p_layout)),
-                (qy_next.view_mut(..)?, qy_layout),
-                None,
-                (r, b, 2 * b),
-                images,
-                false,
+                &kf::COMBINE_COLUMNS,
+                columns_cfg,
+                (&vw, &weights, r as u32, b as u32, &mut qy),
             )?;
         }
-        cur = 1 - cur;
+        let mut cholesky_qr_pass = |from: &Buffer<f64>, to: &mut Buffer<f64>| -> Result<()> {
+            // SAFETY: as above.
+            unsafe {
+                gemm(
+                    device,
+                    q,
+                    (op(from.view(..)?, qy_layout.transposed()), op(from.view(..)?, qy_layout)),
+                    (gram.view_mut(..)?, sq_layout),
+                    None,
+                    (b, b, r),
+                    images,
+                    true,
+                )?;
+            }
+            cholesky(&gram, &mut scratch, &mut rinv)?;
+            // SAFETY: as above.
+            unsafe {
+                gemm(
+                    device,
+                    q,
+                    (op(from.view(..)?, qy_layout), op(rinv.view(..)?, sq_layout)),
+                    (to.view_mut(..)?, qy_layout),
+                    None,
+                    (r, b, b),
+                    images,
+                    false,
+                )
+            }
+        };
+        cholesky_qr_pass(&qy, &mut vw)?;
+        cholesky_qr_pass(&vw, &mut qy)?;
     }
 
     // The Gram side's vectors X = Q·ritz[:, :k] (r × k, f64), then the f32 operands.
@@ -672,7 +839,7 @@ pub fn factor_with(
     let (gram_side, other_side) = if tall { (v_layout, u_layout) } else { (u_layout, v_layout) };
     // SAFETY: as above.
     unsafe {
-        let basis = op(qy[cur].view(..)?, qy_layout);
+        let basis = op(qy.view(..)?, qy_layout);
         let vectors = op(ritz.view(..)?, sq_layout);
         gemm(device, q, (basis, vectors), (x.view_mut(..)?, x_layout), None, (r, k, b), images, false)?;
         let (gram, other) =

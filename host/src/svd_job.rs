@@ -460,12 +460,16 @@ pub fn factor_cpu(image: &JobImage, options: &JobOptions, par: Par) -> Result<Im
         MemStack::new(&mut MemBuffer::new(scratch)),
         Default::default(),
     )
-    .map_err(|e| Error::InvalidInput(format!("{name}: SVD did not converge: {e:?}")))?;
+    .map_err(|e| Error::Numerical(format!("{name}: the CPU SVD did not converge: {e:?}")))?;
     let s: Vec<f64> = s.column_vector().iter().copied().collect();
+    let norm_sq: f64 = a.iter().map(|v| v * v).sum();
+    crate::svd::check_spectrum(&s, norm_sq).map_err(|e| match e {
+        Error::Numerical(what) => Error::Numerical(format!("{name}: {what}")),
+        e => e,
+    })?;
     let svd_ms = start.elapsed().as_secs_f64() * 1e3;
 
     let start = Instant::now();
-    let norm_sq: f64 = a.iter().map(|v| v * v).sum();
     // Only the singular values are needed for the bound.
     let spectrum = crate::svd::Factors { u: Array2::zeros((0, 0)), s, vt: Array2::zeros((0, 0)) };
     let mut reference = Mat::<f64>::zeros(cols, rows);

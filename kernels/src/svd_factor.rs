@@ -8,7 +8,7 @@
 //! nothing. f64 throughout, but for the f32 outputs the reconstruction reads.
 //!
 //! Every kernel takes device slices. The two one-block-per-image Jacobi kernels ([`ritz_eigen`],
-//! [`orthonormalize_weights`]) take their image's parts of them by `sub_unchecked` and read them
+//! [`cholesky_inverse`]) take their image's parts of them by `sub_unchecked` and read them
 //! unchecked on the GPU (checked in the simulator): bounds checks changed the register allocation
 //! of the Jacobi solver inlined beside them. They keep their `b × b` work matrices in a
 //! `JacobiSpace`: shared memory where the launch gives enough, else the image's part of the global
@@ -283,19 +283,19 @@ const fn jacobi_elements(b: u32) -> u32 {
     2 * b * jacobi_ld(b) + 2 * b + 2
 }
 
-/// Dynamic shared memory, bytes, with which [`ritz_eigen`] and [`orthonormalize_weights`] keep their
+/// Dynamic shared memory, bytes, with which [`ritz_eigen`] and [`cholesky_inverse`] keep their
 /// Jacobi work space in shared memory instead of global scratch (a flag, then the space).
 pub const fn jacobi_shared_bytes(b: u32) -> u32 {
     8 + 8 * jacobi_elements(b)
 }
 
-/// f64 scratch per image of [`ritz_eigen`] and [`orthonormalize_weights`], elements: the Jacobi work
+/// f64 scratch per image of [`ritz_eigen`] and [`cholesky_inverse`], elements: the Jacobi work
 /// space when it does not fit in shared memory, and two vectors.
 pub const fn eigen_scratch(b: u32) -> u32 {
     jacobi_elements(b) + 2 * b
 }
 
-/// Image `blockIdx.x`'s part of the `scratch` of [`ritz_eigen`] and [`orthonormalize_weights`]
+/// Image `blockIdx.x`'s part of the `scratch` of [`ritz_eigen`] and [`cholesky_inverse`]
 /// ([`eigen_scratch`]`(b)` elements), and where its two vectors start in it (after the Jacobi work
 /// space).
 ///
@@ -398,20 +398,19 @@ impl JacobiSpace {
 /// Rayleigh–Ritz, first half, one block per image (`blockIdx.x`), any 1-D block size; dynamic
 /// shared memory 8 bytes, or [`jacobi_shared_bytes`]`(b)` to work in shared memory.
 ///
-/// In: `p` (`2b × b` per image, row-major) = `[Q Y]ᵀ·Y` with `Y = G·Q`; its top half is
-/// `T = QᵀGQ`. Solves `T = Z·diag(θ)·Zᵀ` by cyclic Jacobi and writes, per image, the Ritz values
+/// In: `t` (`b × b` per image, row-major) `= QᵀY = QᵀGQ` with `Y = G·Q`. Solves `T = Z·diag(θ)·Zᵀ` by cyclic Jacobi and writes, per image, the Ritz values
 /// `theta` (`b`, non-increasing), `sigma = √θ`, `inv_sigma` (`1/σ`, or 0 for numerically zero θ)
 /// and the matching eigenvectors `ritz` (`b × b`, column `r` for `θ_r`).
 ///
 /// # Safety
 /// The launch gives at least 8 bytes of dynamic shared memory (the Jacobi solver's flag), and
-/// each image's parts lie inside the slices: `2b × b` of `p`, [`eigen_scratch`]`(b)` of
+/// each image's parts lie inside the slices: `b × b` of `t`, [`eigen_scratch`]`(b)` of
 /// `scratch`, `b` of `theta`, `sigma`, `inv_sigma` and `b × b` of `ritz`. Unchecked on the GPU,
 /// like the Jacobi work space (checks cost instructions in the solver's loops); the simulator
 /// checks every access.
 #[kernel]
 pub unsafe fn ritz_eigen(
-    p: &[f64],
+    t: &[f64],
     b: u32,
     scratch: &mut [f64],
     theta: &mut [f64],
@@ -422,14 +421,14 @@ pub unsafe fn ritz_eigen(
     let img = thread::block_idx_x() as usize;
     let bu = b as usize;
     let bb = bu * bu;
-    let t_in = p.sub_unchecked(img * 2 * bb, bb);
+    let t_in = t.sub_unchecked(img * bb, bb);
     let (mut scratch, work) = image_scratch(scratch, b);
     let space = JacobiSpace::new(scratch.as_mut_ptr(), bu);
-    let (mut vals, mut perm) = (scratch.sub_unchecked(work, bu), scratch.sub_unchecked(work + bu, bu));
-    let mut theta = theta.sub_unchecked(img * bu, bu);
-    let mut sigma = sigma.sub_unchecked(img * bu, bu);
-    let mut inv_sigma = inv_sigma.sub_unchecked(img * bu, bu);
-    let mut ritz = ritz.sub_unchecked(img * bb, bb);
+    let (vals, perm) = (scratch.sub_unchecked(work, bu), scratch.sub_unchecked(work + bu, bu));
+    let theta = theta.sub_unchecked(img * bu, bu);
+    let sigma = sigma.sub_unchecked(img * bu, bu);
+    let inv_sigma = inv_sigma.sub_unchecked(img * bu, bu);
+    let ritz = ritz.sub_unchecked(img * bb, bb);
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
 
     // X = (T + Tᵀ)/2, Z = I.
@@ -441,12 +440,39 @@ pub unsafe fn ritz_eigen(
         i += nt;
     }
     thread::sync_threads();
-    jacobi(space, bu);
+    let mut scale = 0.0f64;
+    for l in 0..bu {
+        scale = scale.max(math::abs(space.x(l, l)));
+    }
+    jacobi(space, bu, scale, MAX_SWEEPS);
+    let value = |i: usize| space.x(i, i);
+    let vector = |row: usize, col: usize| space.z(row, col);
+    write_ritz_pairs(bu, value, vector, (vals, perm), (theta, sigma, inv_sigma, ritz));
+}
 
+/// The Ritz pairs in order of decreasing value, from an eigendecomposition given as `value(i)`
+/// and `vector(row, i)` (`i, row < b`): `theta`, `sigma = √θ`, `inv_sigma` (`1/σ`, or 0 for
+/// numerically zero θ) and `ritz` (`b × b`, column `r` the vector of `θ_r`). `vals` and `perm`
+/// (`b` each) are work space. All threads of the block call it.
+#[inline(always)]
+unsafe fn write_ritz_pairs(
+    bu: usize,
+    value: impl Fn(usize) -> f64,
+    vector: impl Fn(usize, usize) -> f64,
+    (mut vals, mut perm): (SliceMut<f64>, SliceMut<f64>),
+    (mut theta, mut sigma, mut inv_sigma, mut ritz): (
+        SliceMut<f64>,
+        SliceMut<f64>,
+        SliceMut<f64>,
+        SliceMut<f64>,
+    ),
+) {
+    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
+    let bb = bu * bu;
     // Largest first: perm[rank] = index.
     let mut i = tid;
     while i < bu {
-        vals.set_unchecked(i, space.x(i, i));
+        vals.set_unchecked(i, value(i));
         i += nt;
     }
     thread::sync_threads();
@@ -467,7 +493,7 @@ pub unsafe fn ritz_eigen(
     let mut i = tid;
     while i < bb {
         let (row, r) = (i / bu, i % bu);
-        ritz.set_unchecked(i, space.z(row, perm.get_unchecked(r) as usize));
+        ritz.set_unchecked(i, vector(row, perm.get_unchecked(r) as usize));
         i += nt;
     }
     let theta0 = vals.get_unchecked(perm.get_unchecked(0) as usize).max(0.0);
@@ -482,81 +508,161 @@ pub unsafe fn ritz_eigen(
     }
 }
 
-/// Rayleigh–Ritz, second half, one block per image, any 1-D block size; dynamic shared memory as
-/// for [`ritz_eigen`].
+/// Rows of `vw` each thread of [`ritz_residuals`] visits per step: the block is 32 columns ×
+/// this many rows.
+pub const RESIDUAL_ROWS: u32 = 8;
+
+/// Rayleigh–Ritz, second half: per image and Ritz pair `i < b`, `stats[i] = ‖W_i‖²` and
+/// `stats[b + i] = ‖W_i − θ_i·V_i‖²` (the residual), from `vw = [V W]` (`r × 2b` per image,
+/// row-major, images `r·2b` apart; `V = Q·Z` the Ritz vectors, `W = G·V`), summed over the rows
+/// directly (no cancellation: accurate for the smallest θ too). `stats` holds `2b` per image.
 ///
-/// In: `d = ritzᵀ·S·ritz` (`b × b`; `S = YᵀY`, so `d_ii = ‖G·v_i‖²` for the Ritz vector `v_i`),
-/// `theta`, `ritz`. Writes `converged[image]` = 1 when each of the first `k` Ritz pairs that is
-/// not numerically zero has residual `‖G·v − θ·v‖ = √(d_ii − θ_i²) ≤ tol·√(θ₁·θ_i)` (so that
-/// `|σ_i − σ̃_i| ≤ tol·σ₁/2`).
-///
-/// For the next basis it orthonormalises `X = Q·ritz·E + Y·ritz·F` — the columns `G·v_i/‖G·v_i‖`,
-/// or `v_i` itself where `θ_i` is numerically zero (`E`, `F` diagonal selectors) — by Cholesky QR:
-/// `XᵀX = W = E + F·d·F` (the cross terms vanish) `= RᵀR`, and writes `rinv = R⁻¹` (`b × b`, upper
-/// triangular) and `r2 = [ritz·E; ritz·F]` (`2b × b`), so that the next basis is
-/// `[Q Y]·r2·R⁻¹`. Columns go in order of decreasing θ, so the leading ones change least. A pivot
-/// that lost all but 12 digits (a numerically dependent column) is floored there.
-///
-/// # Safety
-/// As for [`ritz_eigen`], with `b × b` of `d` and `ritz`, `b` of `theta`, `b × b` of `rinv`,
-/// `2b × b` of `r2` and one flag of `converged` per image.
+/// Launch: grid `(⌈b/32⌉, 1, images)`, block `32 × RESIDUAL_ROWS` (x: a column, y: a row lane),
+/// `32·RESIDUAL_ROWS·16` bytes of dynamic shared memory.
 #[kernel]
-pub unsafe fn orthonormalize_weights(
-    d: &[f64],
+pub fn ritz_residuals(vw: &[f64], theta: &[f64], r: u32, b: u32, stats: &mut [f64]) {
+    let z = thread::block_idx_z() as usize;
+    let (bu, ru) = (b as usize, r as usize);
+    let vw = vw.sub(z * ru * 2 * bu, ru * 2 * bu);
+    let theta = theta.sub(z * bu, bu);
+    let mut stats = stats.sub(z * 2 * bu, 2 * bu);
+    let (lane, row_lane) = (thread::thread_idx_x() as usize, thread::thread_idx_y() as usize);
+    let col = thread::block_idx_x() as usize * 32 + lane;
+    let (mut norm, mut residual) = (0.0f64, 0.0f64);
+    if col < bu {
+        let th = theta[col];
+        let mut row = row_lane;
+        while row < ru {
+            let (v, w) = (vw[row * 2 * bu + col], vw[row * 2 * bu + bu + col]);
+            norm = math::fma(w, w, norm);
+            let d = math::fma(-th, v, w);
+            residual = math::fma(d, d, residual);
+            row += RESIDUAL_ROWS as usize;
+        }
+    }
+    let sums = shared::dynamic::<f64>();
+    let slot = row_lane * 32 + lane;
+    let half = (32 * RESIDUAL_ROWS) as usize;
+    // SAFETY (the shared accesses): indices below 2·32·RESIDUAL_ROWS, the launch's f64 count; each
+    // is written by one thread before the barrier and read after it.
+    unsafe {
+        sums.write(slot, norm);
+        sums.write(half + slot, residual);
+    }
+    thread::sync_threads();
+    if row_lane == 0 && col < bu {
+        let (mut norm, mut residual) = (0.0, 0.0);
+        for l in 0..RESIDUAL_ROWS as usize {
+            unsafe {
+                norm += sums.read(l * 32 + lane);
+                residual += sums.read(half + l * 32 + lane);
+            }
+        }
+        stats[col] = norm;
+        stats[bu + col] = residual;
+    }
+}
+
+/// Per image (one block each, `blockIdx.x`, any 1-D block size, 8 bytes of dynamic shared
+/// memory): the convergence flag and the weights of the next basis, from `theta` (`b`,
+/// non-increasing) and the `stats` of [`ritz_residuals`].
+///
+/// `converged[image]` = 1 when each of the first `k` Ritz pairs that is not numerically zero has
+/// residual `‖G·v − θ·v‖ ≤ tol·√(θ₁·θ_i)` (so that `|σ_i − σ̃_i| ≤ tol·σ₁/2`). The next basis,
+/// before orthonormalisation, has the columns `e_i·V_i + f_i·W_i`: `G·v_i/‖G·v_i‖` (one power
+/// step), or `v_i` itself where `θ_i` is numerically zero; `weights` holds `e` then `f` (`2b` per
+/// image).
+#[kernel]
+pub fn ritz_weights(
+    stats: &[f64],
     theta: &[f64],
-    ritz: &[f64],
     b: u32,
     k: u32,
     tol: f64,
-    scratch: &mut [f64],
-    rinv: &mut [f64],
-    r2: &mut [f64],
+    weights: &mut [f64],
     converged: &mut [u32],
 ) {
     let img = thread::block_idx_x() as usize;
     let bu = b as usize;
-    let bb = bu * bu;
-    let d = d.sub_unchecked(img * bb, bb);
-    let theta = theta.sub_unchecked(img * bu, bu);
-    let ritz = ritz.sub_unchecked(img * bb, bb);
-    let (mut scratch, work) = image_scratch(scratch, b);
-    let space = JacobiSpace::new(scratch.as_mut_ptr(), bu);
-    let (mut e, mut f) = (scratch.sub_unchecked(work, bu), scratch.sub_unchecked(work + bu, bu));
-    let (mut rinv, mut r2) = (rinv.sub_unchecked(img * bb, bb), r2.sub_unchecked(img * 2 * bb, 2 * bb));
+    let stats = stats.sub(img * 2 * bu, 2 * bu);
+    let theta = theta.sub(img * bu, bu);
+    let mut weights = weights.sub(img * 2 * bu, 2 * bu);
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
-    let flag = shared::region::<u32>(0, 1);
+    let flag = shared::dynamic::<u32>();
+    // SAFETY (the flag): one u32 of the launch's 8 bytes; set before the first barrier, cleared by
+    // any thread (all write the same value) between the barriers, read after the second.
     if tid == 0 {
-        flag.write(0, 1);
+        unsafe { flag.write(0, 1) };
     }
     thread::sync_threads();
-    let theta0 = theta.get_unchecked(0).max(0.0);
+    let theta0 = theta[0].max(0.0);
     let mut i = tid;
     while i < bu {
-        let th = theta.get_unchecked(i);
-        let di = d.get_unchecked(i * bu + i);
-        let good = th > NULL_THRESHOLD * theta0 && di > 0.0;
-        let residual = math::sqrt((di - th * th).max(0.0));
-        if (i as u32) < k && good && residual > tol * math::sqrt(theta0 * th) {
-            flag.write(0, 0);
+        let (th, norm_sq) = (theta[i], stats[i]);
+        let good = th > NULL_THRESHOLD * theta0 && norm_sq > 0.0;
+        if (i as u32) < k && good && math::sqrt(stats[bu + i]) > tol * math::sqrt(theta0 * th) {
+            unsafe { flag.write(0, 0) };
         }
-        e.set_unchecked(i, if good { 0.0 } else { 1.0 });
-        f.set_unchecked(i, if good { 1.0 / math::sqrt(di) } else { 0.0 });
+        weights[i] = if good { 0.0 } else { 1.0 };
+        weights[bu + i] = if good { 1.0 / math::sqrt(norm_sq) } else { 0.0 };
         i += nt;
     }
     thread::sync_threads();
     if tid == 0 {
-        converged.set_unchecked(img, flag.read(0));
+        converged[img] = unsafe { flag.read(0) };
     }
+}
+
+/// The next basis before orthonormalisation: `x_i = e_i·V_i + f_i·W_i` for every row and column
+/// `i < b`, with `vw = [V W]` (`r × 2b` per image) and the `weights` `[e f]` of [`ritz_weights`];
+/// `x` is `r × b` per image with row stride `2b` and images `r·2b` apart (the left half of the
+/// work matrix `[Q Y]`). Grid `(x, 1, images)`, any 1-D block (grid-stride over `r·b`).
+#[kernel]
+pub fn combine_columns(vw: &[f64], weights: &[f64], r: u32, b: u32, x: &mut [f64]) {
+    let z = thread::block_idx_z() as usize;
+    let (bu, ru) = (b as usize, r as usize);
+    let vw = vw.sub(z * ru * 2 * bu, ru * 2 * bu);
+    let weights = weights.sub(z * 2 * bu, 2 * bu);
+    let mut x = x.sub(z * ru * 2 * bu, ru * 2 * bu);
+    let mut i = thread::index_1d() as usize;
+    while i < ru * bu {
+        let (row, col) = (i / bu, i % bu);
+        let at = row * 2 * bu + col;
+        x[at] = weights[col] * vw[at] + weights[bu + col] * vw[at + bu];
+        i += thread::grid_stride_1d() as usize;
+    }
+}
+
+/// Cholesky QR's small step, one block per image (`blockIdx.x`), any 1-D block size; dynamic
+/// shared memory as for [`ritz_eigen`]. In: the Gram matrix `w = XᵀX` (`b × b` per image,
+/// row-major; only the upper triangle is read). Out: `rinv = R⁻¹` (`b × b`, upper triangular)
+/// for `w = RᵀR`, so that `X·R⁻¹` has orthonormal columns. A pivot that lost all but 12 digits of
+/// its diagonal element (a numerically dependent column) is floored there, so the column is
+/// scaled by at most 1e6 instead of dividing by rounding noise.
+///
+/// # Safety
+/// The launch gives at least 8 bytes of dynamic shared memory, and each image's parts lie inside
+/// the slices: `b × b` of `w` and `rinv`, [`eigen_scratch`]`(b)` of `scratch`. Unchecked on the
+/// GPU, like the Jacobi work space; the simulator checks every access.
+#[kernel]
+pub unsafe fn cholesky_inverse(w: &[f64], b: u32, scratch: &mut [f64], rinv: &mut [f64]) {
+    let img = thread::block_idx_x() as usize;
+    let bu = b as usize;
+    let bb = bu * bu;
+    let w = w.sub_unchecked(img * bb, bb);
+    let (mut scratch, _) = image_scratch(scratch, b);
+    let space = JacobiSpace::new(scratch.as_mut_ptr(), bu);
+    let mut rinv = rinv.sub_unchecked(img * bb, bb);
+    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
     // W (upper triangle) into x; its diagonal also into z's first row, for the pivot floors.
     let mut i = tid;
     while i < bb {
         let (r, c) = (i / bu, i % bu);
         if r <= c {
-            let w = f.get_unchecked(r) * d.get_unchecked(i) * f.get_unchecked(c)
-                + if r == c { e.get_unchecked(r) } else { 0.0 };
-            space.set_x(r, c, w);
+            let value = w.get_unchecked(i);
+            space.set_x(r, c, value);
             if r == c {
-                space.set_z(0, c, w);
+                space.set_z(0, c, value);
             }
         }
         i += nt;
@@ -625,20 +731,237 @@ pub unsafe fn orthonormalize_weights(
         rinv.set_unchecked(i, space.z(i / bu, i % bu));
         i += nt;
     }
+}
+
+/// The two blocks of pair `t` in round `round` of the circle method over `players` blocks
+/// (block 0 fixed, the others rotating), smaller first.
+#[inline(always)]
+fn block_pair(t: u32, round: u32, players: u32) -> (u32, u32) {
+    let player = |pos: u32| if pos == 0 { 0 } else { (pos - 1 + round) % (players - 1) + 1 };
+    let (p, q) = (player(t), player(players - 1 - t));
+    (p.min(q), p.max(q))
+}
+
+/// Row (or column) `i < 2·nb` of the submatrix of the block pair `(a, b)`: block `a`'s rows, then
+/// block `b`'s.
+#[inline(always)]
+fn pair_index((a, b): (u32, u32), nb: u32, i: u32) -> usize {
+    (if i < nb { a * nb + i } else { b * nb + i - nb }) as usize
+}
+
+/// Dynamic shared memory of [`block_jacobi_rotations`], bytes, for blocks of `nb` rows.
+pub const fn block_jacobi_rotations_bytes(nb: u32) -> u32 {
+    jacobi_shared_bytes(2 * nb)
+}
+
+/// Dynamic shared memory of [`block_jacobi_apply`], bytes, for blocks of `nb` rows: four
+/// `2nb × 2nb` f64 matrices.
+pub const fn block_jacobi_apply_bytes(nb: u32) -> u32 {
+    4 * 8 * (2 * nb) * (2 * nb)
+}
+
+/// Block Jacobi for symmetric matrices too large for one block's shared memory, first half of a
+/// round: the symmetric `n × n` matrix `x` of each image (row-major, images `n²` apart,
+/// `n = 2·nb·pairs`, zero past the problem's own size) is split into `2·pairs` blocks of `nb`
+/// rows; round `round` of the circle method pairs them, and block `blockIdx.x` of the launch
+/// runs one sweep of [`ritz_eigen`]'s Jacobi on its pair's `2nb × 2nb` submatrix in shared
+/// memory (the outer sweeps iterate anyway: solving each submatrix exactly costs several times
+/// more), writing the
+/// accumulated rotation to `rot` (`2nb × 2nb` per pair, `pairs` per image) and setting
+/// `rotated[image]` to 1 if it rotated anything. Rotations are skipped below `JACOBI_NOISE` times
+/// the whole matrix's largest diagonal element, so a sweep in which no pair rotates means the
+/// matrix is diagonal to that precision.
+///
+/// Launch: grid `(pairs, 1, images)`, a 1-D block of whole warps,
+/// [`block_jacobi_rotations_bytes`]`(nb)` of dynamic shared memory.
+///
+/// # Safety
+/// The launch gives that much shared memory (the work space is not checked on the GPU).
+#[kernel]
+pub unsafe fn block_jacobi_rotations(
+    x: &[f64],
+    n: u32,
+    nb: u32,
+    round: u32,
+    rot: &mut [f64],
+    rotated: &mut [u32],
+) {
+    let (t, img) = (thread::block_idx_x(), thread::block_idx_z() as usize);
+    let (nu, m) = (n as usize, (2 * nb) as usize);
+    let pairs = thread::grid_dim_x() as usize;
+    let x = x.sub(img * nu * nu, nu * nu);
+    let mut rot = rot.sub((img * pairs + t as usize) * m * m, m * m);
+    let pair = block_pair(t, round, n / nb);
+    let space = JacobiSpace::new(core::ptr::null_mut(), m);
+    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
     let mut i = tid;
-    while i < bb {
-        let c = i % bu;
-        let v = ritz.get_unchecked(i);
-        r2.set_unchecked(i, v * e.get_unchecked(c));
-        r2.set_unchecked(bb + i, v * f.get_unchecked(c));
+    while i < m * m {
+        let (r, c) = (i / m, i % m);
+        space.set_x(r, c, x[pair_index(pair, nb, r as u32) * nu + pair_index(pair, nb, c as u32)]);
+        space.set_z(r, c, if r == c { 1.0 } else { 0.0 });
         i += nt;
+    }
+    let mut scale = 0.0f64;
+    for l in 0..nu {
+        scale = scale.max(math::abs(x[l * nu + l]));
+    }
+    thread::sync_threads();
+    let any = jacobi(space, m, scale, 1);
+    let mut i = tid;
+    while i < m * m {
+        rot[i] = space.z(i / m, i % m);
+        i += nt;
+    }
+    if any && tid == 0 {
+        rotated[img] = 1;
+    }
+}
+
+/// Block Jacobi, second half of a round: applies the rotations of [`block_jacobi_rotations`]
+/// (`rot`, same `n`, `nb` and `round`) to `src`, writing `dst` (both `n × n` per image, row-major,
+/// images `n²` apart). With `two_sided ≠ 0` it computes `dst = JᵀsrcJ` (the matrix being
+/// diagonalised), else `dst = src·J` (the accumulated eigenvectors). Block `(q, p)` writes the
+/// `2nb × 2nb` tile of pair `q`'s columns and, two-sided, pair `p`'s rows (one-sided: rows
+/// `p·2nb …`): `rot_pᵀ·src[rows, cols]·rot_q`.
+///
+/// Launch: grid `(pairs, pairs, images)`, any 1-D block, [`block_jacobi_apply_bytes`]`(nb)` of
+/// dynamic shared memory.
+#[kernel]
+pub fn block_jacobi_apply(
+    src: &[f64],
+    n: u32,
+    nb: u32,
+    round: u32,
+    rot: &[f64],
+    two_sided: u32,
+    dst: &mut [f64],
+) {
+    let (q, p, img) = (thread::block_idx_x(), thread::block_idx_y(), thread::block_idx_z() as usize);
+    let (nu, m) = (n as usize, (2 * nb) as usize);
+    let (pairs, players) = (thread::grid_dim_x() as usize, n / nb);
+    let src = src.sub(img * nu * nu, nu * nu);
+    let mut dst = dst.sub(img * nu * nu, nu * nu);
+    let rot_of = |pair: u32| rot.sub((img * pairs + pair as usize) * m * m, m * m);
+    let (rot_q, rot_p) = (rot_of(q), rot_of(p));
+    let cols = block_pair(q, round, players);
+    let row = |i: usize| {
+        if two_sided != 0 {
+            pair_index(block_pair(p, round, players), nb, i as u32)
+        } else {
+            p as usize * m + i
+        }
+    };
+    let mut smem = shared::Allocator::new();
+    let (sub, right, left, tmp) = (
+        smem.array::<f64>(m * m),
+        smem.array::<f64>(m * m),
+        smem.array::<f64>(m * m),
+        smem.array::<f64>(m * m),
+    );
+    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
+    // SAFETY (every shared access below): indices below m², the arrays' length; each element is
+    // written by one thread before a barrier and read only after it.
+    let mut i = tid;
+    while i < m * m {
+        let (r, c) = (i / m, i % m);
+        unsafe {
+            sub.write(i, src[row(r) * nu + pair_index(cols, nb, c as u32)]);
+            right.write(i, rot_q[i]);
+            left.write(i, if two_sided != 0 { rot_p[i] } else { 0.0 });
+        }
+        i += nt;
+    }
+    thread::sync_threads();
+    // tmp = sub·rot_q.
+    let mut i = tid;
+    while i < m * m {
+        let (r, c) = (i / m, i % m);
+        let mut acc = 0.0f64;
+        for l in 0..m {
+            acc = unsafe { math::fma(sub.read(r * m + l), right.read(l * m + c), acc) };
+        }
+        unsafe { tmp.write(i, acc) };
+        i += nt;
+    }
+    thread::sync_threads();
+    // dst = rot_pᵀ·tmp (two-sided) or tmp.
+    let mut i = tid;
+    while i < m * m {
+        let (r, c) = (i / m, i % m);
+        let value = if two_sided != 0 {
+            let mut acc = 0.0f64;
+            for l in 0..m {
+                acc = unsafe { math::fma(left.read(l * m + r), tmp.read(l * m + c), acc) };
+            }
+            acc
+        } else {
+            unsafe { tmp.read(i) }
+        };
+        dst[row(r) * nu + pair_index(cols, nb, c as u32)] = value;
+        i += nt;
+    }
+}
+
+/// Block Jacobi, the end: per image (one block each, `blockIdx.x`, any 1-D block), the Ritz pairs
+/// of the diagonalised `x` and accumulated `z` (`n × n`, as in [`block_jacobi_apply`]) for the
+/// leading `b` rows and columns (the rest is padding), written as [`ritz_eigen`] writes them;
+/// `scratch` holds `2b` per image.
+#[kernel]
+pub fn block_jacobi_finish(
+    x: &[f64],
+    z: &[f64],
+    n: u32,
+    b: u32,
+    scratch: &mut [f64],
+    theta: &mut [f64],
+    sigma: &mut [f64],
+    inv_sigma: &mut [f64],
+    ritz: &mut [f64],
+) {
+    let img = thread::block_idx_x() as usize;
+    let (nu, bu) = (n as usize, b as usize);
+    let x = x.sub(img * nu * nu, nu * nu);
+    let z = z.sub(img * nu * nu, nu * nu);
+    let scratch = scratch.sub(img * 2 * bu, 2 * bu);
+    let value = |i: usize| x[i * nu + i];
+    let vector = |row: usize, col: usize| z[row * nu + col];
+    // SAFETY: each image's parts are taken by checked `sub` above; `write_ritz_pairs` indexes
+    // below b and b² within them.
+    unsafe {
+        write_ritz_pairs(
+            bu,
+            value,
+            vector,
+            (scratch.sub(0, bu), scratch.sub(bu, bu)),
+            (
+                theta.sub(img * bu, bu),
+                sigma.sub(img * bu, bu),
+                inv_sigma.sub(img * bu, bu),
+                ritz.sub(img * bu * bu, bu * bu),
+            ),
+        )
+    };
+}
+
+/// `x = I` for each image's `n × n` matrix (row-major, images `n²` apart). Grid `(x, 1, images)`,
+/// any 1-D block (grid-stride).
+#[kernel]
+pub fn set_identity(x: &mut [f64], n: u32) {
+    let nu = n as usize;
+    let mut x = x.sub(thread::block_idx_z() as usize * nu * nu, nu * nu);
+    let mut i = thread::index_1d() as usize;
+    while i < nu * nu {
+        x[i] = if i / nu == i % nu { 1.0 } else { 0.0 };
+        i += thread::grid_stride_1d() as usize;
     }
 }
 
 /// Cyclic parallel Jacobi on the symmetric `n × n` matrix `space.x`, with the rotations
 /// accumulated into `space.z` (`x ← JᵀxJ`, `z ← zJ`): on return `x` is diagonal to working
 /// precision. Each round rotates `⌈n/2⌉` disjoint pairs at once (the circle method); a pair is
-/// skipped when `|x_pq| ≤ max(ε·√|x_pp·x_qq|, JACOBI_NOISE·max|x_ii|)`. A sweep starts with one
+/// skipped when `|x_pq| ≤ max(ε·√|x_pp·x_qq|, JACOBI_NOISE·scale)`, `scale` being the size of the
+/// matrix the caller cares about (its largest diagonal element, or the whole matrix's when this
+/// is a block of a larger one). A sweep starts with one
 /// pass over the off-diagonal elements that decides whether any pair needs a rotation at all
 /// (after the first iteration of the subspace iteration the matrix is nearly diagonal, and most
 /// calls end after a few sweeps). A round takes two barriers: the rotations are chosen, then both
@@ -646,10 +969,10 @@ pub unsafe fn orthonormalize_weights(
 /// thread and step, only the blocks on and above the diagonal computed and mirrored, while other
 /// threads rotate the columns of `z`. Work is split by warp (one pair per warp and step) and lane
 /// (columns or rows), so each thread's loop needs no division and a warp's pair is uniform.
-/// Uses the first u32 of dynamic shared memory as a flag. All threads of the block call it; the
-/// block is a whole number of warps.
+/// At most `sweeps` sweeps. Returns whether any pair was rotated. Uses the first u32 of dynamic shared memory as a flag.
+/// All threads of the block call it; the block is a whole number of warps.
 #[inline(always)]
-unsafe fn jacobi(space: JacobiSpace, n: usize) {
+unsafe fn jacobi(space: JacobiSpace, n: usize, scale: f64, sweeps: u32) -> bool {
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
     let (lane, warp, warps) = (tid % 32, tid / 32, nt.div_ceil(32));
     let players = n + n % 2;
@@ -657,13 +980,10 @@ unsafe fn jacobi(space: JacobiSpace, n: usize) {
     let flag = shared::region::<u32>(0, 1);
     if players < 2 {
         thread::sync_threads();
-        return;
+        return false;
     }
-    let mut anorm = 0.0f64;
-    for l in 0..n {
-        anorm = anorm.max(math::abs(space.x(l, l)));
-    }
-    let noise = JACOBI_NOISE * anorm;
+    let noise = JACOBI_NOISE * scale;
+    let mut rotated = false;
     // The skip threshold of the pair (p, q).
     let threshold = |p: usize, q: usize| -> f64 {
         (f64::EPSILON * math::sqrt(math::abs(space.x(p, p) * space.x(q, q)))).max(noise)
@@ -676,7 +996,7 @@ unsafe fn jacobi(space: JacobiSpace, n: usize) {
         }
     };
     let pair = |t: usize| space.rotation(half, t);
-    for _sweep in 0..MAX_SWEEPS {
+    for _sweep in 0..sweeps {
         if tid == 0 {
             flag.write(0, 0);
         }
@@ -698,6 +1018,7 @@ unsafe fn jacobi(space: JacobiSpace, n: usize) {
         if more == 0 {
             break;
         }
+        rotated = true;
         for round in 0..players - 1 {
             // Pair t of this round (player 0 fixed, the others rotating).
             let mut t = tid;
@@ -773,4 +1094,5 @@ unsafe fn jacobi(space: JacobiSpace, n: usize) {
             thread::sync_threads();
         }
     }
+    rotated
 }
