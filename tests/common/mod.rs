@@ -6,8 +6,6 @@
 //! GPU bundle's runner does, in which case a missing GPU fails the test.
 #![allow(dead_code)]
 
-pub mod exact;
-
 use kernel_suite::Device;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use std::io::Write;

@@ -1,7 +1,7 @@
 //! Images whose singular values are known exactly, for testing an SVD (and its reference) against
-//! the truth rather than against another library: constant blocks (repeated values), scaled
-//! orthogonal matrices (all values equal), and `U·diag(s)·Vᵀ` with orthonormal cosine bases and a
-//! chosen spectrum (clusters, exact zeros, geometric decay).
+//! the truth rather than against another library (`tests/svd_exact.rs`): constant blocks (repeated
+//! values), scaled orthogonal matrices (all values equal), and `U·diag(s)·Vᵀ` with orthonormal
+//! cosine bases and a chosen spectrum (clusters, exact zeros, geometric decay).
 //!
 //! Each image is built in f64 and rounded to f32; [`Exact::rounding`] is `‖A_f32 − A‖_F`, which by
 //! Weyl's inequality bounds how far the f32 image's singular values can be from [`Exact::s`].
