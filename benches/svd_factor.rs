@@ -23,7 +23,7 @@ fn main() -> anyhow::Result<()> {
     let mut table = Table::new(&[
         "workload",
         "k",
-        "iterations",
+        "iterations (Rayleigh–Ritz)",
         "median ms",
         "min ms",
         "ms per image",
@@ -32,7 +32,16 @@ fn main() -> anyhow::Result<()> {
     let workloads: &[(usize, usize, usize)] = if profile {
         &[(64, 256, 50), (8, 2048, 50)]
     } else {
-        &[(1, 512, 100), (64, 256, 50), (16, 1024, 50), (8, 2048, 50), (1, 4096, 256)]
+        &[
+            (1, 512, 100),
+            (64, 256, 50),
+            (256, 512, 20),
+            (16, 1024, 50),
+            (8, 2048, 50),
+            (8, 2048, 256),
+            (1, 4096, 100),
+            (1, 4096, 256),
+        ]
     };
     for &(count, size, k) in workloads {
         let images: Vec<_> = (0..count)
@@ -61,7 +70,7 @@ fn main() -> anyhow::Result<()> {
         table.row(&[
             format!("{count} × {size}²"),
             k.to_string(),
-            f.iterations.to_string(),
+            format!("{} ({})", f.iterations, f.rayleigh_ritz_steps),
             format!("{:.2}", st.median_ms),
             format!("{:.2}", st.min_ms),
             format!("{:.3}", st.median_ms / count as f64),

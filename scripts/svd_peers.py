@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The `svd` job's peers on a folder of grayscale PNGs: NumPy, CuPy and PyTorch.
 
-The job, as `svd DIR --ranks K` runs it: every image from disk to its rank-k reconstruction in host
-memory, with its relative Frobenius error. Each peer runs it on the same files:
+The job, as `svd DIR --ranks K1,K2,...` runs it: every image from disk to its rank-k reconstruction
+for every k in host memory, with its relative Frobenius error. Each peer runs it on the same files:
 
 * numpy:          np.linalg.svd(full_matrices=False) per image (LAPACK, all cores), float32
 * cupy:           cp.linalg.svd per image (cuSOLVER), float32
@@ -15,7 +15,7 @@ images (upload, SVD, reconstruction, error, copy back). Imports, CUDA context cr
 are excluded, as in the issue's table. Accuracy on the first image against NumPy float64:
 max |σ_i - σ_i^ref| / σ_1 over i < k, and |error - Eckart-Young bound| / bound.
 
-Usage: svd_peers.py DIR [--k 50] [--runs 3] [--json out.json] [--peers numpy,cupy,...]
+Usage: svd_peers.py DIR [--k 50 | --k 1,5,10] [--runs 3] [--json out.json] [--peers numpy,cupy,...]
 """
 import argparse
 import glob
@@ -46,42 +46,48 @@ def groups(images):
     return list(by_shape.values())
 
 
-def job_numpy(images, k):
+def job_numpy(images, ks):
     out = []
     for a in images:
         u, s, vt = np.linalg.svd(a, full_matrices=False)
-        rec = (u[:, :k] * s[:k]) @ vt[:k]
-        out.append((rec, s[:k], np.linalg.norm(a - rec) / np.linalg.norm(a)))
+        for k in ks:
+            rec = (u[:, :k] * s[:k]) @ vt[:k]
+            err = np.linalg.norm(a - rec) / np.linalg.norm(a)
+        out.append((rec, s[:k], err))
     return out
 
 
-def job_cupy(images, k):
+def job_cupy(images, ks):
     import cupy as cp
 
     out = []
     for a in images:
         d = cp.asarray(a)
         u, s, vt = cp.linalg.svd(d, full_matrices=False)
-        rec = (u[:, :k] * s[:k]) @ vt[:k]
-        err = cp.linalg.norm(d - rec) / cp.linalg.norm(d)
-        out.append((cp.asnumpy(rec), cp.asnumpy(s[:k]), float(err)))
+        for k in ks:
+            rec = (u[:, :k] * s[:k]) @ vt[:k]
+            err = cp.linalg.norm(d - rec) / cp.linalg.norm(d)
+            host = cp.asnumpy(rec)
+        out.append((host, cp.asnumpy(s[:k]), float(err)))
     return out
 
 
-def job_torch(images, k, lowrank):
+def job_torch(images, ks, lowrank):
     import torch
 
     out = [None] * len(images)
     for idx in groups(images):
         d = torch.from_numpy(np.stack([images[i] for i in idx])).cuda()
         if lowrank:
-            u, s, v = torch.svd_lowrank(d, q=min(k + 10, min(d.shape[-2:])), niter=2)
+            u, s, v = torch.svd_lowrank(d, q=min(max(ks) + 10, min(d.shape[-2:])), niter=2)
             vh = v.transpose(-2, -1)
         else:
             u, s, vh = torch.linalg.svd(d, full_matrices=False)
-        rec = (u[..., :k] * s[..., None, :k]) @ vh[..., :k, :]
-        err = torch.linalg.norm(d - rec, dim=(-2, -1)) / torch.linalg.norm(d, dim=(-2, -1))
-        rec, s, err = rec.cpu().numpy(), s[..., :k].cpu().numpy(), err.cpu().numpy()
+        for k in ks:
+            rec = (u[..., :k] * s[..., None, :k]) @ vh[..., :k, :]
+            err = torch.linalg.norm(d - rec, dim=(-2, -1)) / torch.linalg.norm(d, dim=(-2, -1))
+            host = rec.cpu().numpy()
+        rec, s, err = host, s[..., :k].cpu().numpy(), err.cpu().numpy()
         for j, i in enumerate(idx):
             out[i] = (rec[j], s[j], float(err[j]))
     torch.cuda.synchronize()
@@ -91,8 +97,8 @@ def job_torch(images, k, lowrank):
 PEERS = {
     "numpy": job_numpy,
     "cupy": job_cupy,
-    "torch-batched": lambda images, k: job_torch(images, k, lowrank=False),
-    "torch-lowrank": lambda images, k: job_torch(images, k, lowrank=True),
+    "torch-batched": lambda images, ks: job_torch(images, ks, lowrank=False),
+    "torch-lowrank": lambda images, ks: job_torch(images, ks, lowrank=True),
 }
 
 
@@ -113,16 +119,17 @@ def available(name):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir")
-    ap.add_argument("--k", type=int, default=50)
+    ap.add_argument("--k", default="50", help="rank, or ranks separated by commas (the largest is checked)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json")
     ap.add_argument("--peers", default=",".join(PEERS))
     args = ap.parse_args()
 
     images, load_ms = load_folder(args.dir)
-    k = args.k
+    ks = sorted({int(v) for v in args.k.split(",")})
+    k = ks[-1]
     shapes = sorted({a.shape for a in images})
-    print(f"{args.dir}: {len(images)} images {shapes}, k = {k}; load (Pillow, one core) {load_ms:.1f} ms")
+    print(f"{args.dir}: {len(images)} images {shapes}, ranks {ks}; load (Pillow, one core) {load_ms:.1f} ms")
     ref = np.linalg.svd(images[0].astype(np.float64), compute_uv=False)
     ref_bound = np.sqrt(np.sum(ref[k:] ** 2)) / np.sqrt(np.sum(ref**2))
     report = {"dir": args.dir, "images": len(images), "k": k, "load_ms": load_ms, "peers": {}}
@@ -134,11 +141,11 @@ def main():
             report["peers"][name] = {"skipped": why}
             continue
         job = PEERS[name]
-        result = job(images, k)  # warm-up
+        result = job(images, ks)  # warm-up
         times = []
         for _ in range(args.runs):
             t = time.perf_counter()
-            result = job(images, k)
+            result = job(images, ks)
             times.append((time.perf_counter() - t) * 1e3)
         rec, s, err = result[0]
         ds = float(np.max(np.abs(np.asarray(s, dtype=np.float64) - ref[:k])) / ref[0])

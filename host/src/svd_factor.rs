@@ -57,8 +57,10 @@ pub struct DeviceFactors {
     pub singular_values: Vec<Vec<f64>>,
     /// Per image, `‖A‖_F`.
     pub frobenius_norms: Vec<f64>,
-    /// Subspace iterations the batch took.
+    /// Subspace iterations (products with the Gram matrix) the batch took.
     pub iterations: usize,
+    /// Of those, the ones that ended in a Rayleigh–Ritz step (the others are power steps).
+    pub rayleigh_ritz_steps: usize,
 }
 
 /// Leading singular triplets of one image, downloaded (for tests and small jobs).
@@ -281,20 +283,32 @@ pub enum SmallSolver {
     /// fits ([`kernels::svd_factor::jacobi_shared_bytes`]; `b ≤ 118` on an H100, so `k ≤ 59`).
     Device,
     /// The Ritz pairs on the device by block Jacobi (several blocks per image, [`BlockJacobi`]),
-    /// the Cholesky factorisations on the host: the default for larger subspaces.
+    /// the Cholesky factorisations on the host: the default for larger subspaces of batches that
+    /// give every multiprocessor a pair of blocks.
     DeviceBlocked,
     /// On the host (faer's symmetric eigensolver and a Cholesky factorisation, images in
-    /// parallel), the matrices copied each way once per iteration: the MAGMA-style hybrid, kept to
-    /// compare against.
+    /// parallel), the matrices copied each way once per Rayleigh–Ritz step: the default for
+    /// larger subspaces of a few images, where the block Jacobi's rounds of a few blocks each
+    /// leave the GPU idle (a 200 × 200 problem: 2.4 ms on one core of the H100's host, 14 ms by
+    /// block Jacobi).
     Host,
 }
 
 impl SmallSolver {
     /// [`SmallSolver::Device`] when the work space of a `b`-column subspace fits in one block's
-    /// shared memory on `device`, else [`SmallSolver::DeviceBlocked`].
-    pub fn for_subspace(device: &Device, b: usize) -> Result<SmallSolver> {
-        let fits = kf::jacobi_shared_bytes(b as u32) <= device.max_shared_bytes_per_block()?;
-        Ok(if fits { SmallSolver::Device } else { SmallSolver::DeviceBlocked })
+    /// shared memory on `device`; else [`SmallSolver::DeviceBlocked`] when the batch of `images`
+    /// gives the block Jacobi at least one pair of blocks per multiprocessor, and
+    /// [`SmallSolver::Host`] when it does not.
+    pub fn for_subspace(device: &Device, b: usize, images: usize) -> Result<SmallSolver> {
+        if kf::jacobi_shared_bytes(b as u32) <= device.max_shared_bytes_per_block()? {
+            return Ok(SmallSolver::Device);
+        }
+        let pairs = b.div_ceil(2 * BlockJacobi::block_rows(device, b));
+        Ok(if images * pairs >= device.multiprocessors()? as usize {
+            SmallSolver::DeviceBlocked
+        } else {
+            SmallSolver::Host
+        })
     }
 }
 
@@ -494,55 +508,89 @@ fn ritz_eigen_host(t: &[f64], b: usize, images: usize) -> Result<[Vec<f64>; 4]> 
 }
 
 /// The host's [`kf::cholesky_inverse`] (same input, output and pivot floors): per image `R⁻¹`
-/// (`b × b`) for the Gram matrix `w = RᵀR` (`b × b`, upper triangle read). The trailing updates
-/// and the columns of `R⁻¹` are spread over the cores (one image at `b = 512` is the slow case).
+/// (`b × b`, row-major) for the Gram matrix `w = RᵀR` (`b × b`, upper triangle read). Images in
+/// parallel; each by faer's Cholesky factorisation and triangular solve (`R⁻¹ = (L⁻¹)ᵀ`), or where
+/// a pivot falls below its floor by [`floored_cholesky_inverse`].
 fn cholesky_inverse_host(w: &[f64], b: usize, images: usize) -> Vec<f64> {
-    let bb = b * b;
-    w.par_chunks(bb)
+    w.par_chunks(b * b)
         .take(images)
         .flat_map_iter(|w| {
-            let mut w = w.to_vec();
-            let diagonal: Vec<f64> = (0..b).map(|j| w[j * b + j]).collect();
-            for j in 0..b {
-                let (done, trailing) = w.split_at_mut((j + 1) * b);
-                let row_j = &mut done[j * b..];
-                let pivot = row_j[j].max(1e-12 * diagonal[j]).max(f64::MIN_POSITIVE).sqrt();
-                row_j[j] = pivot;
-                row_j[j + 1..].iter_mut().for_each(|v| *v /= pivot);
-                let row_j = &*row_j;
-                trailing.par_chunks_mut(b).enumerate().for_each(|(i, row)| {
-                    let r = j + 1 + i;
-                    let wjr = row_j[r];
-                    for c in r..b {
-                        row[c] -= wjr * row_j[c];
-                    }
-                });
-            }
-            // Column c of R⁻¹ by back substitution, columns in parallel.
-            let columns: Vec<Vec<f64>> = (0..b)
-                .into_par_iter()
-                .map(|c| {
-                    let mut x = vec![0.0; c + 1];
-                    for r in (0..=c).rev() {
-                        let row = &w[r * b..(r + 1) * b];
-                        let mut acc = if r == c { 1.0 } else { 0.0 };
-                        for l in r + 1..=c {
-                            acc -= row[l] * x[l];
-                        }
-                        x[r] = acc / row[r];
-                    }
-                    x
-                })
-                .collect();
-            let mut rinv = vec![0.0; bb];
-            for (c, column) in columns.iter().enumerate() {
-                for (r, &v) in column.iter().enumerate() {
-                    rinv[r * b + c] = v;
+            let gram = Mat::<f64>::from_fn(b, b, |i, j| w[i.min(j) * b + i.max(j)]);
+            let factor = gram.llt(faer::Side::Lower).ok().filter(|llt| {
+                let l = llt.L();
+                (0..b).all(|j| l[(j, j)] * l[(j, j)] > kf::PIVOT_FLOOR * gram[(j, j)])
+            });
+            match factor {
+                Some(llt) => {
+                    let mut l_inv = Mat::<f64>::identity(b, b);
+                    faer::linalg::triangular_solve::solve_lower_triangular_in_place(
+                        llt.L(),
+                        l_inv.as_mut(),
+                        faer::Par::Seq,
+                    );
+                    (0..b * b).map(|i| l_inv[(i % b, i / b)]).collect()
                 }
+                None => floored_cholesky_inverse(w, b),
             }
-            rinv
         })
         .collect()
+}
+
+/// [`kf::cholesky_inverse`]'s algorithm for one image on the host: a right-looking Cholesky
+/// factorisation with floored pivots, then `R⁻¹` by back substitution (row-major `b × b`).
+fn floored_cholesky_inverse(w: &[f64], b: usize) -> Vec<f64> {
+    let mut w = w.to_vec();
+    let diagonal: Vec<f64> = (0..b).map(|j| w[j * b + j]).collect();
+    for j in 0..b {
+        let (done, trailing) = w.split_at_mut((j + 1) * b);
+        let row_j = &mut done[j * b..];
+        let pivot = row_j[j].max(kf::PIVOT_FLOOR * diagonal[j]).max(f64::MIN_POSITIVE).sqrt();
+        row_j[j] = pivot;
+        row_j[j + 1..].iter_mut().for_each(|v| *v /= pivot);
+        for (i, row) in trailing.chunks_mut(b).enumerate() {
+            let r = j + 1 + i;
+            let wjr = row_j[r];
+            for c in r..b {
+                row[c] -= wjr * row_j[c];
+            }
+        }
+    }
+    let mut rinv = vec![0.0; b * b];
+    for c in 0..b {
+        for r in (0..=c).rev() {
+            let row = &w[r * b..(r + 1) * b];
+            let mut acc = if r == c { 1.0 } else { 0.0 };
+            for l in r + 1..=c {
+                acc -= row[l] * rinv[l * b + c];
+            }
+            rinv[r * b + c] = acc / row[r];
+        }
+    }
+    rinv
+}
+
+/// Subspace iterations (products with `G`) after which every image not yet converged should
+/// meet the tolerance, predicted from its last Rayleigh–Ritz step (`stats` as
+/// [`kf::ritz_residuals`] writes them, `theta` and the `converged` flags, per image): the residual
+/// of pair `i` shrinks by about `θ_b/θ_i` per iteration (`θ_b` the smallest Ritz value, which
+/// approximates `λ_{b+1}`). At least 1; at most 8, so a poor early estimate costs little.
+fn steps_to_convergence(stats: &[f64], theta: &[f64], converged: &[u32], b: usize, k: usize) -> usize {
+    let mut steps = 1.0f64;
+    for img in (0..converged.len()).filter(|&img| converged[img] != 1) {
+        let (stats, theta) = (&stats[img * 2 * b..(img + 1) * 2 * b], &theta[img * b..(img + 1) * b]);
+        let theta0 = theta[0].max(0.0);
+        let floor = theta[b - 1].max(0.0);
+        for i in 0..k {
+            let th = theta[i];
+            let (residual, target) = (stats[b + i].sqrt(), TOLERANCE * (theta0 * th).sqrt());
+            if th <= kf::NULL_THRESHOLD * theta0 || residual <= target {
+                continue;
+            }
+            let rate = floor / th;
+            steps = steps.max(if rate < 0.99 { (target / residual).ln() / rate.ln() } else { 8.0 });
+        }
+    }
+    (steps.ceil() as usize).clamp(1, 8)
 }
 
 /// Factors the `images` row-major `m × n` f64 images in `a` (device memory, `m·n` apart): the
@@ -556,7 +604,7 @@ pub fn factor(
     k: usize,
 ) -> Result<DeviceFactors> {
     let b = subspace_size(k, dims.0.min(dims.1));
-    factor_with(device, a, dims, images, k, SmallSolver::for_subspace(device, b)?)
+    factor_with(device, a, dims, images, k, SmallSolver::for_subspace(device, b, images)?)
 }
 
 /// [`factor`] with the small problems solved where `solver` says (tests run both on small shapes).
@@ -595,7 +643,7 @@ pub fn factor_with(
     let mut blocked =
         if solver == SmallSolver::DeviceBlocked { Some(BlockJacobi::new(device, b, images)?) } else { None };
     let mut stats = device.alloc::<f64>(images * 2 * b)?;
-    let mut weights = device.alloc::<f64>(images * 2 * b)?;
+    let mut weights = device.alloc::<f64>(images * 3 * b)?;
     let mut scratch = device.alloc::<f64>(images * kf::eigen_scratch(b as u32) as usize)?;
     let mut theta = device.alloc::<f64>(images * b)?;
     let mut sigma = device.alloc::<f64>(images * b)?;
@@ -675,7 +723,50 @@ pub fn factor_with(
         }
     };
 
-    let mut iterations = 0;
+    // Two passes of Cholesky QR on the columns in Q's place (`qy`'s left half → `vw`'s left half
+    // → back): each forms the Gram matrix, inverts its Cholesky factor and multiplies.
+    let cholesky_qr2 = |qy: &mut Buffer<f64>,
+                        vw: &mut Buffer<f64>,
+                        gram: &mut Buffer<f64>,
+                        scratch: &mut Buffer<f64>,
+                        rinv: &mut Buffer<f64>|
+     -> Result<()> {
+        for pass in 0..2 {
+            let (from, to): (&Buffer<f64>, &mut Buffer<f64>) = if pass == 0 { (qy, vw) } else { (vw, qy) };
+            // SAFETY: as above.
+            unsafe {
+                gemm(
+                    device,
+                    q,
+                    (op(from.view(..)?, qy_layout.transposed()), op(from.view(..)?, qy_layout)),
+                    (gram.view_mut(..)?, sq_layout),
+                    None,
+                    (b, b, r),
+                    images,
+                    true,
+                )?;
+            }
+            cholesky(gram, scratch, rinv)?;
+            // SAFETY: as above.
+            unsafe {
+                gemm(
+                    device,
+                    q,
+                    (op(from.view(..)?, qy_layout), op(rinv.view(..)?, sq_layout)),
+                    (to.view_mut(..)?, qy_layout),
+                    None,
+                    (r, b, b),
+                    images,
+                    false,
+                )?;
+            }
+        }
+        Ok(())
+    };
+
+    let (mut iterations, mut rayleigh_ritz_steps) = (0, 0);
+    // Power steps still to take before the next Rayleigh–Ritz step.
+    let mut power_steps = 0;
     loop {
         iterations += 1;
         {
@@ -699,6 +790,23 @@ pub fn factor_with(
                 )?;
             }
         }
+        if power_steps > 0 {
+            // A power step without Rayleigh–Ritz (which would not change the subspace): Q ← G·Q
+            // with the columns scaled by the last Ritz values, orthonormalised. Nothing to wait for.
+            power_steps -= 1;
+            // SAFETY: as above.
+            unsafe {
+                device.launch_on(
+                    q,
+                    &kf::POWER_STEP_COLUMNS,
+                    columns_cfg,
+                    (&mut qy, &weights, r as u32, b as u32),
+                )?;
+            }
+            cholesky_qr2(&mut qy, &mut vw, &mut gram, &mut scratch, &mut rinv)?;
+            continue;
+        }
+        rayleigh_ritz_steps += 1;
         // SAFETY: as above.
         unsafe {
             // T = QᵀY (symmetric: only the upper triangle of blocks computed, and mirrored), into
@@ -783,9 +891,11 @@ pub fn factor_with(
                 "the GPU SVD did not converge in {MAX_ITERATIONS} iterations for {stuck} of {images} images of {m} × {n}"
             )));
         }
-        // The next basis X = V·E + W·F in Q's place, orthonormalised by two passes of Cholesky
-        // QR (X → [V W]'s left half → Q's place): each pass forms the Gram matrix, inverts its
-        // Cholesky factor and multiplies.
+        power_steps =
+            steps_to_convergence(&device.download(&stats)?, &device.download(&theta)?, &flags, b, k)
+                .min(MAX_ITERATIONS - iterations)
+                .saturating_sub(1);
+        // The next basis X = V·E + W·F in Q's place, orthonormalised.
         // SAFETY: as above.
         unsafe {
             device.launch_on(
@@ -795,37 +905,7 @@ pub fn factor_with(
                 (&vw, &weights, r as u32, b as u32, &mut qy),
             )?;
         }
-        let mut cholesky_qr_pass = |from: &Buffer<f64>, to: &mut Buffer<f64>| -> Result<()> {
-            // SAFETY: as above.
-            unsafe {
-                gemm(
-                    device,
-                    q,
-                    (op(from.view(..)?, qy_layout.transposed()), op(from.view(..)?, qy_layout)),
-                    (gram.view_mut(..)?, sq_layout),
-                    None,
-                    (b, b, r),
-                    images,
-                    true,
-                )?;
-            }
-            cholesky(&gram, &mut scratch, &mut rinv)?;
-            // SAFETY: as above.
-            unsafe {
-                gemm(
-                    device,
-                    q,
-                    (op(from.view(..)?, qy_layout), op(rinv.view(..)?, sq_layout)),
-                    (to.view_mut(..)?, qy_layout),
-                    None,
-                    (r, b, b),
-                    images,
-                    false,
-                )
-            }
-        };
-        cholesky_qr_pass(&qy, &mut vw)?;
-        cholesky_qr_pass(&vw, &mut qy)?;
+        cholesky_qr2(&mut qy, &mut vw, &mut gram, &mut scratch, &mut rinv)?;
     }
 
     // The Gram side's vectors X = Q·ritz[:, :k] (r × k, f64), then the f32 operands.
@@ -862,7 +942,18 @@ pub fn factor_with(
     let s = device.upload(&s32)?;
     let frobenius_norms =
         finish_squared_sums(device, &norm_partial, norm_blocks)?.into_iter().map(f64::sqrt).collect();
-    Ok(DeviceFactors { images, dims, k, u, s, vt, singular_values, frobenius_norms, iterations })
+    Ok(DeviceFactors {
+        images,
+        dims,
+        k,
+        u,
+        s,
+        vt,
+        singular_values,
+        frobenius_norms,
+        iterations,
+        rayleigh_ritz_steps,
+    })
 }
 
 /// The leading `k` singular triplets of each image (all of one shape) on `device`: uploads the
@@ -870,7 +961,7 @@ pub fn factor_with(
 pub fn truncated_svd(device: &Device, images: &[ArrayView2<f32>], k: usize) -> Result<Vec<Triplets>> {
     ensure(!images.is_empty(), || "no images to factor".into())?;
     let (m, n) = images[0].dim();
-    let solver = SmallSolver::for_subspace(device, subspace_size(k.max(1), m.min(n).max(1)))?;
+    let solver = SmallSolver::for_subspace(device, subspace_size(k.max(1), m.min(n).max(1)), images.len())?;
     truncated_svd_with(device, images, k, solver)
 }
 

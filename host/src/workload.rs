@@ -24,15 +24,28 @@ pub struct Workload {
     pub size: usize,
     /// Rank to reconstruct.
     pub k: usize,
+    /// Uniform noise (a flat spectrum: the slowest case for subspace iteration) instead of
+    /// photo-like images.
+    pub noise: bool,
 }
 
-/// The workloads: 64 × 256², 16 × 1024², 8 × 2048² at k = 50, and one 4096² at k = 256.
-pub const STANDARD: [Workload; 4] = [
-    Workload { name: "w256", count: 64, size: 256, k: 50 },
-    Workload { name: "w1024", count: 16, size: 1024, k: 50 },
-    Workload { name: "w2048", count: 8, size: 2048, k: 50 },
-    Workload { name: "w4096", count: 1, size: 4096, k: 256 },
+/// The workloads: 64 × 256², 16 × 1024² (photo-like and uniform noise), 8 × 2048² at
+/// k = 50, 256 × 512² at k = 20, and one 4096² at k = 256 (the benchmark also runs 8 × 2048² at
+/// k = 256 and 4096² at k = 100 on the same files).
+pub const STANDARD: [Workload; 6] = [
+    Workload { name: "w256", count: 64, size: 256, k: 50, noise: false },
+    Workload { name: "w512", count: 256, size: 512, k: 20, noise: false },
+    Workload { name: "w1024", count: 16, size: 1024, k: 50, noise: false },
+    Workload { name: "noise1024", count: 16, size: 1024, k: 50, noise: true },
+    Workload { name: "w2048", count: 8, size: 2048, k: 50, noise: false },
+    Workload { name: "w4096", count: 1, size: 4096, k: 256, noise: false },
 ];
+
+/// A `rows × cols` 8-bit image of independent uniform pixels, the same for the same seed.
+pub fn noise_image(seed: u64, rows: usize, cols: usize) -> Array2<u8> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    Array2::from_shape_fn((rows, cols), |_| rng.random::<u8>())
+}
 
 /// A `rows × cols` photo-like 8-bit image (row-major), the same for the same seed.
 pub fn procedural_image(seed: u64, rows: usize, cols: usize) -> Array2<u8> {
@@ -74,9 +87,15 @@ pub fn procedural_image(seed: u64, rows: usize, cols: usize) -> Array2<u8> {
     Array2::from_shape_vec((rows, cols), data).expect("rows·cols pixels")
 }
 
-/// Writes `count` images (`img-000.png`, …; seeds `seed`, `seed + 1`, …) into `dir` (created if
-/// missing) and returns their paths.
-pub fn write_workload(dir: &Path, count: usize, rows: usize, cols: usize, seed: u64) -> Result<Vec<PathBuf>> {
+/// Writes `count` images (`img-000.png`, …; seeds `seed`, `seed + 1`, …; [`noise_image`]s with
+/// `noise`, else [`procedural_image`]s) into `dir` (created if missing) and returns their paths.
+pub fn write_workload(
+    dir: &Path,
+    count: usize,
+    (rows, cols): (usize, usize),
+    seed: u64,
+    noise: bool,
+) -> Result<Vec<PathBuf>> {
     ensure(count > 0 && rows > 0 && cols > 0, || {
         format!("cannot generate {count} images of {rows} × {cols}")
     })?;
@@ -88,7 +107,8 @@ pub fn write_workload(dir: &Path, count: usize, rows: usize, cols: usize, seed: 
         .into_par_iter()
         .map(|i| {
             let path = dir.join(format!("img-{i:03}.png"));
-            let image = procedural_image(seed + i as u64, rows, cols);
+            let make = if noise { noise_image } else { procedural_image };
+            let image = make(seed + i as u64, rows, cols);
             image_io::save_gray8(&path, image.as_slice().expect("standard layout"), cols, rows)?;
             Ok(path)
         })

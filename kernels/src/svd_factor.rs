@@ -264,6 +264,10 @@ pub fn squared_difference_sums(
 /// ≤ 1e-6·σ₁): their vectors are kept as they are instead of being multiplied by the Gram matrix.
 pub const NULL_THRESHOLD: f64 = 1e-12;
 
+/// [`cholesky_inverse`] floors a pivot that fell below this fraction of its diagonal element of
+/// the Gram matrix (a numerically dependent column) there.
+pub const PIVOT_FLOOR: f64 = 1e-12;
+
 /// Cap on Jacobi sweeps; converged matrices need far fewer (quadratic convergence).
 const MAX_SWEEPS: u32 = 40;
 
@@ -570,8 +574,9 @@ pub fn ritz_residuals(vw: &[f64], theta: &[f64], r: u32, b: u32, stats: &mut [f6
 /// `converged[image]` = 1 when each of the first `k` Ritz pairs that is not numerically zero has
 /// residual `‖G·v − θ·v‖ ≤ tol·√(θ₁·θ_i)` (so that `|σ_i − σ̃_i| ≤ tol·σ₁/2`). The next basis,
 /// before orthonormalisation, has the columns `e_i·V_i + f_i·W_i`: `G·v_i/‖G·v_i‖` (one power
-/// step), or `v_i` itself where `θ_i` is numerically zero; `weights` holds `e` then `f` (`2b` per
-/// image).
+/// step), or `v_i` itself where `θ_i` is numerically zero. `weights` holds `e`, `f`, then the
+/// `g_i = 1/θ_i` (0 where `θ_i` is numerically zero) of the power steps that follow without
+/// Rayleigh–Ritz ([`power_step_columns`]): `3b` per image.
 #[kernel]
 pub fn ritz_weights(
     stats: &[f64],
@@ -586,7 +591,7 @@ pub fn ritz_weights(
     let bu = b as usize;
     let stats = stats.sub(img * 2 * bu, 2 * bu);
     let theta = theta.sub(img * bu, bu);
-    let mut weights = weights.sub(img * 2 * bu, 2 * bu);
+    let mut weights = weights.sub(img * 3 * bu, 3 * bu);
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
     let flag = shared::dynamic::<u32>();
     // SAFETY (the flag): one u32 of the launch's 8 bytes; set before the first barrier, cleared by
@@ -605,6 +610,7 @@ pub fn ritz_weights(
         }
         weights[i] = if good { 0.0 } else { 1.0 };
         weights[bu + i] = if good { 1.0 / math::sqrt(norm_sq) } else { 0.0 };
+        weights[2 * bu + i] = if good { 1.0 / th } else { 0.0 };
         i += nt;
     }
     thread::sync_threads();
@@ -622,13 +628,33 @@ pub fn combine_columns(vw: &[f64], weights: &[f64], r: u32, b: u32, x: &mut [f64
     let z = thread::block_idx_z() as usize;
     let (bu, ru) = (b as usize, r as usize);
     let vw = vw.sub(z * ru * 2 * bu, ru * 2 * bu);
-    let weights = weights.sub(z * 2 * bu, 2 * bu);
+    let weights = weights.sub(z * 3 * bu, 2 * bu);
     let mut x = x.sub(z * ru * 2 * bu, ru * 2 * bu);
     let mut i = thread::index_1d() as usize;
     while i < ru * bu {
         let (row, col) = (i / bu, i % bu);
         let at = row * 2 * bu + col;
         x[at] = weights[col] * vw[at] + weights[bu + col] * vw[at + bu];
+        i += thread::grid_stride_1d() as usize;
+    }
+}
+
+/// A power step between Rayleigh–Ritz steps, in place: `Q_i ← e_i·Q_i + g_i·Y_i` for every row
+/// and column `i < b` of `qy = [Q Y]` (`r × 2b` per image, images `r·2b` apart; `Y = G·Q`), with
+/// the weights `e` and `g` of the last [`ritz_weights`]. Since Cholesky QR keeps the columns in
+/// order, `Q_i` stays close to the `i`-th Ritz vector and `‖G·Q_i‖ ≈ θ_i`: the columns keep about
+/// unit norm. Grid `(x, 1, images)`, any 1-D block (grid-stride over `r·b`).
+#[kernel]
+pub fn power_step_columns(qy: &mut [f64], weights: &[f64], r: u32, b: u32) {
+    let z = thread::block_idx_z() as usize;
+    let (bu, ru) = (b as usize, r as usize);
+    let mut qy = qy.sub(z * ru * 2 * bu, ru * 2 * bu);
+    let weights = weights.sub(z * 3 * bu, 3 * bu);
+    let mut i = thread::index_1d() as usize;
+    while i < ru * bu {
+        let (row, col) = (i / bu, i % bu);
+        let at = row * 2 * bu + col;
+        qy[at] = weights[col] * qy[at] + weights[2 * bu + col] * qy[at + bu];
         i += thread::grid_stride_1d() as usize;
     }
 }
@@ -672,7 +698,7 @@ pub unsafe fn cholesky_inverse(w: &[f64], b: u32, scratch: &mut [f64], rinv: &mu
     // product divided by the pivot (floored) from the trailing upper triangle; row j itself is
     // final from then on and is scaled into row j of R at the end.
     for j in 0..bu {
-        let inv = 1.0 / space.x(j, j).max(1e-12 * space.z(0, j)).max(f64::MIN_POSITIVE);
+        let inv = 1.0 / space.x(j, j).max(PIVOT_FLOOR * space.z(0, j)).max(f64::MIN_POSITIVE);
         // Warp per row, lanes along the row.
         let mut r = j + 1 + tid / 32;
         while r < bu {
@@ -689,7 +715,7 @@ pub unsafe fn cholesky_inverse(w: &[f64], b: u32, scratch: &mut [f64], rinv: &mu
     // The pivots √max(x_jj, floor) replace the floors in z's first row; then the rows are scaled.
     let mut j = tid;
     while j < bu {
-        space.set_z(0, j, math::sqrt(space.x(j, j).max(1e-12 * space.z(0, j)).max(f64::MIN_POSITIVE)));
+        space.set_z(0, j, math::sqrt(space.x(j, j).max(PIVOT_FLOOR * space.z(0, j)).max(f64::MIN_POSITIVE)));
         j += nt;
     }
     thread::sync_threads();

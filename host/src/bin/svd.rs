@@ -14,11 +14,12 @@ use kernel_suite::image_io::{self, Scaling};
 use kernel_suite::svd::{self, Variant};
 use kernel_suite::svd_batch::{self, run_gpu};
 use kernel_suite::svd_job::{
-    self, ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, Reconstruction, Sink, StageTimes,
-    run_cpu,
+    self, ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, RankResult, Reconstruction, Sink,
+    StageTimes, run_cpu,
 };
 use kernel_suite::{Device, GpuOptions, Startup, npy, plot};
 use ndarray::{Array2, s};
+use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -525,41 +526,52 @@ struct Outputs<'a> {
 }
 
 impl Outputs<'_> {
-    /// Writes one image's files.
+    /// Writes one image's files: every rank's and the mosaic at once (one task each on rayon's
+    /// threads; PNG encoding is the slow part).
     fn write(&self, result: &ImageResult) -> anyhow::Result<()> {
-        let name = &result.name;
-        let (rows, cols) = (result.rows, result.cols);
-        for rank in &result.ranks {
-            let png = self.dir.join(format!("{name}-k{}.png", rank.k));
-            match &rank.reconstruction {
-                Reconstruction::Float(values) => {
-                    if self.png {
-                        image_io::save_grayscale(&png, values.view(), Scaling::Clamp)?;
-                    }
-                    if self.npy {
-                        npy::write_array2(&self.dir.join(format!("{name}-k{}.npy", rank.k)), values.view())?;
-                    }
-                }
-                Reconstruction::Gray8(bytes) if self.png => {
-                    let bytes = bytes.as_slice().expect("standard layout");
-                    image_io::save_gray8(&png, bytes, cols, rows)?;
-                }
-                _ => {}
-            }
-        }
+        let (ranks, mosaic) = rayon::join(
+            || result.ranks.par_iter().try_for_each(|rank| self.write_rank(result, rank)),
+            || if self.mosaic { self.write_mosaic(result) } else { Ok(()) },
+        );
+        ranks?;
+        mosaic?;
         if self.npy {
             let s = &result.singular_values;
-            npy::write(&self.dir.join(format!("{name}-s.npy")), &[s.len()], s)?;
-        }
-        if self.mosaic {
-            let mut tiles = vec![(self.source.original(result.index)?, "original".to_string())];
-            for r in &result.ranks {
-                let tile = r.reconstruction.to_f32().context("a mosaic needs the reconstructions")?;
-                tiles.push((tile, format!("k = {}", r.k)));
-            }
-            write_mosaic(&self.mosaic_path(name), &tiles)?;
+            npy::write(&self.dir.join(format!("{}-s.npy", result.name)), &[s.len()], s)?;
         }
         Ok(())
+    }
+
+    /// One rank's reconstruction as PNG and/or `.npy`.
+    fn write_rank(&self, result: &ImageResult, rank: &RankResult) -> anyhow::Result<()> {
+        let name = &result.name;
+        let png = self.dir.join(format!("{name}-k{}.png", rank.k));
+        match &rank.reconstruction {
+            Reconstruction::Float(values) => {
+                if self.png {
+                    image_io::save_grayscale(&png, values.view(), Scaling::Clamp)?;
+                }
+                if self.npy {
+                    npy::write_array2(&self.dir.join(format!("{name}-k{}.npy", rank.k)), values.view())?;
+                }
+            }
+            Reconstruction::Gray8(bytes) if self.png => {
+                let bytes = bytes.as_slice().expect("standard layout");
+                image_io::save_gray8(&png, bytes, result.cols, result.rows)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The original beside every rank's reconstruction.
+    fn write_mosaic(&self, result: &ImageResult) -> anyhow::Result<()> {
+        let mut tiles = vec![(self.source.original(result.index)?, "original".to_string())];
+        for r in &result.ranks {
+            let tile = r.reconstruction.to_f32().context("a mosaic needs the reconstructions")?;
+            tiles.push((tile, format!("k = {}", r.k)));
+        }
+        write_mosaic(&self.mosaic_path(&result.name), &tiles)
     }
 
     fn mosaic_path(&self, name: &str) -> PathBuf {
