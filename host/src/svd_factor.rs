@@ -792,7 +792,8 @@ pub fn factor_with(
         }
         if power_steps > 0 {
             // A power step without Rayleigh–Ritz (which would not change the subspace): Q ← G·Q
-            // with the columns scaled by the last Ritz values, orthonormalised. Nothing to wait for.
+            // with the columns scaled by the last Ritz values, orthonormalised. Nothing to wait for
+            // but the host's Cholesky factorisations of large subspaces.
             power_steps -= 1;
             // SAFETY: as above.
             unsafe {
