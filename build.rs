@@ -38,7 +38,9 @@ fn main() {
 
     println!("cargo:rerun-if-changed=kernels/src");
     println!("cargo:rerun-if-changed=kernels/Cargo.toml");
-    println!("cargo:rerun-if-changed=kernels/macros/src");
+    println!("cargo:rerun-if-changed=gpu-std/src");
+    println!("cargo:rerun-if-changed=gpu-std/Cargo.toml");
+    println!("cargo:rerun-if-changed=gpu-std/macros/src");
     for var in ["CUDA_HOME", "CUDA_PATH", "KERNELS_BITCODE_LINKER"] {
         println!("cargo:rerun-if-env-changed={var}");
     }

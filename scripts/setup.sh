@@ -4,17 +4,19 @@
 #  1. Rust: the nightly pinned in rust-toolchain.toml (with rust-src, llvm-tools, rustfmt, clippy)
 #     and the llvm-bitcode-linker component from the toolchain named in build.rs.
 #  2. CUDA pieces, unless CUDA_HOME/CUDA_PATH (or /usr/local/cuda) holds a toolkit: libdevice,
-#     ptxas and the CUDA headers from NVIDIA's PyPI wheels, assembled as a toolkit-like directory
-#     in .cache/cuda/root.
+#     ptxas and the CUDA headers from NVIDIA's PyPI wheels, unpacked once per machine (in
+#     ${XDG_CACHE_HOME:-~/.cache}/rust-gpu-kernels, shared by every project made from this suite)
+#     and linked as a toolkit-like directory in .cache/cuda/root.
 #  3. A libcuda.so to link against: the installed driver's, else Debian's libcuda1 (non-free). On a
 #     machine without a GPU it loads, and the programs report "no GPU" at run time.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cache="$root/.cache/cuda"
-cuda_root="$cache/root"
+cuda_root="$root/.cache/cuda/root"
 nvcc_wheel="nvidia-cuda-nvcc-cu12==12.9.86"
 runtime_wheel="nvidia-cuda-runtime-cu12==12.9.79"
+# The unpacked wheels, one directory per pair of versions, for every project on this machine.
+machine_cache="${XDG_CACHE_HOME:-$HOME/.cache}/rust-gpu-kernels/cuda-${nvcc_wheel##*==}-${runtime_wheel##*==}"
 linker_toolchain=$(sed -n 's/^const LINKER_TOOLCHAIN: &str = "\(.*\)";/\1/p' "$root/build.rs")
 
 say() { echo "setup: $*" >&2; }
@@ -33,20 +35,26 @@ has_toolkit() { [ -n "${1:-}" ] && [ -f "$1/nvvm/libdevice/libdevice.10.bc" ]; }
 if has_toolkit "${CUDA_HOME:-}" || has_toolkit "${CUDA_PATH:-}"; then
   say "using the CUDA toolkit in ${CUDA_HOME:-$CUDA_PATH}"
 elif [ ! -f "$cuda_root/nvvm/libdevice/libdevice.10.bc" ]; then
-  say "fetching libdevice, ptxas and CUDA headers from PyPI ($nvcc_wheel, $runtime_wheel)"
-  rm -rf "$cache/wheels" "$cache/unpacked"
-  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$cache/wheels" \
-    "$nvcc_wheel" "$runtime_wheel"
-  mkdir -p "$cache/unpacked"
-  for w in "$cache"/wheels/*.whl; do
-    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$w" "$cache/unpacked"
-  done
-  chmod +x "$cache/unpacked/nvidia/cuda_nvcc/bin/ptxas"
+  if [ ! -f "$machine_cache/nvidia/cuda_nvcc/nvvm/libdevice/libdevice.10.bc" ]; then
+    say "fetching libdevice, ptxas and CUDA headers from PyPI ($nvcc_wheel, $runtime_wheel) into $machine_cache"
+    mkdir -p "$(dirname "$machine_cache")"
+    # Unpacked beside the cache and renamed into place, so that a concurrent setup never sees half.
+    work=$(mktemp -d "$machine_cache.XXXXXX")
+    python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$work/wheels" \
+      "$nvcc_wheel" "$runtime_wheel"
+    for w in "$work"/wheels/*.whl; do
+      python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$w" "$work/unpacked"
+    done
+    chmod +x "$work/unpacked/nvidia/cuda_nvcc/bin/ptxas"
+    mv -T "$work/unpacked" "$machine_cache" 2>/dev/null || [ -d "$machine_cache" ]
+    rm -rf "$work"
+  else
+    say "using the CUDA pieces already on this machine ($machine_cache)"
+  fi
   mkdir -p "$cuda_root/bin" "$cuda_root/lib64"
-  ln -sfn "$cache/unpacked/nvidia/cuda_nvcc/bin/ptxas" "$cuda_root/bin/ptxas"
-  ln -sfn "$cache/unpacked/nvidia/cuda_nvcc/nvvm" "$cuda_root/nvvm"
-  ln -sfn "$cache/unpacked/nvidia/cuda_runtime/include" "$cuda_root/include"
-  rm -rf "$cache/wheels"
+  ln -sfn "$machine_cache/nvidia/cuda_nvcc/bin/ptxas" "$cuda_root/bin/ptxas"
+  ln -sfn "$machine_cache/nvidia/cuda_nvcc/nvvm" "$cuda_root/nvvm"
+  ln -sfn "$machine_cache/nvidia/cuda_runtime/include" "$cuda_root/include"
 fi
 
 # 3. libcuda.so for linking (and, without a GPU, for the "no GPU" message at run time).

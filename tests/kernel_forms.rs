@@ -4,8 +4,8 @@
 
 mod common;
 
+use gpu_std::{Float, Slice, SliceMut, kernel, shared, thread};
 use kernel_suite::{Device, Dim3, LaunchConfig};
-use kernels::{Float, Slice, SliceMut, kernel, shared, thread};
 
 /// `y[i] = x[i + shift]` for every `i < y.len()`: reads past the end of `x` when `shift` is too large.
 #[kernel]

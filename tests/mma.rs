@@ -1,17 +1,17 @@
-//! The tensor-core layer (`kernels::mma`): fragment layouts against the PTX ISA's tables, each
+//! The tensor-core layer (`gpu_std::mma`): fragment layouts against the PTX ISA's tables, each
 //! warp-level MMA against a CPU reference (exactly on small integers, within rounding on random
 //! values), the f32 → tf32 rounding bit for bit, and `cp.async` with its zero fill. On the simulator,
 //! and on the GPU when present, through the probe kernels of `kernels::mma_probe`.
 
 mod common;
 
+use gpu_std::mma;
+use gpu_std::{Slice, SliceMut};
 use kernel_suite::{Device, LaunchConfig};
-use kernels::mma;
 use kernels::mma_probe::{
     CP_ASYNC_PROBE, MMA_BF16_PROBE, MMA_F16_PROBE, MMA_F64_PROBE, MMA_TF32_PROBE, TF32_ROUND_PROBE,
     WGMMA_PROBE_SHARED_BYTES, WGMMA_TF32_PROBE,
 };
-use kernels::{Slice, SliceMut};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
@@ -178,7 +178,7 @@ fn bf16_bits(x: f64) -> u16 {
 
 #[test]
 fn f16_and_bf16_mma_match_reference() {
-    type Probe = kernels::KernelFn<(Slice<u16>, Slice<u16>, Slice<f32>, SliceMut<f32>)>;
+    type Probe = gpu_std::KernelFn<(Slice<u16>, Slice<u16>, Slice<f32>, SliceMut<f32>)>;
     /// Name, probe kernel, encoder of exact values.
     type Kind = (&'static str, &'static Probe, fn(f64) -> u16);
     let kinds: [Kind; 2] = [("f16", &MMA_F16_PROBE, f16_bits), ("bf16", &MMA_BF16_PROBE, bf16_bits)];

@@ -2,8 +2,8 @@
 //! barriers between warps, warp shuffles, and out-of-range shared-memory accesses reported with
 //! kernel, block and thread.
 
+use gpu_std::{kernel, shared, thread, warp};
 use kernel_suite::{Device, Dim3, LaunchConfig};
-use kernels::{kernel, shared, thread, warp};
 
 /// Reverses each block's slice of `x` into `y` through shared memory. Threads whose element is
 /// past `n` return before the barrier, as GPU code often does; the rest must still meet.

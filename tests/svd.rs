@@ -402,7 +402,8 @@ fn panel_order_permutes_each_group_of_16_onto_the_register_fragments() {
     // 16q + 4t + 4 of a row (one 16-byte load per thread t of a quad), in the order of the
     // fragment's columns t, t + 4 of step 2q, then of step 2q + 1; `b` must put element p of `k`
     // at the column where `A` holds it.
-    use kernels::{mma, svd::panel_position};
+    use gpu_std::mma;
+    use kernels::svd::panel_position;
     for p in 0..272u32 {
         let at = panel_position(p);
         assert_eq!(at / 16, p / 16, "element {p} left its group of 16 (to {at})");

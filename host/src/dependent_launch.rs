@@ -1,7 +1,7 @@
 //! Programmatic dependent launch (sm_90): `cuLaunchKernelEx` with
 //! `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`, which lets a kernel start while the
 //! kernel before it on the stream is finishing. The kernel waits for the earlier one's writes in
-//! `kernels::thread::grid_dependency_synchronize`. `cust` 0.3 predates the call, so this module
+//! `gpu_std::thread::grid_dependency_synchronize`. `cust` 0.3 predates the call, so this module
 //! declares the driver's structures (as `cuda.h` of CUDA 12 lays them out) and finds the entry
 //! point with `cuGetProcAddress`.
 

@@ -29,8 +29,8 @@ use cust::event::{Event, EventFlags};
 use cust::memory::{AsyncCopyDestination, DeviceBuffer, DeviceCopy, LockedBuffer};
 use cust::module::{Module, ModuleJitOption};
 use cust::stream::{Stream, StreamFlags};
-use kernels::sim::LaunchConfig;
-use kernels::{KernelFn, Slice, SliceMut};
+use gpu_std::sim::LaunchConfig;
+use gpu_std::{KernelFn, Slice, SliceMut};
 use rayon::prelude::*;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::fmt;
@@ -58,7 +58,7 @@ elements!(f32, f64, u8, i8, u16, i16, u32, i32, u64, i64);
 pub enum Backend {
     /// A CUDA GPU.
     Gpu,
-    /// The CPU simulator (`kernels::sim`): the same kernel code on CPU threads.
+    /// The CPU simulator (`gpu_std::sim`): the same kernel code on CPU threads.
     Simulator,
 }
 
@@ -755,7 +755,7 @@ impl Device {
 
     /// [`Device::launch_counted`] as a programmatic dependent launch (sm_90 and later): the
     /// kernel's blocks may start, and run what comes before their
-    /// [`grid_dependency_synchronize`](kernels::thread::grid_dependency_synchronize), while the
+    /// [`grid_dependency_synchronize`](gpu_std::thread::grid_dependency_synchronize), while the
     /// kernel queued before it on `queue` is finishing. Saves the gap between two kernels where
     /// the second can only use the first's results. Under `--profile`, whose events go between
     /// the kernels, and in the simulator, an ordinary launch.
@@ -846,7 +846,7 @@ impl Device {
                 Ok(())
             }
             // SAFETY: forwarded from the caller.
-            (Inner::Simulator, None) => unsafe { kernels::sim::launch(kernel, cfg, args) }
+            (Inner::Simulator, None) => unsafe { gpu_std::sim::launch(kernel, cfg, args) }
                 .map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 }),
             _ => Err(mixed_devices()),
         }

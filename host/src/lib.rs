@@ -66,4 +66,4 @@ impl std::fmt::Display for Precision {
         })
     }
 }
-pub use kernels::sim::{Dim3, LaunchConfig};
+pub use gpu_std::sim::{Dim3, LaunchConfig};

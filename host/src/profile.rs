@@ -12,7 +12,7 @@ use cust::device::DeviceAttribute;
 use cust::event::{Event, EventFlags};
 use cust::function::{BlockSize, Function, FunctionAttribute};
 use cust::stream::Stream;
-use kernels::sim::LaunchConfig;
+use gpu_std::sim::LaunchConfig;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};

@@ -18,8 +18,8 @@
 //!
 //! Host side: `host/src/conv.rs`; tests: `tests/conv.rs`; benchmark: `benches/conv.rs`.
 
-use crate::math::{self, Float};
-use crate::{Slice, SliceMut, kernel, shared, thread};
+use gpu_std::math::{self, Float};
+use gpu_std::{Slice, SliceMut, kernel, shared, thread};
 
 /// Largest mask height or width the kernels accept.
 pub const MAX_MASK_SIDE: u32 = 31;

@@ -46,8 +46,8 @@
 //!
 //! Host side: `host/src/lombscargle.rs` (wrapper, CPU reference); tests: `tests/lombscargle.rs`.
 
-use crate::math::{self, Float};
-use crate::{Slice, SliceMut, kernel, shared, thread};
+use gpu_std::math::{self, Float};
+use gpu_std::{Slice, SliceMut, kernel, shared, thread};
 
 /// Consecutive frequencies per thread of the recurrence kernels: one direct `sin`/`cos` (the
 /// anchor) per sample every this many frequencies.

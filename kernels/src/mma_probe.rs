@@ -1,14 +1,14 @@
-//! Probe kernels for the tests of [`crate::mma`]: each runs one warp-level operation on small
+//! Probe kernels for the tests of [`gpu_std::mma`]: each runs one warp-level operation on small
 //! matrices in global memory, so that the simulator and the GPU can be compared with a CPU
 //! reference. Launch each with one block of one warp (32 threads) unless stated otherwise.
 //!
 //! Matrices are row-major: `A` is m × k, `B` is k × n (element `B[p, j]` at `b[p·n + j]`), `C` and
-//! `D` are m × n. Each lane loads its fragment through the `*_coords` functions of [`crate::mma`],
+//! `D` are m × n. Each lane loads its fragment through the `*_coords` functions of [`gpu_std::mma`],
 //! and stores its fragment of `D` the same way.
 
-use crate::mma::{self, m16n8_c_coords};
-use crate::slice::{Matrix, MatrixMut};
-use crate::{kernel, shared, thread, warp};
+use gpu_std::mma::{self, m16n8_c_coords};
+use gpu_std::slice::{Matrix, MatrixMut};
+use gpu_std::{kernel, shared, thread, warp};
 
 /// Loads this lane's four `C` elements of a 16 × 8 matrix.
 #[inline(always)]

@@ -4,7 +4,7 @@
 //! unless `sync_threads` really waits for the whole block. Host side: `host/src/reduce.rs`;
 //! tests: `tests/reduce.rs`.
 
-use crate::{kernel, shared, thread, warp};
+use gpu_std::{kernel, shared, thread, warp};
 
 /// Dynamic shared memory of [`block_sum`] for blocks of `block` threads: one f32 per thread.
 pub const fn block_sum_shared(block: u32) -> shared::Layout {

@@ -2,7 +2,7 @@
 //!
 //! Host side: `host/src/saxpy.rs` (safe wrapper and CPU reference); tests: `tests/saxpy.rs`.
 
-use crate::{kernel, math, thread};
+use gpu_std::{kernel, math, thread};
 
 /// One thread per element: `y[i] = a·x[i] + y[i]` for `i < y.len()`, with a single rounding (FMA).
 ///

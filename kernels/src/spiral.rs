@@ -23,9 +23,9 @@
 //! Host side: `host/src/spiral.rs` (safe wrapper, configuration, CPU reference in f64); tests:
 //! `tests/spiral.rs`; command: `cargo run --release --bin spiral`.
 
-use crate::math::{self, Float};
-use crate::{kernel, thread};
 use core::f64::consts::{PI, TAU};
+use gpu_std::math::{self, Float};
+use gpu_std::{kernel, thread};
 
 /// Value of the pixels farther than `max_radius` from the centre (black).
 pub const BACKGROUND: u8 = 0;

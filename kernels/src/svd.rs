@@ -9,8 +9,8 @@
 //!
 //! Host side: `host/src/svd.rs`; tests: `tests/svd.rs`; benchmark: `benches/svd.rs`.
 
-use crate::slice::{Slice, SliceMut};
-use crate::{global, kernel, math, mma, shared, thread};
+use gpu_std::slice::{Slice, SliceMut};
+use gpu_std::{global, kernel, math, mma, shared, thread};
 
 /// Repeats `$body` with `$i` bound to each listed `usize` constant: loop unrolling by hand, so that
 /// every index into the register arrays (accumulators, fragments) is a constant.

@@ -16,9 +16,9 @@
 //! that all threads of the block call it.
 #![allow(unsafe_op_in_unsafe_fn)]
 
-use crate::math::{self, Float};
-use crate::slice::SliceMut;
-use crate::{kernel, shared, thread};
+use gpu_std::math::{self, Float};
+use gpu_std::slice::SliceMut;
+use gpu_std::{kernel, shared, thread};
 
 /// Where element `(i, j)` of image `z` of a strided batch of matrices lives:
 /// `z·batch + i·row + j·col` elements from the base pointer.

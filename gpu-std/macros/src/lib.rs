@@ -1,4 +1,4 @@
-//! The `#[kernel]` attribute of the `kernels` crate.
+//! The `#[kernel]` attribute of the device library `gpu-std` (re-exported as `gpu_std::kernel`).
 //!
 //! It plays the role of rust-cuda's `#[kernel]`: the annotated function becomes an
 //! `extern "ptx-kernel"` entry point when the crate is compiled for `nvptx64-nvidia-cuda`, and a
@@ -18,10 +18,10 @@ use syn::{Expr, FnArg, Ident, ItemFn, Pat, Token, Type, parse_macro_input, spann
 ///
 /// The function returns nothing and takes scalars, `Copy` structs, device slices and raw pointers:
 ///
-/// * `x: &[T]` and `y: &mut [T]` are device slices: the function receives `kernels::Slice<T>` and
-///   `kernels::SliceMut<T>` (pointer and `u32` length, bounds-checked indexing), and the host
+/// * `x: &[T]` and `y: &mut [T]` are device slices: the function receives `gpu_std::Slice<T>` and
+///   `gpu_std::SliceMut<T>` (pointer and `u32` length, bounds-checked indexing), and the host
 ///   launcher takes `&Buffer<T>` / `&mut Buffer<T>` for them;
-/// * `kernels::Slice<T>` / `kernels::SliceMut<T>` written out are the same (name them `mut` to
+/// * `gpu_std::Slice<T>` / `gpu_std::SliceMut<T>` written out are the same (name them `mut` to
 ///   index-assign);
 /// * raw pointers (`*const T`, `*mut T`) are allowed, and then the function must be `unsafe fn`.
 ///   Without them it may be a safe `fn`.
@@ -106,7 +106,7 @@ enum Passing {
     Slice { mutable: bool },
 }
 
-/// Rewrites `&[T]` to `::kernels::Slice<T>` and `&mut [T]` to `::kernels::SliceMut<T>` (the
+/// Rewrites `&[T]` to `::gpu_std::Slice<T>` and `&mut [T]` to `::gpu_std::SliceMut<T>` (the
 /// binding made `mut`, for `y[i] = v`); refuses other references. Returns how each argument is
 /// passed and whether any is a raw pointer.
 fn rewrite_inputs(inputs: &mut Punctuated<FnArg, Token![,]>) -> syn::Result<(Vec<Passing>, bool)> {
@@ -143,12 +143,12 @@ fn rewrite_inputs(inputs: &mut Punctuated<FnArg, Token![,]>) -> syn::Result<(Vec
                 let elem = &slice.elem;
                 *passing.last_mut().unwrap() = Passing::Slice { mutable: r.mutability.is_some() };
                 if r.mutability.is_some() {
-                    *pat_type.ty = syn::parse_quote!(::kernels::SliceMut<#elem>);
+                    *pat_type.ty = syn::parse_quote!(::gpu_std::SliceMut<#elem>);
                     if let Pat::Ident(ident) = &mut *pat_type.pat {
                         ident.mutability = Some(Token![mut](Span::call_site()));
                     }
                 } else {
-                    *pat_type.ty = syn::parse_quote!(::kernels::Slice<#elem>);
+                    *pat_type.ty = syn::parse_quote!(::gpu_std::Slice<#elem>);
                 }
             }
             _ => {}
@@ -290,7 +290,7 @@ fn gpu_entry(
     }
 }
 
-/// `T` of the rewritten `::kernels::Slice<T>` / `::kernels::SliceMut<T>`.
+/// `T` of the rewritten `::gpu_std::Slice<T>` / `::gpu_std::SliceMut<T>`.
 fn slice_element(ty: &Type) -> Type {
     if let Type::Path(p) = ty
         && let Some(last) = p.path.segments.last()
@@ -334,8 +334,8 @@ fn descriptor(
         #[doc = #doc]
         #[allow(unused_unsafe)]
         // SAFETY: `params` lists one address per PTX parameter of the entry, in order.
-        #vis const #constant: ::kernels::KernelFn<(#(#arg_types,)*)> = unsafe {
-            ::kernels::KernelFn::new(
+        #vis const #constant: ::gpu_std::KernelFn<(#(#arg_types,)*)> = unsafe {
+            ::gpu_std::KernelFn::new(
                 #entry_name,
                 |(#(#arg_names,)*)| unsafe { #call(#(#arg_names),*) },
                 |args| {
