@@ -39,7 +39,8 @@ for exe in $(cargo metadata --no-deps --format-version 1 |
 done
 cp target/release/kernels/ptxas-report.txt target/release/kernels/kernels.ptx "$bundle/" 2>/dev/null || true
 cp scripts/gpu-run.sh "$bundle/run.sh"
-cp scripts/svd-job-bench.sh scripts/svd-gpus-bench.sh scripts/svd_peers.py scripts/gemm_peers.py scripts/conv_peer.py "$bundle/"
+cp scripts/svd-job-bench.sh scripts/svd-gpus-bench.sh scripts/svd_peers.py scripts/gemm_peers.py scripts/conv_peer.py \
+  scripts/primitives-bench.sh scripts/primitives_peers.py "$bundle/"
 tar cf - -C "$root" gpu-bundle | xz -T0 -6 >"$root/gpu-bundle.tar.xz"
 du -sh "$bundle" "$root/gpu-bundle.tar.xz"
 ls "$bundle/tests" "$bundle/bin" "$bundle/benches"

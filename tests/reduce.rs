@@ -1,61 +1,78 @@
-//! Block sums on every device. Each block's partial is checked against the elements that block's
-//! grid-stride loop covers, so a missing barrier (a wrong partial) or an unwritten partial (the
-//! poison NaN) fails.
+//! One-pass sum and min/max on every device: odd lengths, a misaligned view (the kernels' scalar
+//! path), signs, NaNs and infinities, and repeated launches (the finished-blocks counter resets).
 
 mod common;
 
-use kernel_suite::reduce::{block_sums, sum, sum_reference};
+use kernel_suite::reduce::{Reducer, min_max, min_max_reference, sum, sum_reference};
 
-/// Partial of block `b`: elements `i` with `(i / block) % blocks == b`, summed in f64.
-fn partials_reference(x: &[f32], blocks: usize, block: usize) -> Vec<f64> {
-    let mut p = vec![0.0; blocks];
-    for (i, &v) in x.iter().enumerate() {
-        p[(i / block) % blocks] += v as f64;
-    }
-    p
+/// Rounding bound of an f32 sum computed in any order: each of at most `log2(n) + per-thread`
+/// additions per element errs by at most half an ulp of a partial sum no larger than `Σ|x|`.
+fn sum_tolerance(x: &[f32]) -> f64 {
+    let magnitude: f64 = x.iter().map(|&v| (v as f64).abs()).sum();
+    f32::EPSILON as f64 * magnitude * ((x.len() as f64).log2() + 16.0)
 }
 
 #[test]
-fn block_sums_match_reference() {
-    for device in common::devices("block_sums_match_reference") {
-        let cases = [(1usize, 1u32, 32u32), (255, 3, 64), (257, 2, 128), (100_003, 97, 256), (5000, 2, 1024)];
-        for (seed, &(n, blocks, block)) in cases.iter().enumerate() {
-            let x = common::random_vec(&mut common::rng(seed as u64 + 10), n, 0.5, 1.5);
-            let got = block_sums(&device, &x, blocks, block).unwrap();
-            let want = partials_reference(&x, blocks as usize, block as usize);
-            assert_eq!(got.len(), want.len());
-            for (b, (&g, &w)) in got.iter().zip(&want).enumerate() {
-                let tol = 1e-5 * w.abs().max(1.0);
-                assert!(
-                    (g as f64 - w).abs() <= tol,
-                    "n = {n}, {blocks} × {block}: partial {b} is {g}, expected {w} on {}",
-                    device.describe()
-                );
-            }
+fn sum_matches_reference() {
+    let mut rng = common::rng(41);
+    for device in common::devices("sum_matches_reference") {
+        for n in [1usize, 3, 4, 5, 1000, 100_003, 1 << 20] {
+            let x = common::random_vec(&mut rng, n, -1.0, 3.0);
+            let got = sum(&device, &x).unwrap() as f64;
+            let want = sum_reference(&x);
+            assert!(
+                (got - want).abs() <= sum_tolerance(&x),
+                "n = {n}: {got} vs {want} on {}",
+                device.describe()
+            );
         }
     }
 }
 
 #[test]
-fn sum_matches_reference() {
-    for device in common::devices("sum_matches_reference") {
-        let x = common::random_vec(&mut common::rng(99), 1_000_003, -1.0, 1.0);
-        let got = sum(&device, &x).unwrap();
-        let want = sum_reference(&x);
-        let scale: f64 = x.iter().map(|v| v.abs() as f64).sum();
-        assert!((got - want).abs() <= 1e-6 * scale, "sum {got} vs {want} on {}", device.describe());
+fn min_max_matches_reference_with_nans_and_infinities() {
+    let mut rng = common::rng(42);
+    for device in common::devices("min_max_matches_reference_with_nans_and_infinities") {
+        for n in [1usize, 2, 7, 4097, 100_003] {
+            let mut x = common::random_vec(&mut rng, n, -50.0, 50.0);
+            x[n / 2] = f32::NAN;
+            assert_eq!(
+                min_max(&device, &x).unwrap(),
+                min_max_reference(&x),
+                "n = {n} on {}",
+                device.describe()
+            );
+            x[n - 1] = f32::INFINITY;
+            x[0] = -1e30;
+            assert_eq!(
+                min_max(&device, &x).unwrap(),
+                min_max_reference(&x),
+                "n = {n} on {}",
+                device.describe()
+            );
+        }
+        let nans = vec![f32::NAN; 33];
+        assert_eq!(min_max(&device, &nans).unwrap(), (f32::INFINITY, f32::NEG_INFINITY));
     }
 }
 
 #[test]
-fn block_sums_reject_bad_input() {
-    let device = kernel_suite::Device::simulator();
-    assert_eq!(
-        block_sums(&device, &[], 1, 32).unwrap_err().to_string(),
-        "invalid input: sum of an empty array"
-    );
-    assert_eq!(
-        block_sums(&device, &[1.0], 1, 48).unwrap_err().to_string(),
-        "invalid input: block size 48 is not a power of two in 32..=1024"
-    );
+fn reductions_of_views_and_repeated_launches_agree() {
+    let x = common::random_vec(&mut common::rng(43), 50_001, 0.0, 1.0);
+    for device in common::devices("reductions_of_views_and_repeated_launches_agree") {
+        let dx = device.upload(&x).unwrap();
+        let mut reducer = Reducer::new(&device).unwrap();
+        let first = reducer.sum(&dx).unwrap();
+        for _ in 0..3 {
+            assert_eq!(reducer.sum(&dx).unwrap(), first, "a repeated sum differs on {}", device.describe());
+        }
+        // Starting one element in: not 16-byte aligned, the kernels read element by element.
+        let view = dx.view(1..).unwrap();
+        let got = reducer.sum(view).unwrap() as f64;
+        let want = sum_reference(&x[1..]);
+        assert!((got - want).abs() <= sum_tolerance(&x[1..]), "{got} vs {want} on {}", device.describe());
+        let view = dx.view(3..40_000).unwrap();
+        assert_eq!(reducer.min_max(view).unwrap(), min_max_reference(&x[3..40_000]));
+        assert!(reducer.sum(dx.view(5..5).unwrap()).is_err(), "an empty view must be refused");
+    }
 }

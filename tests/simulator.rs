@@ -1,6 +1,7 @@
 //! The CPU simulator's own guarantees: real barriers, exited threads leaving the barrier, named
-//! barriers between warps, warp shuffles, and out-of-range shared-memory accesses reported with
-//! kernel, block and thread.
+//! barriers between warps, warp shuffles, out-of-range shared-memory accesses reported with
+//! kernel, block, thread and line, and collectives or barriers that can never complete reported
+//! instead of hanging.
 
 use gpu_std::{kernel, shared, thread, warp};
 use kernel_suite::{Device, Dim3, LaunchConfig};
@@ -72,6 +73,67 @@ pub fn named_barrier_ring(x: &[u32], y: &mut [u32]) {
     }
 }
 
+/// Lanes 0-15 of each warp shuffle with the full mask; lanes 16-31 return first: on the GPU, a hang
+/// or garbage.
+#[kernel]
+pub fn divergent_shuffle(out: &mut [u32]) {
+    let i = thread::index_1d();
+    if warp::lane_id() < 16 {
+        out[i as usize] = warp::shfl_xor_sync(warp::FULL_MASK, i, 1);
+    }
+}
+
+/// Both warps of a 64-thread block wait at named barrier 1 for 128 threads.
+#[kernel]
+pub fn short_named_barrier(out: &mut [u32]) {
+    thread::barrier_sync(1, 128);
+    out[thread::index_1d() as usize] = 1;
+}
+
+/// Runs `launch` and returns the message it panicked with.
+fn panic_message(launch: impl FnOnce()) -> String {
+    let panic =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(launch)).expect_err("the launch must fail");
+    panic.downcast_ref::<String>().expect("a formatted message").clone()
+}
+
+#[test]
+fn a_shuffle_some_lanes_never_reach_is_reported_instead_of_hanging() {
+    let device = Device::simulator();
+    let mut out = device.alloc::<u32>(96).unwrap();
+    let message = panic_message(|| unsafe {
+        device.launch(&DIVERGENT_SHUFFLE, LaunchConfig::for_1d(96, 96), (&mut out,)).unwrap()
+    });
+    let source = include_str!("simulator.rs");
+    let line =
+        1 + source.lines().position(|l| l.contains("warp::shfl_xor_sync(warp::FULL_MASK, i, 1)")).unwrap();
+    let expected = format!(
+        "kernel `divergent_shuffle` cannot go on in block (0, 0, 0): no thread of the block can go on (on the GPU: a \
+         hang)\n  warp 0: lanes 0-15 wait at a warp collective (Shuffle(Xor)) over the lanes 0xffffffff \
+         (tests/simulator.rs:{line}:"
+    );
+    assert!(message.starts_with(&expected), "{message}");
+    assert!(message.contains("); lanes 16-31 returned\n  warp 1: lanes 0-15 wait"), "{message}");
+}
+
+#[test]
+fn a_named_barrier_that_never_fills_is_reported_instead_of_hanging() {
+    let device = Device::simulator();
+    let mut out = device.alloc::<u32>(64).unwrap();
+    let message = panic_message(|| unsafe {
+        device.launch(&SHORT_NAMED_BARRIER, LaunchConfig::for_1d(64, 64), (&mut out,)).unwrap()
+    });
+    assert!(message.starts_with("kernel `short_named_barrier` cannot go on in block (0, 0, 0)"), "{message}");
+    assert!(
+        message.contains("\n  warp 0: lanes 0-31 wait at named barrier 1 (tests/simulator.rs:"),
+        "{message}"
+    );
+    assert!(
+        message.contains("\n  warp 1: lanes 0-31 wait at named barrier 1 (tests/simulator.rs:"),
+        "{message}"
+    );
+}
+
 #[test]
 fn named_barriers_hand_shared_memory_between_warps() {
     let device = Device::simulator();
@@ -111,20 +173,21 @@ fn shared_memory_overrun_names_kernel_block_and_thread() {
     let device = Device::simulator();
     let mut out = device.alloc::<f32>(64 * 3).unwrap();
     let cfg = LaunchConfig { grid: Dim3::x(3), block: Dim3::x(64), shared_bytes: 64 * 4 };
-    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
-        device.launch(&SHARED_OVERRUN, cfg, (&mut out,)).unwrap()
-    }))
-    .expect_err("the overrun must panic");
-    let message = panic.downcast_ref::<String>().expect("a formatted message");
+    let message = panic_message(|| unsafe { device.launch(&SHARED_OVERRUN, cfg, (&mut out,)).unwrap() });
     assert!(
         message.starts_with("kernel `shared_overrun` panicked in block ("),
         "unexpected message: {message}"
     );
+    let source = include_str!("simulator.rs");
+    let line =
+        1 + source.lines().position(|l| l.contains("unsafe { tile.write(t as usize + 1, 1.0) };")).unwrap();
     assert!(
-        message.ends_with(
-            ", 0, 0), thread (63, 0, 0): shared memory index 64 out of range for a region of 64 elements"
-        ),
-        "unexpected message: {message}"
+        message.contains(&format!(", 0, 0), thread (63, 0, 0) at tests/simulator.rs:{line}:")),
+        "{message}"
+    );
+    assert!(
+        message.contains(": shared memory index 64 out of range for a region of 64 elements"),
+        "{message}"
     );
 }
 

@@ -94,9 +94,13 @@ extern crate self as gpu_std;
 
 pub use gpu_std_macros::kernel;
 
+pub mod atomic;
+pub mod block;
 pub mod global;
+pub mod half;
 pub mod math;
 pub mod mma;
+pub mod print;
 pub mod shared;
 pub mod slice;
 pub mod thread;

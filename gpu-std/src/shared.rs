@@ -103,6 +103,7 @@ impl<T: Copy> DynamicShared<T> {
     /// # Safety
     /// `i < len()`, and no other thread writes element `i` between the barriers around this read.
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub unsafe fn read(self, i: usize) -> T {
         #[cfg(not(target_arch = "nvptx64"))]
         self.check(i);
@@ -116,11 +117,31 @@ impl<T: Copy> DynamicShared<T> {
     /// `i < len()`, and no other thread reads or writes element `i` between the barriers around
     /// this write.
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub unsafe fn write(self, i: usize, value: T) {
         #[cfg(not(target_arch = "nvptx64"))]
         self.check(i);
         // SAFETY: guaranteed by the caller.
         unsafe { self.ptr.add(i).write(value) }
+    }
+
+    /// Element `i` for atomic operations (`atom.shared`/`red.shared`, relaxed at block scope; see
+    /// [`atomic`](crate::atomic)). Checked against the length in the simulator only, as the other
+    /// accesses are.
+    ///
+    /// # Safety
+    /// `i < len()`.
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+    pub unsafe fn atomic(self, i: usize) -> crate::atomic::AtomicRef<T>
+    where
+        T: crate::atomic::Atomic,
+    {
+        #[cfg(not(target_arch = "nvptx64"))]
+        self.check(i);
+        // SAFETY: in bounds, guaranteed by the caller.
+        let ptr = unsafe { self.ptr.add(i) };
+        crate::atomic::AtomicRef::new(ptr, crate::atomic::Space::Shared, crate::atomic::Scope::Block)
     }
 
     /// The raw pointer, for access patterns the methods above do not cover (vector loads).
@@ -130,6 +151,7 @@ impl<T: Copy> DynamicShared<T> {
     }
 
     #[cfg(not(target_arch = "nvptx64"))]
+    #[track_caller]
     fn check(self, i: usize) {
         if i >= self.len {
             crate::sim::shared_out_of_range(i, self.len);
@@ -154,6 +176,7 @@ impl DynamicShared<f32> {
     /// As for [`read`](Self::read), for all four; element `i` is 16-byte aligned (the simulator
     /// checks both).
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub unsafe fn read_f32x4(self, i: usize) -> [f32; 4] {
         #[cfg(not(target_arch = "nvptx64"))]
         self.check_f32x4(i);
@@ -167,6 +190,7 @@ impl DynamicShared<f32> {
     /// As for [`write`](Self::write), for all four; element `i` is 16-byte aligned (the simulator
     /// checks both).
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub unsafe fn write_f32x4(self, i: usize, value: [f32; 4]) {
         #[cfg(not(target_arch = "nvptx64"))]
         self.check_f32x4(i);
@@ -180,6 +204,7 @@ impl DynamicShared<f32> {
     /// As for [`write`](Self::write), for both; element `i` is 8-byte aligned (the simulator checks
     /// both).
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub unsafe fn write_f32x2(self, i: usize, value: [f32; 2]) {
         #[cfg(not(target_arch = "nvptx64"))]
         {
@@ -192,6 +217,7 @@ impl DynamicShared<f32> {
     }
 
     #[cfg(not(target_arch = "nvptx64"))]
+    #[track_caller]
     fn check_f32x4(self, i: usize) {
         self.check(i + 3);
         let at = self.ptr.wrapping_add(i) as usize;

@@ -69,7 +69,7 @@ impl<T> Clone for SliceMut<T> {
 impl<T> Copy for SliceMut<T> {}
 
 /// Defines a cold function that stops the kernel when an access is out of range: `trap` on the GPU
-/// (the host sees a launch failure), in the simulator a panic with the message and the caller's
+/// (the host sees a launch failure), in the simulator a panic with the message at the caller's
 /// location.
 macro_rules! stop_fn {
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) => $($message:tt)+) => {
@@ -86,10 +86,7 @@ macro_rules! stop_fn {
                 unsafe { core::arch::nvptx::trap() }
             }
             #[cfg(not(target_arch = "nvptx64"))]
-            {
-                let at = core::panic::Location::caller();
-                panic!("{} at {at}", format_args!($($message)+))
-            }
+            panic!($($message)+)
         }
     };
 }
@@ -111,8 +108,7 @@ stop_fn! {
 fn check_unchecked(index: usize, len: u32) {
     #[cfg(not(target_arch = "nvptx64"))]
     if index >= len as usize {
-        let at = core::panic::Location::caller();
-        panic!("unchecked slice index {index} out of range for a slice of {len} elements at {at}")
+        panic!("unchecked slice index {index} out of range for a slice of {len} elements")
     }
     #[cfg(target_arch = "nvptx64")]
     let _ = (index, len);
@@ -263,6 +259,37 @@ impl Slice<f32> {
     }
 }
 
+impl Slice<u32> {
+    /// Elements `i..i + 4` in one 16-byte load (`ld.global.v4`), without the GPU's bounds check
+    /// (the simulator checks the range and the alignment).
+    ///
+    /// # Safety
+    /// As for [`Slice::load_f32x4_unchecked`].
+    #[inline(always)]
+    #[track_caller]
+    pub unsafe fn load_u32x4_unchecked(&self, i: usize) -> [u32; 4] {
+        check_unchecked(i + 3, self.len);
+        // SAFETY: the caller's promise; the load moves bits, whatever their type.
+        unsafe { global::load_f32x4(self.ptr.add(i) as *const f32).map(f32::to_bits) }
+    }
+}
+
+impl SliceMut<u32> {
+    /// Writes elements `i..i + 4` in one 16-byte store (`st.global.v4`), without the GPU's bounds
+    /// check (the simulator checks the range and the alignment).
+    ///
+    /// # Safety
+    /// `i + 4 ≤ self.len()`, the address of element `i` is 16-byte aligned, and no other thread
+    /// accesses these elements during the kernel.
+    #[inline(always)]
+    #[track_caller]
+    pub unsafe fn store_u32x4_unchecked(&mut self, i: usize, value: [u32; 4]) {
+        check_unchecked(i + 3, self.len);
+        // SAFETY: the caller's promise; the store moves bits, whatever their type.
+        unsafe { global::store_f32x4(self.ptr.add(i) as *mut f32, value.map(f32::from_bits)) }
+    }
+}
+
 /// Defines a clipped vector store of `SliceMut<f32>` (see [`SliceMut::store_f32x4_clipped`]).
 macro_rules! clipped_store {
     ($name:ident, $n:literal, $bytes:literal, $store:path) => {
@@ -346,6 +373,22 @@ impl<T: Copy> SliceMut<T> {
         check_unchecked(i, self.len);
         // SAFETY: the caller's promise.
         unsafe { self.ptr.add(i).write(value) }
+    }
+
+    /// Element `i` for atomic operations (`atom.global`/`red.global`, relaxed at device scope; see
+    /// [`atomic`](crate::atomic)), checked as `self[i]` is.
+    #[inline(always)]
+    #[track_caller]
+    pub fn atomic(&self, i: usize) -> crate::atomic::AtomicRef<T>
+    where
+        T: crate::atomic::Atomic,
+    {
+        if i >= self.len as usize {
+            out_of_range(i, self.len);
+        }
+        // SAFETY: in bounds, checked above.
+        let ptr = unsafe { self.ptr.add(i) };
+        crate::atomic::AtomicRef::new(ptr, crate::atomic::Space::Global, crate::atomic::Scope::Device)
     }
 
     /// The first element's address, writable (see [`SliceMut::as_ptr`]).

@@ -59,6 +59,29 @@ pub fn index_2d() -> (u32, u32) {
     (block_idx_x() * block_dim_x() + thread_idx_x(), block_idx_y() * block_dim_y() + thread_idx_y())
 }
 
+/// Global 3-D index of this thread as `(x, y, z)`: x the column, y the row, z the slice of a
+/// volume.
+#[inline(always)]
+pub fn index_3d() -> (u32, u32, u32) {
+    (
+        block_idx_x() * block_dim_x() + thread_idx_x(),
+        block_idx_y() * block_dim_y() + thread_idx_y(),
+        block_idx_z() * block_dim_z() + thread_idx_z(),
+    )
+}
+
+/// Linear index of this block within the grid (`x + y·gx + z·gx·gy`).
+#[inline(always)]
+pub fn block_rank_in_grid() -> u32 {
+    block_idx_x() + grid_dim_x() * (block_idx_y() + grid_dim_y() * block_idx_z())
+}
+
+/// Threads per block (`blockDim.x·blockDim.y·blockDim.z`).
+#[inline(always)]
+pub fn block_threads() -> u32 {
+    block_dim_x() * block_dim_y() * block_dim_z()
+}
+
 /// Total number of threads in the grid along x: the step of a grid-stride loop.
 #[inline(always)]
 pub fn grid_stride_1d() -> u32 {
@@ -77,6 +100,7 @@ pub fn thread_rank_in_block() -> u32 {
 ///
 /// As on the GPU, every thread of the block that has not returned must reach the same barrier.
 #[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 pub fn sync_threads() {
     #[cfg(target_arch = "nvptx64")]
     // SAFETY: a barrier has no memory-safety preconditions.
@@ -84,7 +108,7 @@ pub fn sync_threads() {
         core::arch::nvptx::_syncthreads()
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    crate::sim::sync_threads()
+    crate::sim::sync_threads(crate::sim::BarrierOp::Plain, false);
 }
 
 /// Named barriers: 16 per block, `id` 0 being [`sync_threads`]'s.
@@ -97,6 +121,7 @@ pub const NAMED_BARRIERS: u32 = 16;
 /// the consumers wait) without stopping the whole block. Every lane of a warp calls it together,
 /// and all parties of one round pass the same `threads`.
 #[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 pub fn barrier_sync(id: u32, threads: u32) {
     named_barrier::<true>(id, threads)
 }
@@ -104,12 +129,14 @@ pub fn barrier_sync(id: u32, threads: u32) {
 /// `bar.arrive id, threads`: counts this thread at named barrier `id` without waiting (see
 /// [`barrier_sync`]); its earlier memory accesses are visible to the threads that wait there.
 #[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 pub fn barrier_arrive(id: u32, threads: u32) {
     named_barrier::<false>(id, threads)
 }
 
 /// [`barrier_sync`] (`WAIT`) or [`barrier_arrive`].
 #[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 fn named_barrier<const WAIT: bool>(id: u32, threads: u32) {
     #[cfg(target_arch = "nvptx64")]
     // SAFETY: a barrier has no memory-safety preconditions.
@@ -143,6 +170,24 @@ pub fn spin_cycles(cycles: u64) {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     let _ = cycles;
+}
+
+/// `__nanosleep`: suspends this thread for about `ns` nanoseconds (up to a millisecond; the
+/// hardware picks a duration in `[0, 2·ns]`), freeing its issue slots for other warps: the back-off
+/// of a spin loop that polls memory another block writes. In the simulator it lets the block's other
+/// threads run.
+#[inline(always)]
+pub fn nanosleep(ns: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: sleeping has no memory-safety preconditions.
+    unsafe {
+        core::arch::asm!("nanosleep.u32 {};", in(reg32) ns, options(nostack))
+    };
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = ns;
+        crate::sim::yield_now();
+    }
 }
 
 /// `griddepcontrol.wait` (CUDA's `cudaGridDependencySynchronize`): in a kernel launched as a

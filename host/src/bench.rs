@@ -28,6 +28,19 @@ impl Stats {
     }
 }
 
+impl Stats {
+    /// Wall-clock statistics of `runs` calls of `work` (end-to-end times, host included).
+    pub fn wall<E>(runs: usize, mut work: impl FnMut() -> Result<(), E>) -> Result<Stats, E> {
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let start = std::time::Instant::now();
+            work()?;
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(Stats::of(&times))
+    }
+}
+
 /// A markdown table built row by row.
 pub struct Table {
     text: String,

@@ -28,7 +28,7 @@ use cust::error::CudaError;
 use cust::event::{Event, EventFlags};
 use cust::memory::{AsyncCopyDestination, DeviceBuffer, DeviceCopy, LockedBuffer};
 use cust::module::{Module, ModuleJitOption};
-use cust::stream::{Stream, StreamFlags};
+use cust::stream::{Stream, StreamFlags, StreamWaitEventFlags};
 use gpu_std::sim::LaunchConfig;
 use gpu_std::{KernelFn, Slice, SliceMut};
 use rayon::prelude::*;
@@ -881,6 +881,20 @@ impl Device {
             None => MarkInner::Instant(Instant::now()),
         };
         Ok(Mark { inner })
+    }
+
+    /// Makes the work queued on `queue` from now on wait until the work before `mark` (recorded on
+    /// another queue of this device) has finished, without blocking the host (`cuStreamWaitEvent`):
+    /// one queue's kernel consuming what another queue's kernel produces. The mark is used up. In
+    /// the simulator, where work has finished when it is queued, there is nothing to wait for.
+    pub fn queue_wait(&self, queue: &Queue, mark: Mark) -> Result<()> {
+        match (&queue.stream, mark.inner) {
+            (Some(stream), MarkInner::Event(event)) => {
+                stream.wait_event(event, StreamWaitEventFlags::DEFAULT).map_err(cuda("cuStreamWaitEvent"))
+            }
+            (None, MarkInner::Instant(_)) => Ok(()),
+            _ => Err(Error::InvalidInput("a mark and a queue of different devices".into())),
+        }
     }
 
     /// Milliseconds of device time between two marks (waits for `to`). On a GPU this is

@@ -10,7 +10,7 @@
 //! * [`bench`](mod@bench): statistics and tables for the benchmark programs in `benches/`;
 //! * [`plot`]: line charts as PNG or SVG files;
 //! * [`profile`]: the `--profile` summary (kernels, copies, host costs, resources, occupancy);
-//! * one module per kernel family ([`saxpy`], [`reduce`], [`conv`], [`lombscargle`], [`spiral`], [`svd`]
+//! * one module per kernel family ([`saxpy`], [`histogram`], [`reduce`], [`scan`], [`conv`], [`lombscargle`], [`spiral`], [`svd`]
 //!   (reconstruction), [`svd_factor`] (the SVD itself)), each pairing the safe GPU/simulator wrapper
 //!   with a CPU reference;
 //! * the `svd` job: [`svd_job`] (its images, results and CPU engine), [`svd_batch`] (the GPU engine),
@@ -23,6 +23,7 @@ pub mod conv;
 mod dependent_launch;
 pub mod device;
 pub mod error;
+pub mod histogram;
 pub mod image_io;
 pub mod lombscargle;
 pub mod module;
@@ -31,6 +32,7 @@ pub mod plot;
 pub mod profile;
 pub mod reduce;
 pub mod saxpy;
+pub mod scan;
 pub mod spiral;
 pub mod svd;
 pub mod svd_batch;

@@ -15,10 +15,13 @@
 #![warn(missing_docs)]
 
 pub mod conv;
+pub mod gpu_std_probe;
+pub mod histogram;
 pub mod lombscargle;
 pub mod mma_probe;
 pub mod reduce;
 pub mod saxpy;
+pub mod scan;
 pub mod spiral;
 pub mod svd;
 pub mod svd_factor;

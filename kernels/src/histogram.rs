@@ -1,0 +1,90 @@
+//! 256-bin histogram of 8-bit data (an image's pixel values): each block counts its grid-stride
+//! share in shared memory, then adds its counts to the global histogram.
+//!
+//! The example of the device library's atomics: `red.shared.add` for the block's counts (spread
+//! over [`REPLICAS`] copies, so that warps do not contend for one counter), `red.global.add` for
+//! the merge. Host side: `host/src/histogram.rs`; tests: `tests/histogram.rs`; benchmark:
+//! `benches/histogram.rs`.
+
+use gpu_std::{kernel, shared, thread, warp};
+
+/// Bins: one per byte value.
+pub const BINS: u32 = 256;
+
+/// Copies of the block's counters in shared memory; warp `w` counts into copy `w % REPLICAS`.
+pub const REPLICAS: u32 = 8;
+
+/// Dynamic shared memory of [`histogram_u8`]: `REPLICAS × BINS` u32 counters.
+pub const fn shared_layout() -> shared::Layout {
+    shared::Layout::new().array::<u32>((REPLICAS * BINS) as usize)
+}
+
+/// Adds the histogram of the first `n` bytes of `words` (four bytes per u32, little-endian:
+/// byte `4w + j` is bits `8j..8j + 8` of word `w`) to `hist` (256 counters).
+///
+/// Launch with 1-D blocks of a whole number of warps, any grid (a grid-stride loop; about four
+/// blocks per SM saturates memory) and [`shared_layout`]`()` bytes of dynamic shared memory.
+#[kernel]
+pub fn histogram_u8(words: &[u32], n: u32, hist: &mut [u32]) {
+    let counts = shared::Allocator::new().array::<u32>((REPLICAS * BINS) as usize);
+    let t = thread::thread_idx_x();
+    let threads = thread::block_dim_x();
+    let mut b = t;
+    while b < REPLICAS * BINS {
+        // SAFETY: `b` is below the array's length; each counter zeroed by one thread.
+        unsafe { counts.write(b as usize, 0) };
+        b += threads;
+    }
+    thread::sync_threads();
+
+    let replica = (warp::warp_id() % REPLICAS) * BINS;
+    let count_word = |word: u32, bytes: u32| {
+        for j in 0..bytes {
+            let bin = (word >> (8 * j)) & 0xff;
+            // SAFETY: `replica + bin < REPLICAS · BINS`, the array's length.
+            unsafe { counts.atomic((replica + bin) as usize).add(1) };
+        }
+    };
+    let full_words = n / 4;
+    let words_len = (words.len_u32()).min(full_words);
+    let stride = thread::grid_stride_1d();
+    let mut w = thread::index_1d();
+    // Four independent loads in flight per thread, each coalesced across the warp.
+    while w + 3 * stride < words_len {
+        // SAFETY: `w + 3·stride < words_len ≤ words.len()`.
+        let v = unsafe {
+            [
+                words.get_unchecked(w as usize),
+                words.get_unchecked((w + stride) as usize),
+                words.get_unchecked((w + 2 * stride) as usize),
+                words.get_unchecked((w + 3 * stride) as usize),
+            ]
+        };
+        for word in v {
+            count_word(word, 4);
+        }
+        w += 4 * stride;
+    }
+    while w < words_len {
+        count_word(words[w as usize], 4);
+        w += stride;
+    }
+    // The last, partial word: bytes `4·full_words..n`.
+    if thread::index_1d() == 0 && !n.is_multiple_of(4) {
+        count_word(words[full_words as usize], n % 4);
+    }
+    thread::sync_threads();
+
+    let mut b = t;
+    while b < BINS {
+        let mut total = 0u32;
+        for r in 0..REPLICAS {
+            // SAFETY: `r·BINS + b < REPLICAS · BINS`; the counts are final after the barrier.
+            total += unsafe { counts.read((r * BINS + b) as usize) };
+        }
+        if total > 0 {
+            hist.atomic(b as usize).add(total);
+        }
+        b += threads;
+    }
+}
