@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The histogram, reduce and scan benchmarks with their CuPy/PyTorch peers and the device's copy
+# The histogram, reduce, scan and transpose benchmarks with their CuPy/PyTorch peers and the device's copy
 # bandwidth, in one run on one GPU: scripts/primitives-bench.sh in the repository (through
 # `cargo bench`), gpu-bundle/primitives-bench.sh in the GPU bundle (its benches/ beside it).
 set -euo pipefail
@@ -10,7 +10,7 @@ else
   bench() { (cd "$here/.." && cargo bench --bench "$1"); }
 fi
 date -u +%Y-%m-%dT%H:%M:%SZ
-for name in histogram reduce scan; do
+for name in histogram reduce scan transpose; do
   echo "== $name"
   bench "$name"
 done

@@ -1,8 +1,9 @@
-"""CuPy (and PyTorch) peers of the histogram, reduce and scan benchmarks, timed like them.
+"""CuPy (and PyTorch) peers of the histogram, reduce, scan and transpose benchmarks, timed like them.
 
 Prints, per size 2^20, 2^24, 2^26: the median of 100 CUDA-event-timed calls (after 10 warm-up
 calls) of cupy.histogram and cupy.bincount on uint8, cupy.sum and cupy.min + cupy.max on float32,
-cupy.cumsum on uint32 (uint32 result), and the same in PyTorch where it has them; then the
+cupy.cumsum on uint32 (uint32 result), the same in PyTorch where it has them, and the transpose
+of a float32 matrix (cupy.ascontiguousarray(m.T), torch's .t().contiguous()); then the
 device-to-device copy bandwidth of a 1 GiB array (read + write), the memory floor the kernels are
 compared with. Run by scripts/primitives-bench.sh.
 """
@@ -55,6 +56,12 @@ def main():
             row("torch.sum float32", n, median_ms(lambda: torch.sum(tf)), 4 * n)
             row("torch.aminmax float32", n, median_ms(lambda: torch.aminmax(tf)), 4 * n)
             row("torch.cumsum int32", n, median_ms(lambda: torch.cumsum(tu, 0, dtype=torch.int32)), 8 * n)
+    for side in (1024, 4096, 8192):
+        m = cp.asarray(rng.uniform(-1, 1, (side, side)).astype(np.float32))
+        row(f"cupy.ascontiguousarray(m.T) {side}²", side * side, median_ms(lambda: cp.ascontiguousarray(m.T)), 8 * side * side)
+        if torch:
+            tm = torch.as_tensor(m, device="cuda")
+            row(f"torch .t().contiguous() {side}²", side * side, median_ms(lambda: tm.t().contiguous()), 8 * side * side)
     big = cp.empty(1 << 28, dtype=cp.float32)
     dst = cp.empty_like(big)
     row("copy (device to device)", big.size, median_ms(lambda: cp.copyto(dst, big), runs=20), 8 * big.size)

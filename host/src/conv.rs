@@ -162,6 +162,12 @@ fn standard_slice<'a, T>(array: &'a ndarray::CowArray<'_, T, ndarray::Ix2>) -> &
 }
 
 impl Convolution<'_, f32> {
+    /// The minimum and maximum of the result (NaNs ignored), reduced on the device: what
+    /// `--scaling rescale` maps to `[0, 255]`, without a pass over the downloaded image.
+    pub fn output_range(&self) -> Result<(f32, f32)> {
+        crate::reduce::Reducer::new(self.device)?.min_max(&self.output)
+    }
+
     /// Queues `variant` on the device (asynchronous on a GPU; [`Convolution::download`] waits).
     pub fn launch(&mut self, variant: Variant) -> Result<()> {
         let (rows, cols) = self.dim();

@@ -39,14 +39,19 @@ pub fn load_grayscale(path: &Path) -> Result<Array2<f32>> {
 
 /// Converts to 8-bit gray with `scaling`.
 pub fn to_gray8(image: ArrayView2<f32>, scaling: Scaling) -> Vec<u8> {
-    let (lo, hi) = match scaling {
+    let range = match scaling {
         Scaling::Clamp => (0.0, 1.0),
         Scaling::Rescale => {
-            let lo = image.iter().copied().fold(f32::INFINITY, f32::min);
-            let hi = image.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            (lo, if hi > lo { hi } else { lo + 1.0 })
+            image.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)))
         }
     };
+    to_gray8_in_range(image, range)
+}
+
+/// Converts to 8-bit gray mapping `[lo, hi]` to `[0, 255]` (values outside clamped; an empty range
+/// maps `lo` to 0).
+pub fn to_gray8_in_range(image: ArrayView2<f32>, (lo, hi): (f32, f32)) -> Vec<u8> {
+    let hi = if hi > lo { hi } else { lo + 1.0 };
     image.iter().map(|&v| (((v - lo) / (hi - lo)).clamp(0.0, 1.0) * 255.0).round() as u8).collect()
 }
 
@@ -54,6 +59,13 @@ pub fn to_gray8(image: ArrayView2<f32>, scaling: Scaling) -> Vec<u8> {
 pub fn save_grayscale(path: &Path, image: ArrayView2<f32>, scaling: Scaling) -> Result<()> {
     let (h, w) = image.dim();
     save_gray8(path, &to_gray8(image, scaling), w, h)
+}
+
+/// Saves `image` as an 8-bit grayscale PNG with `[lo, hi]` mapped to `[0, 255]` (a range computed
+/// elsewhere, e.g. on the device: `--scaling rescale`).
+pub fn save_gray_in_range(path: &Path, image: ArrayView2<f32>, range: (f32, f32)) -> Result<()> {
+    let (h, w) = image.dim();
+    save_gray8(path, &to_gray8_in_range(image, range), w, h)
 }
 
 /// Saves row-major 8-bit gray pixels (`width × height`) as PNG (see [`encode_png`]).

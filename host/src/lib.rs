@@ -10,7 +10,7 @@
 //! * [`bench`](mod@bench): statistics and tables for the benchmark programs in `benches/`;
 //! * [`plot`]: line charts as PNG or SVG files;
 //! * [`profile`]: the `--profile` summary (kernels, copies, host costs, resources, occupancy);
-//! * one module per kernel family ([`saxpy`], [`histogram`], [`reduce`], [`scan`], [`conv`], [`lombscargle`], [`spiral`], [`svd`]
+//! * one module per kernel family ([`saxpy`], [`histogram`], [`reduce`], [`scan`], [`transpose`], [`conv`], [`lombscargle`], [`spiral`], [`svd`]
 //!   (reconstruction), [`svd_factor`] (the SVD itself)), each pairing the safe GPU/simulator wrapper
 //!   with a CPU reference;
 //! * the `svd` job: [`svd_job`] (its images, results and CPU engine), [`svd_batch`] (the GPU engine),
@@ -38,6 +38,7 @@ pub mod svd;
 pub mod svd_batch;
 pub mod svd_factor;
 pub mod svd_job;
+pub mod transpose;
 pub mod workload;
 
 pub use device::{

@@ -25,3 +25,4 @@ pub mod scan;
 pub mod spiral;
 pub mod svd;
 pub mod svd_factor;
+pub mod transpose;

@@ -120,14 +120,15 @@ fn build_mask(args: &Args) -> anyhow::Result<Array2<f32>> {
 
 /// The result as the kernel computed it.
 enum Output {
-    F32(Array2<f32>),
+    /// With its `[min, max]` when the device computed it (for `--scaling rescale`).
+    F32(Array2<f32>, Option<(f32, f32)>),
     F64(Array2<f64>),
 }
 
 impl Output {
     fn as_f64(&self) -> Array2<f64> {
         match self {
-            Output::F32(a) => a.mapv(f64::from),
+            Output::F32(a, _) => a.mapv(f64::from),
             Output::F64(a) => a.clone(),
         }
     }
@@ -145,20 +146,35 @@ fn choose_variant(variant: Option<Variant>, precision: Precision) -> anyhow::Res
     }
 }
 
-/// Runs the chosen kernel with timing.
+/// Runs the chosen kernel with timing; with `rescale`, the f32 result's range comes from the device
+/// (one reduction before the download) instead of a pass over the downloaded image.
 fn run_kernels(
     device: &Device,
     image: ArrayView2<f32>,
     mask: ArrayView2<f32>,
-    variant: Variant,
-    precision: Precision,
+    (variant, precision): (Variant, Precision),
     runs: u32,
+    rescale: bool,
 ) -> anyhow::Result<Output> {
     Ok(match precision {
-        Precision::F32 => Output::F32(timed(device, image, mask, runs, |c| c.launch(variant))?),
+        Precision::F32 => {
+            let mut range = None;
+            let result = timed(
+                device,
+                image,
+                mask,
+                runs,
+                |c| c.launch(variant),
+                |c| {
+                    range = rescale.then(|| c.output_range()).transpose()?;
+                    Ok(())
+                },
+            )?;
+            Output::F32(result, range)
+        }
         Precision::F64 => {
             let (image, mask) = (image.mapv(f64::from), mask.mapv(f64::from));
-            Output::F64(timed(device, image.view(), mask.view(), runs, |c| c.launch_f64())?)
+            Output::F64(timed(device, image.view(), mask.view(), runs, |c| c.launch_f64(), |_| Ok(()))?)
         }
     })
 }
@@ -169,6 +185,7 @@ fn timed<T: kernel_suite::Element + Into<f64>>(
     mask: ArrayView2<T>,
     runs: u32,
     mut launch: impl FnMut(&mut Convolution<'_, T>) -> kernel_suite::Result<()>,
+    before_download: impl FnOnce(&Convolution<'_, T>) -> kernel_suite::Result<()>,
 ) -> anyhow::Result<Array2<T>> {
     let start = device.mark()?;
     let mut conv = Convolution::upload(device, image, mask)?;
@@ -182,6 +199,7 @@ fn timed<T: kernel_suite::Element + Into<f64>>(
         kernel_ms.push(device.elapsed_ms(&before, &after)?);
         before = after;
     }
+    before_download(&conv)?;
     let result = conv.download()?;
     let downloaded = device.mark()?;
     let kernel = Stats::of(&kernel_ms);
@@ -237,8 +255,14 @@ fn main() -> ExitCode {
                 Output::F64(reference("")?)
             }
             Target::Kernels(device) => {
-                let result =
-                    run_kernels(device, image.view(), mask.view(), variant, args.precision, args.runs)?;
+                let result = run_kernels(
+                    device,
+                    image.view(),
+                    mask.view(),
+                    (variant, args.precision),
+                    args.runs,
+                    args.scaling == Scaling::Rescale,
+                )?;
                 if args.check {
                     let d = Deviation::of(result.as_f64().view(), reference(" for --check")?.view())?;
                     println!(
@@ -258,7 +282,8 @@ fn main() -> ExitCode {
         timing.io(|| -> anyhow::Result<()> {
             if let Some(path) = &args.output {
                 match &result {
-                    Output::F32(a) => image_io::save_grayscale(path, a.view(), args.scaling)?,
+                    Output::F32(a, Some(range)) => image_io::save_gray_in_range(path, a.view(), *range)?,
+                    Output::F32(a, None) => image_io::save_grayscale(path, a.view(), args.scaling)?,
                     Output::F64(a) => {
                         image_io::save_grayscale(path, a.mapv(|v| v as f32).view(), args.scaling)?
                     }
@@ -267,7 +292,7 @@ fn main() -> ExitCode {
             }
             if let Some(path) = &args.npy {
                 match &result {
-                    Output::F32(a) => npy::write_array2(path, a.view())?,
+                    Output::F32(a, _) => npy::write_array2(path, a.view())?,
                     Output::F64(a) => npy::write_array2(path, a.view())?,
                 }
                 println!("wrote {}", path.display());
