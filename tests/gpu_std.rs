@@ -611,3 +611,46 @@ fn one_queue_waits_for_another_queues_mark_without_the_host() {
         assert_eq!(device.download(&out).unwrap(), vec![712; 1000], "on {}", device.describe());
     }
 }
+
+#[test]
+fn a_captured_graph_replays_its_launches() {
+    let x = common::random_vec(&mut common::rng(34), 1000, -1.0, 1.0);
+    let y0 = common::random_vec(&mut common::rng(35), 1000, -1.0, 1.0);
+    for device in common::devices("a_captured_graph_replays_its_launches") {
+        let dx = device.upload(&x).unwrap();
+        let mut dy = device.upload(&y0).unwrap();
+        let cfg = LaunchConfig::for_1d(1000, 128);
+        {
+            let mut graph = device
+                .capture(|| {
+                    // SAFETY (both launches): one thread per element.
+                    unsafe { device.launch(&kernels::saxpy::SAXPY, cfg, (2.0f32, &dx, &mut dy))? };
+                    unsafe { device.launch(&kernels::saxpy::SAXPY, cfg, (-0.5f32, &dx, &mut dy)) }
+                })
+                .unwrap();
+            for _ in 0..3 {
+                device.replay(&mut graph).unwrap();
+            }
+        }
+        // Captured, not run: three replays of two launches.
+        let mut expected = y0.clone();
+        for _ in 0..3 {
+            for a in [2.0f32, -0.5] {
+                expected.iter_mut().zip(&x).for_each(|(y, &x)| *y = a.mul_add(x, *y));
+            }
+        }
+        assert_eq!(device.download(&dy).unwrap(), expected, "on {}", device.describe());
+    }
+}
+
+#[test]
+fn a_capture_that_waits_for_the_device_fails_cleanly() {
+    let Some(device) = common::gpu_or_skip("a_capture_that_waits_for_the_device_fails_cleanly") else {
+        return;
+    };
+    let dx = device.upload(&[1.0f32; 64]).unwrap();
+    let err = device.capture(|| device.download(&dx).map(drop)).err().expect("a download cannot be captured");
+    assert!(err.to_string().contains("may only queue device work"), "{err}");
+    // The device still works.
+    assert_eq!(device.download(&dx).unwrap(), vec![1.0f32; 64]);
+}

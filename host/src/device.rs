@@ -352,6 +352,11 @@ impl Device {
         &self.queue
     }
 
+    /// The CUDA stream of the device's queue (`None` in the simulator).
+    pub(crate) fn queue_stream(&self) -> Option<&Stream> {
+        self.queue.stream.as_ref()
+    }
+
     fn is_gpu(&self) -> bool {
         matches!(self.inner, Inner::Gpu(_))
     }

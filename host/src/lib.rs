@@ -3,7 +3,8 @@
 //!
 //! * [`module`]: the PTX and cubin the builder (`build.rs`) embedded, and their `ptxas` resources;
 //! * [`device`]: a [`Device`] (a GPU through `cust`, or the CPU simulator), its [`Buffer`]s and
-//!   typed kernel launches (programmatic dependent launches through `dependent_launch`);
+//!   typed kernel launches (programmatic dependent launches through `dependent_launch`); [`graph`]:
+//!   launches recorded once and replayed (CUDA graphs);
 //! * [`cli`]: the `--device auto|gpu|sim|cpu` choice shared by every binary;
 //! * [`image_io`]: grayscale images as `ndarray` arrays (PNG/JPEG in, PNG out);
 //! * [`npy`]: NumPy `.npy` files of f32/f64 arrays (written by `svd --npy`, read by `numpy.load`);
@@ -23,6 +24,7 @@ pub mod conv;
 mod dependent_launch;
 pub mod device;
 pub mod error;
+pub mod graph;
 pub mod histogram;
 pub mod image_io;
 pub mod lombscargle;
