@@ -6,9 +6,10 @@
 //! not have, [`CudaError`] (a `RuntimeError`) for the GPU's failures.
 
 use kernel_suite::conv::{self, Variant};
+use kernel_suite::lombscargle as ls;
 use kernel_suite::{Device, Error};
 use ndarray::{Array2, ArrayView2};
-use numpy::{IntoPyArray, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use std::cell::OnceCell;
@@ -148,6 +149,36 @@ fn convolve_f64(
     }
 }
 
+/// `scipy.signal.lombscargle(x, y, freqs, precenter=False, normalize=False)` (SciPy ≥ 1.15, no
+/// weights, `floating_mean=False`) for 1-D float64 arrays, in float64.
+#[pyfunction]
+#[pyo3(signature = (x, y, freqs, *, precenter = false, normalize = false, device = None))]
+#[allow(clippy::too_many_arguments)]
+fn lombscargle<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArray1<'py, f64>,
+    y: PyReadonlyArray1<'py, f64>,
+    freqs: PyReadonlyArray1<'py, f64>,
+    precenter: bool,
+    normalize: bool,
+    device: Option<&str>,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    let target = target(py, device)?;
+    let (x, y, freqs) = (x.as_array().to_vec(), y.as_array().to_vec(), freqs.as_array().to_vec());
+    let target = OnThisThread(&target);
+    let power = py
+        .detach(move || match target.get() {
+            Target::Gpu(d) | Target::Simulator(d) => {
+                let options = ls::Options { precenter, normalize, ..ls::Options::default() };
+                ls::lombscargle(d, &x, &y, &freqs, &options)
+            }
+            Target::Cpu => ls::validate(&x, &y, &freqs)
+                .and_then(|()| ls::lombscargle_reference(&x, &y, &freqs, precenter, normalize)),
+        })
+        .map_err(to_py)?;
+    Ok(power.into_pyarray(py))
+}
+
 /// Why `image` and `weights` are not a pair of 2-D float32 or float64 arrays.
 fn describe_mismatch(image: &Bound<'_, PyAny>, weights: &Bound<'_, PyAny>) -> PyErr {
     let describe = |a: &Bound<'_, PyAny>| match a.cast::<numpy::PyUntypedArray>() {
@@ -169,5 +200,6 @@ fn describe_mismatch(image: &Bound<'_, PyAny>, weights: &Bound<'_, PyAny>) -> Py
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CudaError", m.py().get_type::<CudaError>())?;
     m.add_function(wrap_pyfunction!(convolve, m)?)?;
+    m.add_function(wrap_pyfunction!(lombscargle, m)?)?;
     Ok(())
 }

@@ -1,10 +1,6 @@
-"""kernel_suite.convolve against scipy.ndimage.convolve, on every device this machine has.
+"""kernel_suite.convolve against scipy.ndimage.convolve, on every device this machine has (the
+`device` fixture of conftest.py)."""
 
-The GPU runs when one is usable; without one its cases are skipped, unless KERNEL_SUITE_REQUIRE_GPU=1
-(then they fail), as in the Rust tests.
-"""
-
-import os
 import warnings
 
 import numpy as np
@@ -12,28 +8,6 @@ import pytest
 import scipy.ndimage
 
 import kernel_suite as ks
-
-REQUIRE_GPU = os.environ.get("KERNEL_SUITE_REQUIRE_GPU") == "1"
-
-
-def gpu_available():
-    try:
-        ks.convolve(np.ones((3, 3), np.float32), np.ones((1, 1), np.float32), device="gpu")
-        return None
-    except ks.CudaError as e:
-        return str(e)
-
-
-GPU_MISSING = gpu_available()
-
-
-@pytest.fixture(params=["sim", "cpu", "gpu"])
-def device(request):
-    if request.param == "gpu" and GPU_MISSING is not None:
-        if REQUIRE_GPU:
-            pytest.fail(f"the GPU is required (KERNEL_SUITE_REQUIRE_GPU=1) but: {GPU_MISSING}")
-        pytest.skip(f"on the GPU: {GPU_MISSING}")
-    return request.param
 
 
 @pytest.mark.parametrize("dtype, rtol", [(np.float32, 2e-5), (np.float64, 1e-13)])
@@ -78,7 +52,7 @@ def test_bad_arguments_raise(image, weights, kwargs, error, words):
         ks.convolve(image, weights, **kwargs)
 
 
-def test_no_gpu_falls_back_to_the_cpu_with_a_warning():
+def test_no_gpu_falls_back_to_the_cpu_with_a_warning(gpu_missing):
     image = np.arange(20, dtype=np.float64).reshape(4, 5)
     weights = np.ones((3, 3))
     with warnings.catch_warnings(record=True) as caught:
@@ -86,4 +60,4 @@ def test_no_gpu_falls_back_to_the_cpu_with_a_warning():
         got = ks.convolve(image, weights)
     np.testing.assert_allclose(got, scipy.ndimage.convolve(image, weights, mode="constant"), rtol=1e-14)
     fell_back = [w for w in caught if "running the CPU reference" in str(w.message)]
-    assert bool(fell_back) == (GPU_MISSING is not None), [str(w.message) for w in caught]
+    assert bool(fell_back) == (gpu_missing is not None), [str(w.message) for w in caught]
