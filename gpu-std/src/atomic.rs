@@ -21,6 +21,8 @@
 //! In the simulator the same operations are the host's atomics on the same memory, so threads of
 //! different blocks really contend; each one also lets the other threads of the block run.
 
+use crate::warp::Shuffle;
+
 /// Memory ordering of an atomic operation, as PTX's `.relaxed`, `.acquire`, `.release` and
 /// `.acq_rel`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,7 +143,7 @@ impl<T: Atomic> AtomicRef<T> {
     pub fn compare_exchange(self, current: T, new: T) -> Result<T, T> {
         // SAFETY: as above.
         let old = unsafe { T::atom(self, Op::CompareExchange, new, current) };
-        if old.to_bits() == current.to_bits() { Ok(old) } else { Err(old) }
+        if Shuffle::to_bits(old) == Shuffle::to_bits(current) { Ok(old) } else { Err(old) }
     }
 
     /// Reads the element (`ld.relaxed` or `ld.acquire`; a `Release` ordering reads as relaxed, an
@@ -202,12 +204,9 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A type with atomic operations on the GPU: `u32`, `i32`, `u64`, `i64`, `f32`, `f64`.
-pub trait Atomic: Copy + PartialOrd + sealed::Sealed {
-    #[doc(hidden)]
-    fn to_bits(self) -> u64;
-    #[doc(hidden)]
-    fn from_bits(bits: u64) -> Self;
+/// A type with atomic operations on the GPU: `u32`, `i32`, `u64`, `i64`, `f32`, `f64` (its bits, for
+/// compare-and-swap, as [`Shuffle`] gives them).
+pub trait Atomic: crate::warp::Shuffle + PartialOrd + sealed::Sealed {
     /// `op` with operand `v` (and, for compare-and-swap, the expected `cmp`); the previous value.
     #[doc(hidden)]
     unsafe fn atom(at: AtomicRef<Self>, op: Op, v: Self, cmp: Self) -> Self;
@@ -327,14 +326,6 @@ macro_rules! atomic_integer {
         impl sealed::Sealed for $t {}
         impl Atomic for $t {
             #[inline(always)]
-            fn to_bits(self) -> u64 {
-                self as u64
-            }
-            #[inline(always)]
-            fn from_bits(bits: u64) -> Self {
-                bits as $t
-            }
-            #[inline(always)]
             unsafe fn atom(at: AtomicRef<Self>, op: Op, v: Self, cmp: Self) -> Self {
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the caller's `AtomicRef` names a valid element of its space.
@@ -444,14 +435,6 @@ macro_rules! atomic_float {
     ($t:ty, $u:ty, $bits:literal, $reg:ident) => {
         impl sealed::Sealed for $t {}
         impl Atomic for $t {
-            #[inline(always)]
-            fn to_bits(self) -> u64 {
-                self.to_bits() as u64
-            }
-            #[inline(always)]
-            fn from_bits(bits: u64) -> Self {
-                <$t>::from_bits(bits as $u)
-            }
             #[inline(always)]
             unsafe fn atom(at: AtomicRef<Self>, op: Op, v: Self, cmp: Self) -> Self {
                 let bits = AtomicRef::<$u> { ptr: at.ptr as *mut $u, space: at.space, ordering: at.ordering, scope: at.scope };
