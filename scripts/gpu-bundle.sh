@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, in release mode, every test binary, benchmark and command into gpu-bundle/, with the runner
-# (scripts/gpu-run.sh), for a CUDA machine that has no Rust, plus gpu-bundle.tar.xz of it (about a
-# tenth of the size). Copy either there and run `gpu-bundle/run.sh`.
+# (scripts/gpu-run.sh) and the Python wheel with its tests (python-gpu.sh), for a CUDA machine that has
+# no Rust, plus gpu-bundle.tar.xz of it (about a tenth of the size). Copy either there and run
+# `gpu-bundle/run.sh` (and `gpu-bundle/python-gpu.sh`).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/scripts/setup.sh"
@@ -38,9 +39,14 @@ for exe in $(cargo metadata --no-deps --format-version 1 |
   cp "target/release/$exe" "$bundle/bin/"
 done
 cp target/release/kernels/ptxas-report.txt target/release/kernels/kernels.ptx "$bundle/" 2>/dev/null || true
+# The Python package: its wheel and tests, run there by python-gpu.sh.
+venv="$root/target/python-venv"
+[ -x "$venv/bin/maturin" ] || { python3 -m venv "$venv"; "$venv/bin/pip" install --quiet "maturin>=1.9,<2"; }
+"$venv/bin/maturin" build --release --quiet --compatibility linux -m python/Cargo.toml -o "$bundle/python"
+cp -r python/tests "$bundle/python/"
 cp scripts/gpu-run.sh "$bundle/run.sh"
 cp scripts/svd-job-bench.sh scripts/svd-gpus-bench.sh scripts/svd_peers.py scripts/gemm_peers.py scripts/conv_peer.py \
-  scripts/primitives-bench.sh scripts/primitives_peers.py "$bundle/"
+  scripts/primitives-bench.sh scripts/primitives_peers.py scripts/python-gpu.sh scripts/python_bench.py "$bundle/"
 tar cf - -C "$root" gpu-bundle | xz -T0 -6 >"$root/gpu-bundle.tar.xz"
 du -sh "$bundle" "$root/gpu-bundle.tar.xz"
 ls "$bundle/tests" "$bundle/bin" "$bundle/benches"

@@ -17,7 +17,7 @@
 
 use crate::error::{Error, Result, ensure};
 use crate::profile::Work;
-use crate::{Buffer, Device, Element, LaunchConfig};
+use crate::{Buffer, BufferView, BufferViewMut, Device, Element, LaunchConfig, Queue};
 use kernels::conv::{BLOCK_X, BLOCK_Y, TILED_BLOCK_Y, TILED_TILE_COLS, TILED_TILE_ROWS};
 use ndarray::{Array2, ArrayView2};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -41,25 +41,80 @@ impl Variant {
     pub const ALL: [Variant; 2] = [Variant::Naive, Variant::Tiled];
 }
 
-/// Checks an image and a mask before any work: both non-empty, mask sides odd and at most
-/// [`MAX_MASK_SIDE`], every value finite, the image small enough for the kernels' u32 indices.
+/// Checks an image and a mask before any work: the sides (see [`Dims::validate`]) and every value
+/// finite.
 pub fn validate<T: Copy + Into<f64> + Sync>(image: ArrayView2<T>, mask: ArrayView2<T>) -> Result<()> {
-    let (rows, cols) = image.dim();
-    let (mask_rows, mask_cols) = mask.dim();
-    ensure(rows > 0 && cols > 0, || format!("the image is empty ({rows} × {cols})"))?;
-    ensure(mask_rows > 0 && mask_cols > 0, || format!("the mask is empty ({mask_rows} × {mask_cols})"))?;
-    ensure(mask_rows % 2 == 1 && mask_cols % 2 == 1, || {
-        format!("the mask is {mask_rows} × {mask_cols}: both sides must be odd (the centre is the origin)")
-    })?;
-    let max = MAX_MASK_SIDE as usize;
-    ensure(mask_rows <= max && mask_cols <= max, || {
-        format!("the mask is {mask_rows} × {mask_cols}: sides are limited to {max}")
-    })?;
-    ensure(rows <= u32::MAX as usize && cols <= u32::MAX as usize, || {
-        format!("the image is {rows} × {cols}: sides are limited to {}", u32::MAX)
-    })?;
+    Dims::of(image, mask).validate()?;
     check_finite("image", image)?;
     check_finite("mask", mask)
+}
+
+/// The sides of a convolution: the image (and the result) `rows × cols`, the mask
+/// `mask_rows × mask_cols`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dims {
+    /// Rows of the image and of the result.
+    pub rows: usize,
+    /// Columns of the image and of the result.
+    pub cols: usize,
+    /// Rows of the mask.
+    pub mask_rows: usize,
+    /// Columns of the mask.
+    pub mask_cols: usize,
+}
+
+impl Dims {
+    /// The sides of `image` and `mask`.
+    pub fn of<T>(image: ArrayView2<T>, mask: ArrayView2<T>) -> Dims {
+        let ((rows, cols), (mask_rows, mask_cols)) = (image.dim(), mask.dim());
+        Dims { rows, cols, mask_rows, mask_cols }
+    }
+
+    /// Checks the sides: both arrays non-empty, mask sides odd and at most [`MAX_MASK_SIDE`], the
+    /// image small enough for the kernels' u32 indices.
+    pub fn validate(&self) -> Result<()> {
+        let Dims { rows, cols, mask_rows, mask_cols } = *self;
+        ensure(rows > 0 && cols > 0, || format!("the image is empty ({rows} × {cols})"))?;
+        ensure(mask_rows > 0 && mask_cols > 0, || format!("the mask is empty ({mask_rows} × {mask_cols})"))?;
+        ensure(mask_rows % 2 == 1 && mask_cols % 2 == 1, || {
+            format!(
+                "the mask is {mask_rows} × {mask_cols}: both sides must be odd (the centre is the origin)"
+            )
+        })?;
+        let max = MAX_MASK_SIDE as usize;
+        ensure(mask_rows <= max && mask_cols <= max, || {
+            format!("the mask is {mask_rows} × {mask_cols}: sides are limited to {max}")
+        })?;
+        ensure(rows <= u32::MAX as usize && cols <= u32::MAX as usize, || {
+            format!("the image is {rows} × {cols}: sides are limited to {}", u32::MAX)
+        })
+    }
+
+    /// Useful work of one launch, for `--profile`: the image read once, the output written once,
+    /// the mask read once; one FMA (2 flops) per pixel and mask element.
+    fn work(&self, bytes_per_value: f64) -> Work {
+        let (pixels, taps) = ((self.rows * self.cols) as f64, (self.mask_rows * self.mask_cols) as f64);
+        Work { bytes: bytes_per_value * (2.0 * pixels + taps), flops: 2.0 * pixels * taps }
+    }
+
+    /// Validates the sides and that the views hold `rows·cols` and `mask_rows·mask_cols` values.
+    fn check_views<T: Element>(
+        &self,
+        image: &BufferView<'_, T>,
+        mask: &BufferView<'_, T>,
+        output: &BufferViewMut<'_, T>,
+    ) -> Result<()> {
+        self.validate()?;
+        let (pixels, taps) = (self.rows * self.cols, self.mask_rows * self.mask_cols);
+        for (what, len, expected) in
+            [("image", image.len(), pixels), ("mask", mask.len(), taps), ("output", output.len(), pixels)]
+        {
+            ensure(len == expected, || {
+                format!("the {what} holds {len} values where {expected} were expected")
+            })?;
+        }
+        Ok(())
+    }
 }
 
 /// The first non-finite value in row-major order is reported; rows are searched on all cores.
@@ -94,10 +149,7 @@ pub struct Convolution<'d, T: Element> {
     image: Buffer<T>,
     mask: Buffer<T>,
     output: Buffer<T>,
-    rows: u32,
-    cols: u32,
-    mask_rows: u32,
-    mask_cols: u32,
+    dims: Dims,
 }
 
 impl<'d, T: Element + Into<f64>> Convolution<'d, T> {
@@ -105,54 +157,32 @@ impl<'d, T: Element + Into<f64>> Convolution<'d, T> {
     /// allocates the output.
     pub fn upload(device: &'d Device, image: ArrayView2<T>, mask: ArrayView2<T>) -> Result<Self> {
         validate(image, mask)?;
-        let (rows, cols) = image.dim();
-        let (mask_rows, mask_cols) = mask.dim();
+        let dims = Dims::of(image, mask);
         let image_buf = device.upload(standard_slice(&image.as_standard_layout()))?;
         let mask_buf = device.upload(standard_slice(&mask.as_standard_layout()))?;
-        let output = device.alloc::<T>(rows * cols)?;
-        Ok(Self {
-            device,
-            image: image_buf,
-            mask: mask_buf,
-            output,
-            rows: rows as u32,
-            cols: cols as u32,
-            mask_rows: mask_rows as u32,
-            mask_cols: mask_cols as u32,
-        })
+        let output = device.alloc::<T>(dims.rows * dims.cols)?;
+        Ok(Self { device, image: image_buf, mask: mask_buf, output, dims })
     }
 
     /// Waits for the launches and copies the result back.
     pub fn download(&self) -> Result<Array2<T>> {
         let data = self.device.download(&self.output)?;
-        Ok(Array2::from_shape_vec((self.rows as usize, self.cols as usize), data).expect("rows·cols values"))
+        Ok(Array2::from_shape_vec(self.dim(), data).expect("rows·cols values"))
     }
 
     /// `(rows, cols)` of the image and of the result.
     pub fn dim(&self) -> (usize, usize) {
-        (self.rows as usize, self.cols as usize)
+        (self.dims.rows, self.dims.cols)
     }
 
     /// `(rows, cols)` of the mask.
     pub fn mask_dim(&self) -> (usize, usize) {
-        (self.mask_rows as usize, self.mask_cols as usize)
+        (self.dims.mask_rows, self.dims.mask_cols)
     }
 
-    /// The kernels' arguments: image, its rows and columns, mask, its rows and columns, output.
-    #[allow(clippy::type_complexity)]
-    fn args(&mut self) -> (&Buffer<T>, u32, u32, &Buffer<T>, u32, u32, &mut Buffer<T>) {
-        (&self.image, self.rows, self.cols, &self.mask, self.mask_rows, self.mask_cols, &mut self.output)
-    }
-}
-
-impl<T: Element + Into<f64>> Convolution<'_, T> {
-    /// Useful work of one launch, for `--profile`: the image read once, the output written once,
-    /// the mask read once; one FMA (2 flops) per pixel and mask element.
-    fn work(&self, bytes_per_value: f64) -> Work {
-        let (rows, cols) = self.dim();
-        let (mask_rows, mask_cols) = self.mask_dim();
-        let (pixels, taps) = ((rows * cols) as f64, (mask_rows * mask_cols) as f64);
-        Work { bytes: bytes_per_value * (2.0 * pixels + taps), flops: 2.0 * pixels * taps }
+    /// The image, the mask and the output as kernel arguments.
+    fn views(&mut self) -> Result<(BufferView<'_, T>, BufferView<'_, T>, BufferViewMut<'_, T>)> {
+        Ok((self.image.view(..)?, self.mask.view(..)?, self.output.view_mut(..)?))
     }
 }
 
@@ -170,57 +200,91 @@ impl Convolution<'_, f32> {
 
     /// Queues `variant` on the device (asynchronous on a GPU; [`Convolution::download`] waits).
     pub fn launch(&mut self, variant: Variant) -> Result<()> {
-        let (rows, cols) = self.dim();
-        let work = Some(self.work(4.0));
-        let (device, mask_rows, mask_cols) = (self.device, self.mask_rows, self.mask_cols);
-        let queue = device.queue();
-        let args = self.args();
-        // SAFETY: the image and output buffers hold rows × cols values and the mask buffer
-        // mask_rows × mask_cols, the sizes passed; `validate` checked the mask sides.
-        unsafe {
-            match variant {
-                Variant::Naive => device.launch_counted(
-                    queue,
-                    &kernels::conv::CONV2D_NAIVE_F32,
-                    LaunchConfig::for_2d(cols, rows, BLOCK_X, BLOCK_Y),
-                    args,
-                    work,
-                ),
-                Variant::Tiled => {
-                    let shared = kernels::conv::tiled_shared_bytes(mask_rows, mask_cols);
-                    let grid = crate::Dim3::xy(
-                        cols.div_ceil(TILED_TILE_COLS as usize) as u32,
-                        rows.div_ceil(TILED_TILE_ROWS as usize) as u32,
-                    );
-                    let cfg = LaunchConfig {
-                        grid,
-                        block: crate::Dim3::xy(BLOCK_X, TILED_BLOCK_Y),
-                        shared_bytes: shared,
-                    };
-                    device.launch_counted(queue, &kernels::conv::CONV2D_TILED, cfg, args, work)
-                }
-            }
-        }
+        let (device, dims) = (self.device, self.dims);
+        let (image, mask, output) = self.views()?;
+        launch_on(device, device.queue(), variant, dims, image, mask, output)
     }
 }
 
 impl Convolution<'_, f64> {
     /// Queues the f64 kernel `conv2d_naive_f64` (asynchronous on a GPU).
     pub fn launch_f64(&mut self) -> Result<()> {
-        let (rows, cols) = self.dim();
-        let work = Some(self.work(8.0));
-        let device = self.device;
-        let args = self.args();
-        // SAFETY: as for `Convolution::<f32>::launch`.
-        unsafe {
-            device.launch_counted(
-                device.queue(),
-                &kernels::conv::CONV2D_NAIVE_F64,
-                LaunchConfig::for_2d(cols, rows, BLOCK_X, BLOCK_Y),
+        let (device, dims) = (self.device, self.dims);
+        let (image, mask, output) = self.views()?;
+        launch_f64_on(device, device.queue(), dims, image, mask, output)
+    }
+}
+
+/// Queues `variant` on `queue` over row-major views: `image` and `output` of `dims.rows ×
+/// dims.cols` values, `mask` of `dims.mask_rows × dims.mask_cols` (sides checked by
+/// [`Dims::validate`], lengths against them; values are not read on the host). What
+/// [`Convolution::launch`] runs, and what a binding runs on another library's arrays.
+pub fn launch_on(
+    device: &Device,
+    queue: &Queue,
+    variant: Variant,
+    dims: Dims,
+    image: BufferView<'_, f32>,
+    mask: BufferView<'_, f32>,
+    output: BufferViewMut<'_, f32>,
+) -> Result<()> {
+    dims.check_views(&image, &mask, &output)?;
+    let work = Some(dims.work(4.0));
+    let (rows, cols, mask_rows, mask_cols) = dims.u32_sides();
+    let args = (image, rows, cols, mask, mask_rows, mask_cols, output);
+    // SAFETY: the image and output views hold rows × cols values and the mask view mask_rows ×
+    // mask_cols, the sizes passed (`check_views`), and the mask sides are odd and at most
+    // MAX_MASK_SIDE.
+    unsafe {
+        match variant {
+            Variant::Naive => device.launch_counted(
+                queue,
+                &kernels::conv::CONV2D_NAIVE_F32,
+                LaunchConfig::for_2d(dims.cols, dims.rows, BLOCK_X, BLOCK_Y),
                 args,
                 work,
-            )
+            ),
+            Variant::Tiled => {
+                let shared = kernels::conv::tiled_shared_bytes(mask_rows, mask_cols);
+                let grid = crate::Dim3::xy(cols.div_ceil(TILED_TILE_COLS), rows.div_ceil(TILED_TILE_ROWS));
+                let cfg = LaunchConfig {
+                    grid,
+                    block: crate::Dim3::xy(BLOCK_X, TILED_BLOCK_Y),
+                    shared_bytes: shared,
+                };
+                device.launch_counted(queue, &kernels::conv::CONV2D_TILED, cfg, args, work)
+            }
         }
+    }
+}
+
+/// Queues the f64 kernel `conv2d_naive_f64` on `queue` over row-major views (as [`launch_on`]).
+pub fn launch_f64_on(
+    device: &Device,
+    queue: &Queue,
+    dims: Dims,
+    image: BufferView<'_, f64>,
+    mask: BufferView<'_, f64>,
+    output: BufferViewMut<'_, f64>,
+) -> Result<()> {
+    dims.check_views(&image, &mask, &output)?;
+    let (rows, cols, mask_rows, mask_cols) = dims.u32_sides();
+    // SAFETY: as for `launch_on`.
+    unsafe {
+        device.launch_counted(
+            queue,
+            &kernels::conv::CONV2D_NAIVE_F64,
+            LaunchConfig::for_2d(dims.cols, dims.rows, BLOCK_X, BLOCK_Y),
+            (image, rows, cols, mask, mask_rows, mask_cols, output),
+            Some(dims.work(8.0)),
+        )
+    }
+}
+
+impl Dims {
+    /// The four sides as the kernels take them (after [`Dims::validate`]: they fit).
+    fn u32_sides(&self) -> (u32, u32, u32, u32) {
+        (self.rows as u32, self.cols as u32, self.mask_rows as u32, self.mask_cols as u32)
     }
 }
 

@@ -97,7 +97,50 @@ pub struct Device {
 /// An ordered queue of device work: a CUDA stream on a GPU. Work on different queues may overlap
 /// (copies on the copy engines, kernels on the SMs). In the simulator, work runs when queued.
 pub struct Queue {
-    stream: Option<Stream>,
+    stream: Option<QueueStream>,
+}
+
+/// A queue's CUDA stream: one the queue created (destroyed with it), or one that belongs to the
+/// caller ([`Device::caller_queue`]: PyTorch's or CuPy's current stream), never destroyed here.
+struct QueueStream {
+    stream: std::mem::ManuallyDrop<Stream>,
+    owned: bool,
+}
+
+impl QueueStream {
+    fn owned(stream: Stream) -> Self {
+        QueueStream { stream: std::mem::ManuallyDrop::new(stream), owned: true }
+    }
+}
+
+impl std::ops::Deref for QueueStream {
+    type Target = Stream;
+    fn deref(&self) -> &Stream {
+        &self.stream
+    }
+}
+
+impl Drop for QueueStream {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: the queue created this stream and drops it once, here.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.stream) }
+        }
+    }
+}
+
+// cust 0.3's `Stream` is a struct of one field, its `CUstream`, and has no constructor from a raw
+// handle: with the sizes equal, that field spans the whole struct, so a handle is a `Stream`.
+const _: () = assert!(std::mem::size_of::<Stream>() == std::mem::size_of::<cust::sys::CUstream>());
+
+/// The caller's stream `raw` as a cust `Stream` that is never destroyed.
+///
+/// # Safety
+/// `raw` is 0, 1, 2 or a live stream, for as long as the result is used.
+unsafe fn borrowed_stream(raw: usize) -> std::mem::ManuallyDrop<Stream> {
+    // SAFETY: a `Stream` is its handle (the size assertion above); `ManuallyDrop` keeps it from
+    // being destroyed.
+    std::mem::ManuallyDrop::new(unsafe { std::mem::transmute::<cust::sys::CUstream, Stream>(raw as _) })
 }
 
 enum Inner {
@@ -108,7 +151,7 @@ enum Inner {
 struct Gpu {
     // Field order is drop order: the module goes before the context that owns it.
     module: Module,
-    _context: Context,
+    context: Context,
     device: cust::device::Device,
     name: String,
     compute_capability: (u32, u32),
@@ -159,6 +202,25 @@ impl Drop for Phase {
 
 fn new_stream() -> Result<Stream> {
     Stream::new(StreamFlags::NON_BLOCKING, None).map_err(cuda("cuStreamCreate"))
+}
+
+/// The ordinal of the GPU whose memory holds device address `address` (memory of another library,
+/// handed over as a bare pointer by `__cuda_array_interface__`).
+pub fn gpu_of_address(address: usize) -> Result<u32> {
+    cust::init(cust::CudaFlags::empty()).map_err(init_error)?;
+    let mut ordinal: i32 = -1;
+    // SAFETY: the attribute is written as an `int`; any address may be asked about.
+    let result = unsafe {
+        cust::sys::cuPointerGetAttribute(
+            &mut ordinal as *mut i32 as *mut std::ffi::c_void,
+            cust::sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            address as cust::sys::CUdeviceptr,
+        )
+    };
+    match result {
+        cust::sys::cudaError_enum::CUDA_SUCCESS if ordinal >= 0 => Ok(ordinal as u32),
+        _ => Err(Error::InvalidInput(format!("address {address:#x} is not memory of a GPU ({result:?})"))),
+    }
 }
 
 /// Maps `cuInit`'s failure to "no driver" / "no GPU".
@@ -240,8 +302,8 @@ impl Device {
         };
         drop(load);
         let startup = Startup { init_ms, context_ms, module_load_ms: ms(t), image };
-        let queue = Queue { stream: Some(new_stream()?) };
-        let gpu = Gpu { module, _context: context, device, name, compute_capability, startup };
+        let queue = Queue { stream: Some(QueueStream::owned(new_stream()?)) };
+        let gpu = Gpu { module, context, device, name, compute_capability, startup };
         Ok(Self::with(queue, Inner::Gpu(Box::new(gpu))))
     }
 
@@ -344,7 +406,53 @@ impl Device {
 
     /// A new queue (CUDA stream) for work that should overlap with other queues' work.
     pub fn new_queue(&self) -> Result<Queue> {
-        Ok(Queue { stream: self.is_gpu().then(new_stream).transpose()? })
+        Ok(Queue { stream: self.is_gpu().then(new_stream).transpose()?.map(QueueStream::owned) })
+    }
+
+    /// A queue over the caller's CUDA stream `stream` (a raw `CUstream`: 0 or `CU_STREAM_LEGACY` (1)
+    /// for the legacy default stream, `CU_STREAM_PER_THREAD` (2), or a stream's handle): what a
+    /// binding launches on so that its kernels run in order with the caller's own work (PyTorch's
+    /// or CuPy's current stream). The queue never destroys the stream. In the simulator, where
+    /// work runs when queued, the stream is ignored.
+    ///
+    /// # Safety
+    /// `stream` is 0, 1, 2 or a live stream of this device's primary context, and outlives the
+    /// queue.
+    pub unsafe fn caller_queue(&self, stream: usize) -> Queue {
+        // SAFETY: forwarded from the caller.
+        let stream =
+            self.is_gpu().then(|| QueueStream { stream: unsafe { borrowed_stream(stream) }, owned: false });
+        Queue { stream }
+    }
+
+    /// Makes this GPU's (primary) context current on the calling thread, as a binding called from
+    /// any thread, or for GPUs in turn, must before it launches. Nothing to do in the simulator.
+    pub fn make_current(&self) -> Result<()> {
+        match &self.inner {
+            Inner::Gpu(g) => {
+                cust::context::CurrentContext::set_current(&g.context).map_err(cuda("cuCtxSetCurrent"))
+            }
+            Inner::Simulator => Ok(()),
+        }
+    }
+
+    /// Makes the work queued on `queue` from now on wait for the work queued so far on the caller's
+    /// stream `producer` (a raw `CUstream`, as in [`Device::caller_queue`]), without blocking the
+    /// host: an array another library is still writing on its own stream. Nothing to do when
+    /// `producer` is the queue's own stream, or in the simulator.
+    ///
+    /// # Safety
+    /// `producer` is 0, 1, 2 or a live stream of this device's primary context.
+    pub unsafe fn queue_wait_stream(&self, queue: &Queue, producer: usize) -> Result<()> {
+        let Some(consumer) = &queue.stream else { return Ok(()) };
+        if consumer.as_inner() as usize == producer {
+            return Ok(());
+        }
+        let event = Event::new(EventFlags::DISABLE_TIMING).map_err(cuda("cuEventCreate"))?;
+        // SAFETY: forwarded from the caller.
+        let producer = unsafe { borrowed_stream(producer) };
+        event.record(&producer).map_err(cuda("cuEventRecord"))?;
+        consumer.wait_event(event, StreamWaitEventFlags::DEFAULT).map_err(cuda("cuStreamWaitEvent"))
     }
 
     /// The queue that [`Device::launch`], the copies and [`Device::mark`] use.
@@ -354,7 +462,7 @@ impl Device {
 
     /// The CUDA stream of the device's queue (`None` in the simulator).
     pub(crate) fn queue_stream(&self) -> Option<&Stream> {
-        self.queue.stream.as_ref()
+        self.queue.stream.as_deref()
     }
 
     fn is_gpu(&self) -> bool {
@@ -1111,6 +1219,17 @@ pub struct BufferViewMut<'a, T: Element> {
 }
 
 impl<'a, T: Element> BufferView<'a, T> {
+    /// A view of `len` elements at `ptr` in memory no [`Buffer`] owns: an array of another library
+    /// (PyTorch, CuPy, Numba), handed over through DLPack or `__cuda_array_interface__`.
+    ///
+    /// # Safety
+    /// `ptr` is aligned for `T` and valid for reads of `len` elements for `'a`, in the memory the
+    /// kernels of the device it is launched on read (device memory of that GPU's primary context,
+    /// host memory for the simulator), and nothing writes those elements while a kernel reads them.
+    pub unsafe fn from_raw_parts(ptr: *const T, len: usize) -> Self {
+        BufferView { ptr, len, buffer: PhantomData }
+    }
+
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.len
@@ -1129,6 +1248,16 @@ impl<'a, T: Element> BufferView<'a, T> {
 }
 
 impl<'a, T: Element> BufferViewMut<'a, T> {
+    /// A writable view of `len` elements at `ptr` in memory no [`Buffer`] owns (see
+    /// [`BufferView::from_raw_parts`]).
+    ///
+    /// # Safety
+    /// As for [`BufferView::from_raw_parts`], for writes too; nothing else reads or writes those
+    /// elements while a kernel writes them.
+    pub unsafe fn from_raw_parts(ptr: *mut T, len: usize) -> Self {
+        BufferViewMut { ptr, len, buffer: PhantomData }
+    }
+
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.len

@@ -45,7 +45,7 @@ pub mod workload;
 
 pub use device::{
     Backend, Buffer, BufferView, BufferViewMut, CopyTotals, Device, Element, GpuOptions, HostBuffer,
-    IntoKernelArgs, KernelArg, Mark, Queue, Staging, Startup,
+    IntoKernelArgs, KernelArg, Mark, Queue, Staging, Startup, gpu_of_address,
 };
 pub use error::{Error, Result};
 

@@ -24,7 +24,7 @@
 
 use crate::error::{Error, Result, ensure};
 use crate::profile::Work;
-use crate::{Buffer, Device, Dim3, Element, LaunchConfig};
+use crate::{Buffer, BufferView, BufferViewMut, Device, Dim3, Element, LaunchConfig, Queue};
 use kernels::lombscargle::{DIRECT_SAMPLE_VALUES, RECURRENCE_SAMPLE_VALUES, RECURRENCE_STEPS};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use rayon::prelude::*;
@@ -371,18 +371,8 @@ impl<'d> Plan<'d> {
 
     /// The launch configuration: grid, block, and the shared bytes of one tile.
     pub fn config(&self) -> LaunchConfig {
-        let (values, bytes) = match (self.options.variant, &self.data) {
-            (Variant::Recurrence, Data::F32(_)) => (RECURRENCE_SAMPLE_VALUES, 4),
-            (Variant::Recurrence, Data::F64(_)) => (RECURRENCE_SAMPLE_VALUES, 8),
-            (_, Data::F32(_)) => (DIRECT_SAMPLE_VALUES, 4),
-            (_, Data::F64(_)) => (DIRECT_SAMPLE_VALUES, 8),
-        };
-        let tile = self.tile.min(self.n as usize);
-        LaunchConfig {
-            grid: Dim3::x(self.blocks),
-            block: Dim3::x(self.block),
-            shared_bytes: (tile * values * bytes) as u32,
-        }
+        let value_bytes = if matches!(self.data, Data::F32(_)) { 4 } else { 8 };
+        launch_config(self.options.variant, value_bytes, self.n, self.block, self.blocks, self.tile)
     }
 
     /// Queues the kernel (on a GPU it runs asynchronously; [`Plan::result`] waits).
@@ -460,6 +450,64 @@ impl<'d> Plan<'d> {
             Data::F32(a) => self.device.download(&a.power)?.into_iter().map(f64::from).collect(),
             Data::F64(a) => self.device.download(&a.power)?,
         })
+    }
+}
+
+/// The launch of `variant` over `n` samples: `blocks` blocks of `block` threads, shared memory for a
+/// tile of `tile` samples (fewer when there are fewer samples) of `value_bytes`-byte values.
+fn launch_config(
+    variant: Variant,
+    value_bytes: usize,
+    n: u32,
+    block: u32,
+    blocks: u32,
+    tile: usize,
+) -> LaunchConfig {
+    let values = match variant {
+        Variant::Recurrence => RECURRENCE_SAMPLE_VALUES,
+        _ => DIRECT_SAMPLE_VALUES,
+    };
+    let tile = tile.min(n as usize);
+    LaunchConfig {
+        grid: Dim3::x(blocks),
+        block: Dim3::x(block),
+        shared_bytes: (tile * values * value_bytes) as u32,
+    }
+}
+
+/// Queues the precise f64 kernel on `queue` over views: `x` and `y` of `n` samples, `freqs` and
+/// `power` of `m` values; `scale` multiplies every power (`2/Σy²` to normalise, else 1). The
+/// lengths are checked; the values are not read on the host (a non-finite one gives NaN powers,
+/// as SciPy's would). What a binding runs on another library's arrays.
+pub fn launch_precise_f64_on(
+    device: &Device,
+    queue: &Queue,
+    x: BufferView<'_, f64>,
+    y: BufferView<'_, f64>,
+    freqs: BufferView<'_, f64>,
+    scale: f64,
+    power: BufferViewMut<'_, f64>,
+) -> Result<()> {
+    let (n, m) = (x.len(), freqs.len());
+    ensure(n > 0, || "no samples: x and y are empty".into())?;
+    ensure(y.len() == n, || format!("x has {n} samples but y has {}", y.len()))?;
+    ensure(n <= MAX_LEN, || format!("{n} samples exceed the limit of {MAX_LEN}"))?;
+    ensure(m > 0, || "no frequencies".into())?;
+    ensure(m <= MAX_LEN, || format!("{m} frequencies exceed the limit of {MAX_LEN}"))?;
+    ensure(power.len() == m, || format!("{m} frequencies but room for {} powers", power.len()))?;
+    let cfg = launch_config(Variant::Precise, 8, n as u32, BLOCK, (m as u32).div_ceil(BLOCK), TILE);
+    let work =
+        Some(Work { bytes: 8.0 * (2.0 * n as f64 + 2.0 * m as f64), flops: 10.0 * n as f64 * m as f64 });
+    // SAFETY: a 1-D launch with at least one staged sample of shared memory; the views carry the
+    // counts (`n` samples, `m` frequencies and powers).
+    unsafe {
+        device.launch_counted(
+            queue,
+            &kernels::lombscargle::LOMBSCARGLE_F64,
+            cfg,
+            (x, y, freqs, scale, power),
+            work,
+        )
     }
 }
 

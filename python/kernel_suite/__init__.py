@@ -1,29 +1,201 @@
-"""GPU kernels written in Rust, called on NumPy arrays.
+"""GPU kernels written in Rust, called on NumPy, CuPy, PyTorch, JAX and Numba arrays.
 
-``convolve(image, weights, mode="constant", cval=0.0, device=None)`` is
-``scipy.ndimage.convolve`` for 2-D arrays, and ``lombscargle(x, y, freqs, precenter=False,
-normalize=False, device=None)`` is ``scipy.signal.lombscargle``: on the GPU when one is present
-(``device="gpu"`` requires it), in the kernels' CPU simulator (``device="sim"``), or as the f64 CPU
-reference (``device="cpu"``; chosen, with a warning, when no GPU is usable).
+``convolve(image, weights, mode="constant", cval=0.0)`` is ``scipy.ndimage.convolve`` for 2-D
+arrays, and ``lombscargle(x, y, freqs, precenter=False, normalize=False)`` is
+``scipy.signal.lombscargle``.
+
+GPU arrays (anything with ``__dlpack__`` or ``__cuda_array_interface__`` in CUDA memory) are used
+in place: the kernel is queued on the caller's current stream (PyTorch's or CuPy's current stream,
+or ``stream=``: an int handle, a ``torch.cuda.Stream``, a ``cupy.cuda.Stream`` or an object with
+``__cuda_stream__``) without waiting for it, and the result is allocated on the same GPU by the
+input's library (PyTorch, CuPy, Numba) or written into ``out=``.
+
+NumPy arrays run on the GPU when one is present (copied there and back), as the f64 CPU reference
+with a warning when none is usable, or where ``device=`` says: ``"gpu"``, ``"cpu"``, or ``"sim"``
+(the kernels' CPU simulator, which reads host arrays of any DLPack library in place).
 """
+
+import contextlib
 
 import numpy as _np
 
 from . import _native
-from ._native import CudaError, convolve
+from ._native import CudaError
 
 __all__ = ["CudaError", "convolve", "lombscargle"]
 
+_KDL_CUDA = 2
 
-def lombscargle(x, y, freqs, *, precenter=False, normalize=False, device=None):
+
+def convolve(image, weights, *, mode="constant", cval=0.0, out=None, stream=None, device=None):
+    """``scipy.ndimage.convolve(image, weights, mode="constant", cval=0.0)`` for 2-D float32 or
+    float64 arrays: the result has the input's dtype; float64 is computed in float64 end to end.
+    Only ``mode="constant"`` with ``cval=0.0`` is implemented (others raise
+    ``NotImplementedError``)."""
+    if not _on_gpu(image, weights, out) and not _in_place_on_host(device, image, weights, out):
+        _no_gpu_options(out, stream)
+        return _via_numpy(lambda i, w: _native.convolve(i, w, mode=mode, cval=cval, device=device), image, weights)
+    if mode != "constant":
+        raise NotImplementedError(f'mode={mode!r}: only mode="constant" is implemented')
+    if cval != 0.0:
+        raise NotImplementedError(f"cval={cval}: only cval=0.0 is implemented")
+    if out is None:
+        out = _empty_like(image)
+    _native._convolve_into(image, weights, out, stream=_caller_stream(stream, image, weights, out), device=device)
+    return out
+
+
+def lombscargle(x, y, freqs, *, precenter=False, normalize=False, out=None, stream=None, device=None):
     """The Lomb-Scargle periodogram of samples ``y`` at times ``x`` for the angular frequencies
-    ``freqs``, as ``scipy.signal.lombscargle`` (SciPy >= 1.15; no weights, ``floating_mean=False``):
-    float64 in, float64 out (array-likes are converted, as SciPy does)."""
-    as_f64 = lambda a, name: _checked_1d(_np.ascontiguousarray(a, dtype=_np.float64), name)
-    return _native.lombscargle(
-        as_f64(x, "x"), as_f64(y, "y"), as_f64(freqs, "freqs"),
-        precenter=precenter, normalize=normalize, device=device,
-    )
+    ``freqs``, as ``scipy.signal.lombscargle`` (SciPy >= 1.15; no weights,
+    ``floating_mean=False``), in float64. NumPy inputs (and array-likes) are converted to float64
+    as SciPy does; GPU arrays must be float64 and C-contiguous, and ``precenter``/``normalize`` are
+    done with the input's library on the caller's stream (PyTorch or CuPy)."""
+    if not _on_gpu(x, y, freqs, out) and not _in_place_on_host(device, x, y, freqs, out):
+        _no_gpu_options(out, stream)
+        as_f64 = lambda a, name: _checked_1d(_np.ascontiguousarray(a, dtype=_np.float64), name)
+        return _native.lombscargle(
+            as_f64(x, "x"), as_f64(y, "y"), as_f64(freqs, "freqs"),
+            precenter=precenter, normalize=normalize, device=device,
+        )
+    if (precenter or normalize) and not hasattr(y, "mean"):
+        raise TypeError(
+            f"precenter and normalize on a {type(y).__name__} need array arithmetic (PyTorch, CuPy, NumPy arrays)"
+        )
+    handle = _caller_stream(stream, y, x, freqs, out)
+    with _library_stream(y, handle):
+        if precenter:
+            y = y - y.mean()
+        if out is None:
+            out = _empty_like(freqs, dtype="float64")
+        _native._lombscargle_into(x, y, freqs, out, scale=1.0, stream=handle, device=device)
+        if normalize:
+            out *= 2.0 / (y * y).sum()
+    return out
+
+
+def _on_gpu(*arrays):
+    """Whether any of the arrays is in CUDA memory."""
+    for a in arrays:
+        if a is None or isinstance(a, _np.ndarray):
+            continue
+        if hasattr(a, "__dlpack_device__"):
+            if int(a.__dlpack_device__()[0]) == _KDL_CUDA:
+                return True
+        elif hasattr(a, "__cuda_array_interface__"):
+            return True
+    return False
+
+
+def _in_place_on_host(device, *arrays):
+    """Whether host arrays go to the simulator in place: with ``device="sim"``, when one of them is
+    not a NumPy array (a PyTorch CPU tensor, a DLPack producer) or ``out=`` is given."""
+    if device != "sim":
+        return False
+    given = [a for a in arrays if a is not None]
+    return arrays[-1] is not None or any(not isinstance(a, _np.ndarray) and hasattr(a, "__dlpack__") for a in given)
+
+
+def _no_gpu_options(out, stream):
+    if out is not None:
+        raise ValueError("out= is for GPU arrays (or host arrays with device=\"sim\"); NumPy results are new arrays")
+    if stream is not None:
+        raise ValueError("stream= is for GPU arrays; NumPy inputs are copied and waited for")
+
+
+def _via_numpy(call, *arrays):
+    """``call`` on NumPy views of host arrays of other libraries (PyTorch CPU tensors, JAX CPU
+    arrays), the result given back as the first input's kind."""
+    first = arrays[0]
+    if isinstance(first, _np.ndarray) or not hasattr(first, "__dlpack__"):
+        return call(*arrays)
+    result = call(*(_np.from_dlpack(a) if hasattr(a, "__dlpack__") else a for a in arrays))
+    library = _library(first)
+    if library == "torch":
+        import torch
+
+        return torch.from_numpy(result)
+    if library in ("jax", "jaxlib"):
+        import jax.numpy as jnp
+
+        return jnp.asarray(result)
+    return result
+
+
+def _library(a):
+    return type(a).__module__.split(".")[0]
+
+
+def _empty_like(a, dtype=None):
+    """An uninitialised array of ``a``'s shape and ``dtype`` (a NumPy dtype name; ``a``'s if
+    None) on ``a``'s device, allocated by ``a``'s library so that its allocator owns it."""
+    library = _library(a)
+    if library not in ("torch", "cupy", "numba", "numpy") and not isinstance(a, _np.ndarray):
+        raise TypeError(
+            f"cannot allocate the result for a {type(a).__module__}.{type(a).__name__}: "
+            "pass out= (a writable C-contiguous array on the same device)"
+        )
+    shape = tuple(int(s) for s in a.shape)
+    dtype = dtype or str(a.dtype).removeprefix("torch.")
+    if library == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=a.device)
+    if library == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(a.device.id):
+            return cupy.empty(shape, dtype=dtype)
+    if library == "numba":
+        from numba import cuda
+
+        return cuda.device_array(shape, dtype=dtype)
+    return _np.empty(shape, dtype=dtype)
+
+
+def _caller_stream(stream, *arrays):
+    """The raw CUDA stream to launch on: ``stream=`` if given, else the current stream of the first
+    PyTorch or CuPy GPU array's library on its GPU, else the legacy default stream (0)."""
+    if stream is not None:
+        if isinstance(stream, bool):
+            raise TypeError("stream must be an int handle or a stream object, not a bool")
+        if isinstance(stream, int):
+            return stream
+        if hasattr(stream, "__cuda_stream__"):
+            return int(stream.__cuda_stream__()[1])
+        if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+            return int(stream.cuda_stream)
+        if hasattr(stream, "ptr"):  # cupy.cuda.Stream
+            return int(stream.ptr)
+        raise TypeError(f"stream must be an int handle or a CUDA stream object, not a {type(stream).__name__}")
+    for a in arrays:
+        library = _library(a)
+        if library == "torch" and a.is_cuda:
+            import torch
+
+            return int(torch.cuda.current_stream(a.device).cuda_stream)
+        if library == "cupy":
+            import cupy
+
+            with cupy.cuda.Device(a.device.id):
+                return int(cupy.cuda.get_current_stream().ptr)
+    return 0
+
+
+def _library_stream(a, handle):
+    """A context in which ``a``'s library (PyTorch, CuPy) queues its own operations on ``handle``."""
+    library = _library(a)
+    if library == "torch" and getattr(a, "is_cuda", False):
+        import torch
+
+        if handle != torch.cuda.current_stream(a.device).cuda_stream:
+            return torch.cuda.stream(torch.cuda.ExternalStream(handle, device=a.device))
+    if library == "cupy":
+        import cupy
+
+        if handle != cupy.cuda.get_current_stream().ptr:
+            return cupy.cuda.ExternalStream(handle)
+    return contextlib.nullcontext()
 
 
 def _checked_1d(a, name):

@@ -7,12 +7,16 @@
 
 use kernel_suite::conv::{self, Variant};
 use kernel_suite::lombscargle as ls;
-use kernel_suite::{Device, Error};
+use kernel_suite::{Device, Error, Queue};
 use ndarray::{Array2, ArrayView2};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
+
+mod arrays;
+use arrays::{Dtype, ForeignArray, Memory, Pending};
 
 pyo3::create_exception!(
     _native,
@@ -42,25 +46,40 @@ enum Target {
 }
 
 thread_local! {
-    /// This Python thread's GPU (or why there is none), opened once and never dropped: CUDA objects
-    /// dropped at interpreter exit crash the process.
-    static GPU: OnceCell<Result<&'static Device, String>> = const { OnceCell::new() };
+    /// This Python thread's GPUs by ordinal (or why one cannot be used), each opened once, in the
+    /// primary context PyTorch and CuPy use, and never dropped: CUDA objects dropped at interpreter
+    /// exit crash the process.
+    static GPUS: RefCell<HashMap<u32, Result<&'static Device, String>>> = RefCell::new(HashMap::new());
     static SIMULATOR: OnceCell<&'static Device> = const { OnceCell::new() };
 }
 
+/// GPU `ordinal`, its context current on this thread.
+fn gpu_at(ordinal: u32) -> Result<&'static Device, String> {
+    let device = GPUS.with(|g| {
+        g.borrow_mut()
+            .entry(ordinal)
+            .or_insert_with(|| {
+                Device::gpu(ordinal).map(|d| &*Box::leak(Box::new(d))).map_err(|e| e.to_string())
+            })
+            .clone()
+    })?;
+    device.make_current().map_err(|e| e.to_string())?;
+    Ok(device)
+}
+
 fn gpu() -> Result<&'static Device, String> {
-    GPU.with(|g| {
-        g.get_or_init(|| Device::gpu(0).map(|d| &*Box::leak(Box::new(d))).map_err(|e| e.to_string())).clone()
-    })
+    gpu_at(0)
+}
+
+fn simulator() -> &'static Device {
+    SIMULATOR.with(|s| *s.get_or_init(|| Box::leak(Box::new(Device::simulator()))))
 }
 
 /// The target of `device` (`None`: the GPU if one is usable, else the CPU reference with a warning).
 fn target(py: Python<'_>, device: Option<&str>) -> PyResult<Target> {
     match device {
         Some("gpu") => gpu().map(Target::Gpu).map_err(CudaError::new_err),
-        Some("sim") => Ok(Target::Simulator(
-            SIMULATOR.with(|s| *s.get_or_init(|| Box::leak(Box::new(Device::simulator())))),
-        )),
+        Some("sim") => Ok(Target::Simulator(simulator())),
         Some("cpu") => Ok(Target::Cpu),
         None => match gpu() {
             Ok(d) => Ok(Target::Gpu(d)),
@@ -195,11 +214,153 @@ fn describe_mismatch(image: &Bound<'_, PyAny>, weights: &Bound<'_, PyAny>) -> Py
     }
 }
 
+/// The device that runs on arrays in `memory` (all the arrays' memory) for `device`: their GPU, or
+/// the simulator for host arrays with `device="sim"`.
+fn device_for(memory: Memory, device: Option<&str>) -> PyResult<&'static Device> {
+    match (memory, device) {
+        (Memory::Gpu(ordinal), None | Some("gpu")) => gpu_at(ordinal).map_err(CudaError::new_err),
+        (Memory::Host, Some("sim")) => Ok(simulator()),
+        (memory, device) => Err(PyValueError::new_err(format!(
+            "arrays in {memory} with device={device:?}: GPU arrays run on their GPU (device=None or \"gpu\"); \
+             host arrays run in the simulator in place with device=\"sim\" (NumPy arrays also on \"gpu\" or \"cpu\", \
+             copied)"
+        ))),
+    }
+}
+
+/// Learns where every array lives, checks they share it, opens that device and the caller's queue
+/// on it (`stream`), and imports the arrays in order after the producers' pending work.
+fn import_all<'py>(
+    arrays: Vec<(&Bound<'py, PyAny>, &'static str)>,
+    stream: usize,
+    device: Option<&str>,
+) -> PyResult<(&'static Device, Queue, Vec<ForeignArray>)> {
+    let pending = arrays.into_iter().map(|(a, name)| Pending::new(a, name)).collect::<PyResult<Vec<_>>>()?;
+    let memory = pending[0].memory();
+    if let Some(other) = pending.iter().find(|p| p.memory() != memory) {
+        return Err(PyValueError::new_err(format!(
+            "the arrays are on different devices: {memory} and {}",
+            other.memory()
+        )));
+    }
+    let target = device_for(memory, device)?;
+    // SAFETY: the Python layer passes the caller's current stream (or `stream=`) of this GPU, which
+    // lives for the call.
+    let queue = unsafe { target.caller_queue(stream) };
+    let arrays =
+        pending.into_iter().map(|p| p.import(target, &queue, stream)).collect::<PyResult<Vec<_>>>()?;
+    Ok((target, queue, arrays))
+}
+
+/// Checks that `out` can take a result: writable and apart from every input.
+fn check_output(out: &ForeignArray, inputs: &[&ForeignArray]) -> PyResult<()> {
+    out.expect_writable()?;
+    if inputs.iter().any(|i| out.overlaps(i)) {
+        return Err(PyValueError::new_err(
+            "out overlaps an input: the kernels read the inputs while they write out",
+        ));
+    }
+    Ok(())
+}
+
+/// `convolve` on arrays of another library, in place: `image` and `weights` read, `out` written,
+/// queued on the caller's `stream` (a raw `CUstream`) without waiting. The Python layer allocates
+/// `out` with the input's library.
+#[pyfunction]
+#[pyo3(signature = (image, weights, out, *, stream, device = None))]
+fn _convolve_into(
+    py: Python<'_>,
+    image: &Bound<'_, PyAny>,
+    weights: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    stream: usize,
+    device: Option<&str>,
+) -> PyResult<()> {
+    let (target, queue, arrays) =
+        import_all(vec![(image, "image"), (weights, "weights"), (out, "out")], stream, device)?;
+    let [image, weights, out] = &arrays[..] else { unreachable!("three arrays imported") };
+    image.expect(2, None)?;
+    weights.expect(2, Some(image.dtype))?;
+    out.expect(2, Some(image.dtype))?;
+    if out.shape != image.shape {
+        return Err(PyValueError::new_err(format!(
+            "out has shape {:?}, the image {:?}",
+            out.shape, image.shape
+        )));
+    }
+    check_output(out, &[image, weights])?;
+    let dims = conv::Dims {
+        rows: image.shape[0],
+        cols: image.shape[1],
+        mask_rows: weights.shape[0],
+        mask_cols: weights.shape[1],
+    };
+    let work = OnThisThread((target, &queue, image, weights, out));
+    py.detach(move || {
+        let (target, queue, image, weights, out) = work.get();
+        // SAFETY: each view's dtype was checked above, and its memory is the target's (`import_all`);
+        // `out` overlaps no input.
+        unsafe {
+            match image.dtype {
+                Dtype::F32 => conv::launch_on(
+                    target,
+                    queue,
+                    Variant::Tiled,
+                    dims,
+                    image.view(),
+                    weights.view(),
+                    out.view_mut(),
+                ),
+                Dtype::F64 => {
+                    conv::launch_f64_on(target, queue, dims, image.view(), weights.view(), out.view_mut())
+                }
+            }
+        }
+    })
+    .map_err(to_py)
+}
+
+/// `lombscargle` on float64 arrays of another library, in place: `x`, `y` (centred by the caller if
+/// asked) and `freqs` read, `out` written with every power times `scale`, queued on the caller's
+/// `stream` without waiting.
+#[pyfunction]
+#[pyo3(signature = (x, y, freqs, out, *, scale, stream, device = None))]
+#[allow(clippy::too_many_arguments)]
+fn _lombscargle_into(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    y: &Bound<'_, PyAny>,
+    freqs: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    scale: f64,
+    stream: usize,
+    device: Option<&str>,
+) -> PyResult<()> {
+    let (target, queue, arrays) =
+        import_all(vec![(x, "x"), (y, "y"), (freqs, "freqs"), (out, "out")], stream, device)?;
+    let [x, y, freqs, out] = &arrays[..] else { unreachable!("four arrays imported") };
+    for a in [x, y, freqs, out] {
+        a.expect(1, Some(Dtype::F64))?;
+    }
+    check_output(out, &[x, y, freqs])?;
+    let work = OnThisThread((target, &queue, x, y, freqs, out));
+    py.detach(move || {
+        let (target, queue, x, y, freqs, out) = work.get();
+        // SAFETY: float64 arrays (checked above) in the target's memory; `out` overlaps no input.
+        unsafe {
+            ls::launch_precise_f64_on(target, queue, x.view(), y.view(), freqs.view(), scale, out.view_mut())
+        }
+    })
+    .map_err(to_py)
+}
+
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CudaError", m.py().get_type::<CudaError>())?;
     m.add_function(wrap_pyfunction!(convolve, m)?)?;
     m.add_function(wrap_pyfunction!(lombscargle, m)?)?;
+    m.add_function(wrap_pyfunction!(_convolve_into, m)?)?;
+    m.add_function(wrap_pyfunction!(_lombscargle_into, m)?)?;
     Ok(())
 }

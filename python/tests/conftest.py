@@ -3,25 +3,13 @@ usable. Without one its cases are skipped with the reason, unless KERNEL_SUITE_R
 fail), as in the Rust tests."""
 
 import os
+import sys
 
-import numpy as np
 import pytest
 
-import kernel_suite as ks
+sys.path.insert(0, os.path.dirname(__file__))
 
-REQUIRE_GPU = os.environ.get("KERNEL_SUITE_REQUIRE_GPU") == "1"
-
-
-def _gpu_missing():
-    """Why the GPU cannot be used, or None."""
-    try:
-        ks.convolve(np.ones((3, 3), np.float32), np.ones((1, 1), np.float32), device="gpu")
-        return None
-    except ks.CudaError as e:
-        return str(e)
-
-
-GPU_MISSING = _gpu_missing()
+from support import GPU_MISSING, REQUIRE_GPU  # noqa: E402
 
 
 @pytest.fixture

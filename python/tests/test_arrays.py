@@ -1,0 +1,172 @@
+"""Arrays of other libraries used in place: DLPack and __cuda_array_interface__ producers, the
+stream handshake, and the checks made before any launch.
+
+These run without a GPU, on host memory in the simulator (device="sim"), through fake producers
+(support.py) that wrap NumPy arrays and record what they are asked; test_gpu_arrays.py runs the
+libraries' GPU arrays."""
+
+import numpy as np
+import pytest
+import scipy.ndimage
+import scipy.signal
+
+import kernel_suite as ks
+from support import Interface, Producer
+
+
+def _conv_case(dtype=np.float32, shape=(45, 38), mask=(5, 3), seed=3):
+    rng = np.random.default_rng(seed)
+    image = rng.uniform(-1, 1, shape).astype(dtype)
+    weights = rng.uniform(-1, 1, mask).astype(dtype)
+    want = scipy.ndimage.convolve(image.astype(np.float64), weights.astype(np.float64), mode="constant")
+    return image, weights, want
+
+
+@pytest.mark.parametrize("dtype, atol", [(np.float32, 2e-5), (np.float64, 1e-13)])
+def test_host_producers_in_place_in_the_simulator(dtype, atol):
+    image, weights, want = _conv_case(dtype)
+    out = np.full(image.shape, np.nan, dtype)
+    producers = [Producer(image), Producer(weights), Producer(out)]
+    result = ks.convolve(*producers[:2], out=producers[2], device="sim")
+    assert result is producers[2]
+    np.testing.assert_allclose(out, want, rtol=0, atol=atol * np.abs(weights).sum())
+    for p in producers:
+        # DLPack: host memory takes no stream, and a versioned capsule is asked for.
+        assert len(p.calls) == 1 and p.calls[0].get("stream") is None
+        assert p.calls[0]["max_version"][0] == 1
+
+
+def test_numpy_out_in_place_in_the_simulator():
+    image, weights, want = _conv_case(np.float64, (17, 64), (3, 7))
+    out = np.full(image.shape, np.nan)
+    assert ks.convolve(image, weights, out=out, device="sim") is out
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-12)
+
+
+def test_lombscargle_in_place_in_the_simulator():
+    rng = np.random.default_rng(11)
+    x = np.sort(rng.uniform(0, 20, 301))
+    y = np.sin(1.7 * x) + 0.3 * rng.standard_normal(301) + 0.5
+    freqs = np.linspace(0.05, 4.0, 257)
+    out = np.full(freqs.shape, np.nan)
+    got = ks.lombscargle(Producer(x), Producer(y), Producer(freqs), out=Producer(out), device="sim")
+    want = scipy.signal.lombscargle(x, y, freqs)
+    np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-12 * np.abs(want).max())
+    assert got.array is out
+    # Centring and normalising use the arrays' own arithmetic (here NumPy's), then the kernel.
+    for precenter, normalize in [(True, False), (False, True), (True, True)]:
+        out = np.full(freqs.shape, np.nan)
+        assert ks.lombscargle(x, y, freqs, precenter=precenter, normalize=normalize, out=out, device="sim") is out
+        want = _scipy_lombscargle(x, y, freqs, precenter, normalize)
+        np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-12 * np.abs(want).max())
+    with pytest.raises(TypeError, match="arithmetic"):
+        ks.lombscargle(Producer(x), Producer(y), Producer(freqs), precenter=True, out=Producer(out), device="sim")
+
+
+def _scipy_lombscargle(x, y, freqs, precenter, normalize):
+    """SciPy's periodogram; centring done on ``y`` first (SciPy 1.17 deprecates ``precenter``,
+    whose documented equivalent this is)."""
+    return scipy.signal.lombscargle(x, y - y.mean() if precenter else y, freqs, normalize=normalize)
+
+
+def test_result_allocation_needs_a_known_library():
+    image, weights, _ = _conv_case()
+    with pytest.raises(TypeError, match="pass out="):
+        ks.convolve(Producer(image), Producer(weights), device="sim")
+
+
+@pytest.mark.parametrize(
+    "make, error, words",
+    [
+        # Not C-contiguous: a strided view.
+        (lambda i, w, o: (i[:, ::2], w, o[:, ::2]), ValueError, "C-contiguous"),
+        # An even mask: refused before the launch.
+        (lambda i, w, o: (i, w[:4, :2].copy(), o), ValueError, "odd"),
+        # Mixed dtypes.
+        (lambda i, w, o: (i, w.astype(np.float64), o), ValueError, "float64"),
+        # The wrong number of dimensions.
+        (lambda i, w, o: (i.reshape(-1), w, o.reshape(-1)), ValueError, "2-D"),
+        # An output of another shape.
+        (lambda i, w, o: (i, w, o[:10].copy()), ValueError, "shape"),
+        # An output that is an input.
+        (lambda i, w, o: (i, w, i), ValueError, "overlaps"),
+        # Integers.
+        (lambda i, w, o: (i.astype(np.int32), w.astype(np.int32), o.astype(np.int32)), ValueError, "float32 or float64"),
+        # A read-only output.
+        (lambda i, w, o: (i, w, _read_only(o)), (ValueError, BufferError), "read"),
+    ],
+)
+def test_bad_arrays_are_refused_before_any_launch(make, error, words):
+    image, weights, _ = _conv_case()
+    out = np.full(image.shape, 7.0, np.float32)
+    i, w, o = make(image, weights, out)
+    with pytest.raises(error, match=words):
+        ks.convolve(Producer(i), Producer(w), out=Producer(o), device="sim")
+    assert np.all(out == 7.0), "nothing was written"
+
+
+def _read_only(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+def test_misaligned_arrays_are_refused():
+    raw = np.zeros(45 * 38 * 4 + 1, np.uint8)
+    image = raw[1:].view(np.float32).reshape(45, 38)
+    weights = np.ones((3, 3), np.float32)
+    with pytest.raises(ValueError, match="aligned"):
+        ks.convolve(Producer(image), Producer(weights), out=Producer(np.empty((45, 38), np.float32)), device="sim")
+
+
+def test_mixed_devices_are_refused_before_export():
+    image, weights, _ = _conv_case()
+    gpu_weights = Producer(weights, device=(2, 0))
+    with pytest.raises(ValueError, match="different devices"):
+        ks.convolve(Producer(image), gpu_weights, out=Producer(np.empty_like(image)), device="sim")
+    assert gpu_weights.calls == [], "no array is exported before the checks"
+
+
+def test_host_arrays_need_the_simulator_to_run_in_place():
+    image, weights, _ = _conv_case()
+    with pytest.raises(ValueError, match='device="sim"'):
+        ks.convolve(Producer(image), Producer(weights), out=Producer(np.empty_like(image)), device="cpu")
+
+
+def test_objects_without_a_protocol_are_type_errors():
+    image, weights, _ = _conv_case()
+    with pytest.raises(TypeError, match="__dlpack__"):
+        ks.convolve(Producer(image), object(), out=Producer(np.empty_like(image)), device="sim")
+
+
+def test_bad_streams_are_type_errors():
+    image, weights, _ = _conv_case()
+    with pytest.raises(TypeError, match="stream"):
+        ks.convolve(Producer(image), Producer(weights), out=Producer(np.empty_like(image)), stream="s", device="sim")
+    with pytest.raises(ValueError, match="stream= is for GPU arrays"):
+        ks.convolve(image, weights, stream=1, device="cpu")
+
+
+def test_gpu_arrays_without_a_gpu(gpu_missing):
+    if gpu_missing is None:
+        pytest.skip("a GPU is usable here: the GPU cases below cover GPU arrays")
+    image, weights, _ = _conv_case()
+    fakes = [Producer(a, device=(2, 0)) for a in (image, weights, np.empty_like(image))]
+    with pytest.raises(ks.CudaError):
+        ks.convolve(fakes[0], fakes[1], out=fakes[2])
+    assert all(p.calls == [] for p in fakes), "nothing is exported when the GPU cannot be opened"
+    interface = Interface(shape=(4, 4), typestr="<f4", data=(0x7F0000000000, False))
+    with pytest.raises((ks.CudaError, ValueError)):
+        ks.convolve(interface, interface, out=interface)
+
+
+def test_interface_fields_are_checked(gpu_missing):
+    bad = [
+        (Interface(shape=(4, 4), typestr="<i4", data=(256, False)), ValueError, "typestr"),
+        (Interface(shape=(4, 4), typestr="<f4", data=(256, False), mask=object()), NotImplementedError, "masked"),
+        (Interface(shape=(4, 4), typestr="<f4", data=(256, False), strides=(4, 16)), ValueError, "C-contiguous"),
+        (Interface(shape=(4, 4), typestr="<f4", data=(258, False)), ValueError, "aligned"),
+    ]
+    for interface, error, words in bad:
+        with pytest.raises(error, match=words):
+            ks.convolve(interface, interface, out=interface)
