@@ -1,8 +1,9 @@
 """GPU kernels written in Rust, called on NumPy, CuPy, PyTorch, JAX and Numba arrays.
 
 ``convolve(image, weights, mode="constant", cval=0.0)`` is ``scipy.ndimage.convolve`` for 2-D
-arrays, and ``lombscargle(x, y, freqs, precenter=False, normalize=False)`` is
-``scipy.signal.lombscargle``.
+arrays, ``lombscargle(x, y, freqs, precenter=False, normalize=False)`` is
+``scipy.signal.lombscargle``, and ``svd(images, k)`` / ``reconstruct(U, S, Vt, ranks)`` are the
+``svd`` command's exact truncated SVD of a batch of images and its rank-k reconstructions.
 
 GPU arrays (anything with ``__dlpack__`` or ``__cuda_array_interface__`` in CUDA memory) are used
 in place: the kernel is queued on the caller's current stream (PyTorch's or CuPy's current stream,
@@ -22,7 +23,7 @@ import numpy as _np
 from . import _native
 from ._native import CudaError
 
-__all__ = ["CudaError", "convolve", "lombscargle"]
+__all__ = ["CudaError", "convolve", "lombscargle", "reconstruct", "svd"]
 
 _KDL_CUDA = 2
 
@@ -72,6 +73,48 @@ def lombscargle(x, y, freqs, *, precenter=False, normalize=False, out=None, stre
         if normalize:
             out *= 2.0 / (y * y).sum()
     return out
+
+
+def svd(images, k, *, device=None):
+    """The leading ``k`` singular triplets of an image (``m × n``) or of each image of a batch
+    (``images × m × n``), as the ``svd`` command computes them: ``(U, S, Vt)`` with ``U``
+    ``(…, m, k)`` float32, ``S`` ``(…, k)`` float64 (non-increasing) and ``Vt`` ``(…, k, n)``
+    float32, so that ``U @ (S[..., None] * Vt)`` is the best rank-k approximation. Pixels are read
+    as float32; the factorisation runs in float64 (on the GPU: subspace iteration on the Gram
+    matrix until every triplet has converged; on the CPU: faer's thin SVD). NumPy arrays and
+    array-likes only for now."""
+    if _on_gpu(images):
+        raise NotImplementedError(
+            "svd of GPU arrays in place is not implemented yet: pass a NumPy array (tensor.cpu().numpy(), "
+            "cupy.asnumpy(array))"
+        )
+    a = _np.ascontiguousarray(images, dtype=_np.float32)
+    if a.ndim not in (2, 3):
+        raise ValueError(f"images must be 2-D (one image) or 3-D (a batch), got a {a.ndim}-D array")
+    if isinstance(k, bool) or not isinstance(k, (int, _np.integer)):
+        raise TypeError(f"k must be an int, not a {type(k).__name__}")
+    u, s, vt = _native._svd(a if a.ndim == 3 else a[None], int(k), device=device)
+    return (u, s, vt) if a.ndim == 3 else (u[0], s[0], vt[0])
+
+
+def reconstruct(U, S, Vt, ranks, *, device=None):
+    """``U[..., :r] @ (S[..., :r, None] * Vt[..., :r, :])`` for the rank ``ranks`` (an int) or
+    each rank of ``ranks`` (a sequence, then the result has a rank axis before the image's two),
+    with the factors of ``svd`` (one image or a batch), as the ``svd`` command reconstructs:
+    float32 operands and result (on the GPU its ``regtiled`` kernel, on the CPU in float64)."""
+    if _on_gpu(U, S, Vt):
+        raise NotImplementedError("reconstruct of GPU arrays in place is not implemented yet: pass NumPy arrays")
+    u, s, vt = (_np.ascontiguousarray(a, dtype=_np.float32) for a in (U, S, Vt))
+    if u.ndim not in (2, 3) or s.ndim != u.ndim - 1 or vt.ndim != u.ndim:
+        raise ValueError(f"U, S, Vt have {u.ndim}, {s.ndim}, {vt.ndim} dimensions: expected svd's (3, 2, 3) or (2, 1, 2)")
+    single_rank = isinstance(ranks, (int, _np.integer)) and not isinstance(ranks, bool)
+    rank_list = [int(ranks)] if single_rank else [int(r) for r in ranks]
+    if not rank_list:
+        raise ValueError("no ranks to reconstruct")
+    batch = u.ndim == 3
+    out = _native._reconstruct(*(a if batch else a[None] for a in (u, s, vt)), rank_list, device=device)
+    out = out if batch else out[0]
+    return out[..., 0, :, :] if single_rank else out
 
 
 def _on_gpu(*arrays):

@@ -16,6 +16,7 @@ use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 
 mod arrays;
+mod svd;
 use arrays::{Dtype, ForeignArray, Memory, Pending};
 
 pyo3::create_exception!(
@@ -362,5 +363,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lombscargle, m)?)?;
     m.add_function(wrap_pyfunction!(_convolve_into, m)?)?;
     m.add_function(wrap_pyfunction!(_lombscargle_into, m)?)?;
+    m.add_function(wrap_pyfunction!(svd::_svd, m)?)?;
+    m.add_function(wrap_pyfunction!(svd::_reconstruct, m)?)?;
     Ok(())
 }

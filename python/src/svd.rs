@@ -1,0 +1,127 @@
+//! `svd` and `reconstruct`: the `svd` command's exact truncated SVD of a batch of images and its
+//! rank-k reconstructions, on NumPy arrays.
+
+use crate::{OnThisThread, Target, target, to_py};
+use kernel_suite::svd::{self, RankK, Variant};
+use kernel_suite::svd_factor::{self, Triplets};
+use ndarray::{Array2, Array3, Array4, ArrayView2, Axis, s};
+use numpy::{IntoPyArray, PyArray2, PyArray3, PyArray4, PyReadonlyArray2, PyReadonlyArray3};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use rayon::prelude::*;
+
+/// The factors `svd` returns: `U` (`images × m × k`, float32), `S` (`images × k`, float64,
+/// non-increasing), `Vᵀ` (`images × k × n`, float32).
+type PyFactors<'py> = (Bound<'py, PyArray3<f32>>, Bound<'py, PyArray2<f64>>, Bound<'py, PyArray3<f32>>);
+
+/// The leading `k` singular triplets of every image of `images` (`images × m × n`, float32): on
+/// the GPU or in the simulator by the `svd` command's engine (`svd_factor`: subspace iteration on
+/// the f64 Gram matrix, every triplet converged to the engine's tolerance), on the CPU by faer's
+/// f64 thin SVD.
+#[pyfunction]
+#[pyo3(signature = (images, k, *, device = None))]
+pub fn _svd<'py>(
+    py: Python<'py>,
+    images: PyReadonlyArray3<'py, f32>,
+    k: usize,
+    device: Option<&str>,
+) -> PyResult<PyFactors<'py>> {
+    let target = target(py, device)?;
+    let images = images.as_array();
+    let (count, m, n) = images.dim();
+    if count == 0 || m == 0 || n == 0 {
+        return Err(PyValueError::new_err(format!("cannot factor {count} images of {m} × {n}")));
+    }
+    if k == 0 || k > m.min(n) {
+        return Err(PyValueError::new_err(format!(
+            "k = {k} is outside 1..={} (min(rows, cols) of the images)",
+            m.min(n)
+        )));
+    }
+    let work = OnThisThread((&target, images));
+    let triplets = py
+        .detach(move || {
+            let (target, images) = work.get();
+            let views: Vec<ArrayView2<f32>> = images.outer_iter().collect();
+            match target {
+                Target::Gpu(d) | Target::Simulator(d) => svd_factor::truncated_svd(d, &views, k),
+                Target::Cpu => views.par_iter().map(|image| cpu_triplets(*image, k)).collect(),
+            }
+        })
+        .map_err(to_py)?;
+    let mut u = Array3::<f32>::zeros((count, m, k));
+    let mut sv = Array2::<f64>::zeros((count, k));
+    let mut vt = Array3::<f32>::zeros((count, k, n));
+    for (i, t) in triplets.iter().enumerate() {
+        u.index_axis_mut(Axis(0), i).assign(&t.u);
+        sv.row_mut(i).assign(&ndarray::ArrayView1::from(&t.s[..k]));
+        vt.index_axis_mut(Axis(0), i).assign(&t.vt);
+    }
+    Ok((u.into_pyarray(py), sv.into_pyarray(py), vt.into_pyarray(py)))
+}
+
+/// The leading `k` triplets of faer's thin SVD.
+fn cpu_triplets(image: ArrayView2<f32>, k: usize) -> kernel_suite::Result<Triplets> {
+    let f = svd::thin_svd(image)?;
+    Ok(Triplets {
+        u: f.u.slice(s![.., ..k]).mapv(|v| v as f32),
+        s: f.s[..k].to_vec(),
+        vt: f.vt.slice(s![..k, ..]).mapv(|v| v as f32),
+        frobenius_norm: f.s.iter().map(|v| v * v).sum::<f64>().sqrt(),
+    })
+}
+
+/// `U[:, :r]·diag(S[:r])·Vᵀ[:r, :]` of every image for every rank `r` of `ranks`:
+/// `images × ranks × m × n`, float32. On the GPU or in the simulator by the `svd` command's
+/// reconstruction kernel (`regtiled`, f32 with f32 accumulation), on the CPU in f64.
+#[pyfunction]
+#[pyo3(signature = (u, s, vt, ranks, *, device = None))]
+pub fn _reconstruct<'py>(
+    py: Python<'py>,
+    u: PyReadonlyArray3<'py, f32>,
+    s: PyReadonlyArray2<'py, f32>,
+    vt: PyReadonlyArray3<'py, f32>,
+    ranks: Vec<usize>,
+    device: Option<&str>,
+) -> PyResult<Bound<'py, PyArray4<f32>>> {
+    let target = target(py, device)?;
+    let (u, s, vt) = (u.as_array(), s.as_array(), vt.as_array());
+    let (count, m, k) = u.dim();
+    let n = vt.dim().2;
+    if s.dim() != (count, k) || vt.dim().0 != count || vt.dim().1 != k {
+        return Err(PyValueError::new_err(format!(
+            "U is {:?}, S {:?}, Vt {:?}: expected (images, m, k), (images, k), (images, k, n)",
+            u.dim(),
+            s.dim(),
+            vt.dim()
+        )));
+    }
+    if let Some(&r) = ranks.iter().find(|&&r| r == 0 || r > k) {
+        return Err(PyValueError::new_err(format!("rank {r} is outside 1..={k} (the factors' k)")));
+    }
+    let work = OnThisThread((&target, u, s, vt, &ranks));
+    let out = py
+        .detach(move || -> kernel_suite::Result<Array4<f32>> {
+            let (target, u, s, vt, ranks) = work.get();
+            let mut out = Array4::<f32>::zeros((count, ranks.len(), m, n));
+            for i in 0..count {
+                for (j, &r) in ranks.iter().enumerate() {
+                    let op = RankK {
+                        u: u.slice(s![i, .., ..r]).to_owned(),
+                        s: s.slice(s![i, ..r]).to_vec(),
+                        vt: vt.slice(s![i, ..r, ..]).to_owned(),
+                    };
+                    let image = match target {
+                        Target::Gpu(d) | Target::Simulator(d) => {
+                            svd::reconstruct(d, &op, Variant::Regtiled, 16)?.0
+                        }
+                        Target::Cpu => svd::reconstruct_reference_f32(&op).mapv(|v| v as f32),
+                    };
+                    out.slice_mut(s![i, j, .., ..]).assign(&image);
+                }
+            }
+            Ok(out)
+        })
+        .map_err(to_py)?;
+    Ok(out.into_pyarray(py))
+}
