@@ -51,7 +51,7 @@ fn main() -> anyhow::Result<()> {
         let raw = device.upload(&host)?;
         let mut a = device.alloc::<f64>(host.len())?;
         // SAFETY: both buffers live until `factor` has downloaded its results.
-        unsafe { launch_f32_to_f64(&device, device.queue(), &raw, &mut a)? };
+        unsafe { launch_f32_to_f64(&device, device.queue(), raw.view(..)?, a.view_mut(..)?)? };
         let mut times = Vec::new();
         let mut last = None;
         for _ in 0..if profile { 2 } else { 6 } {

@@ -146,33 +146,53 @@ raw = lambda: LOMBSCARGLE(((1 << 20) // 128,), (128,), (c_x, c_y, c_f, c_p, np.i
 row(case, "CuPy RawKernel (one thread per frequency)", timed(raw, cupy_event, cupy.cuda.Device().synchronize),
     relative(c_p, reference))
 
-# SVD from NumPy (what both take today): factors of rank k, end to end (upload, factor, download),
-# wall time with the GPU idle before each call, median of 5 after 1 warm-up; against
-# torch.linalg.svd (cuSOLVER, all singular triplets, then truncated) of the same NumPy batch.
-svd_rows = []
+# SVD of rank k, end to end: from NumPy (upload, factor, download) and on torch tensors (in place,
+# factors allocated by torch); wall time with the GPU idle before each call, median of 5 after a
+# warm-up; against torch.linalg.svd (cuSOLVER, all triplets, then truncated) of the same data.
+# Then the reconstructions at several ranks from those factors, CUDA events, median of 20.
+svd_rows, recon_rows = [], []
 for count, side, k in [(1, 512, 50), (16, 512, 50), (64, 256, 20)]:
     images = np.random.default_rng(4).uniform(0, 1, (count, side, side)).astype(np.float32)
+    t_images = torch.from_numpy(images).cuda()
 
-    def ours():
-        return ks.svd(images, k, device="gpu")
-
-    def peer():
+    def peer_numpy():
         u, s, vt = torch.linalg.svd(torch.from_numpy(images).cuda(), full_matrices=False)
         return u[..., :k].cpu().numpy(), s[..., :k].double().cpu().numpy(), vt[..., :k, :].cpu().numpy()
 
-    times = {}
-    for name, call in (("kernel_suite.svd", ours), ("torch.linalg.svd", peer)):
+    def peer_torch():
+        u, s, vt = torch.linalg.svd(t_images, full_matrices=False)
+        return u[..., :k], s[..., :k].double(), vt[..., :k, :]
+
+    calls = [
+        ("from NumPy", "kernel_suite.svd", lambda: ks.svd(images, k, device="gpu")),
+        ("from NumPy", "torch.linalg.svd", peer_numpy),
+        ("torch tensors", "kernel_suite.svd", lambda: ks.svd(t_images, k)),
+        ("torch tensors", "torch.linalg.svd", peer_torch),
+    ]
+    exact = np.linalg.svd(images[0].astype(np.float64), compute_uv=False)[:k]
+    for where, name, call in calls:
         call()
         torch.cuda.synchronize()
         samples = []
         for _ in range(5):
             t = time.perf_counter()
-            result = call()
+            u, sv, vt = call()
+            torch.cuda.synchronize()
             samples.append((time.perf_counter() - t) * 1e3)
-        times[name] = (statistics.median(samples), result)
-    exact = np.linalg.svd(images[0].astype(np.float64), compute_uv=False)[:k]
-    for name, (ms, (u, sv, vt)) in times.items():
-        svd_rows.append((f"{count} × {side}², k = {k}", name, ms, float(np.abs(sv[0] - exact).max() / exact[0])))
+        deviation = float(np.abs(host(sv)[0] - exact).max() / exact[0])
+        svd_rows.append((f"{count} × {side}², k = {k}", where, name, statistics.median(samples), deviation))
+    u, sv, vt = ks.svd(t_images, k)
+    ranks = [r for r in (1, 5, 10, 20, 50) if r <= k]
+    sv32 = sv.float()
+    ours = lambda: ks.reconstruct(u, sv32, vt, ranks)
+    theirs = lambda: torch.stack([u[..., :r] @ (sv32[..., :r, None] * vt[..., :r, :]) for r in ranks], 1)
+    want = theirs().double()
+    for name, call in (("kernel_suite.reconstruct", ours), ("torch matmul per rank (FP32)", theirs)):
+        per_call, loop, _ = timed(call, torch_event, torch.cuda.synchronize)
+        deviation = float(((call().double() - want).abs().max() / want.abs().max()).item())
+        recon_rows.append((f"{count} × {side}², ranks {ranks}", name, per_call, loop, deviation))
+    del t_images, u, sv, vt, sv32, want
+    torch.cuda.empty_cache()
 
 # The binding's host cost per call, on problems too small for the GPU to matter: 2000 calls back to
 # back, wall time per call (the launches queue; the GPU keeps up).
@@ -204,9 +224,14 @@ print("| case | call | per call ms | in a loop ms/call | host µs/call | max rel
 print("|---|---|---|---|---|---|")
 for case, who, per_call, loop, host, check in rows:
     print(f"| {case} | {who} | {per_call:.4f} | {loop:.4f} | {host:.1f} | {check:.1e} |")
-print("\n| SVD from NumPy | call | ms end to end | max σ deviation / σ₁ (image 0, vs LAPACK f64) |\n|---|---|---|---|")
-for case, name, ms, dev in svd_rows:
-    print(f"| {case} | {name} | {ms:.2f} | {dev:.1e} |")
+print("\n| SVD | arrays | call | ms end to end | max σ deviation / σ₁ (image 0, vs LAPACK f64) |")
+print("|---|---|---|---|---|")
+for case, where, name, ms, dev in svd_rows:
+    print(f"| {case} | {where} | {name} | {ms:.2f} | {dev:.1e} |")
+print("\n| reconstruction (torch tensors) | call | per call ms | in a loop ms/call | max rel. deviation |")
+print("|---|---|---|---|---|")
+for case, name, per_call, loop, dev in recon_rows:
+    print(f"| {case} | {name} | {per_call:.4f} | {loop:.4f} | {dev:.1e} |")
 print("\n| host cost of one call (2000 back to back, small problem) | µs/call |\n|---|---|")
 for name, us in overhead:
     print(f"| {name} | {us:.1f} |")

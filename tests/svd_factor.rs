@@ -304,7 +304,7 @@ fn conversions_and_squared_sums_match_the_host_and_check_their_buffers() {
         let q = device.queue();
         // SAFETY: every buffer lives until the downloads below have waited for the queue.
         let (with_x, without_x) = unsafe {
-            launch_f32_to_f64(&device, q, &raw, &mut a).unwrap();
+            launch_f32_to_f64(&device, q, raw.view(..).unwrap(), a.view_mut(..).unwrap()).unwrap();
             let with_x = queue_squared_sums(&device, q, &a, Some(&dx), count, images).unwrap();
             (with_x, queue_squared_sums(&device, q, &a, None, count, images).unwrap())
         };
@@ -335,7 +335,8 @@ fn conversions_and_squared_sums_match_the_host_and_check_their_buffers() {
                 err.to_string(),
                 "invalid input: squared sums: 12296 values to compare for 3 images of 4099"
             );
-            let err = launch_f32_to_f64(&device, q, &short, &mut a).expect_err("lengths differ");
+            let err = launch_f32_to_f64(&device, q, short.view(..).unwrap(), a.view_mut(..).unwrap())
+                .expect_err("lengths differ");
             assert_eq!(err.to_string(), "invalid input: `f32_to_f64`: 12296 values in, room for 12297 out");
         }
     }

@@ -621,6 +621,31 @@ impl Device {
         Ok(())
     }
 
+    /// Queues a copy of `src` into `dst` (same length) on `queue`, device to device (`cuMemcpyAsync`;
+    /// in the simulator, done when it returns): results into another library's array.
+    pub fn copy_view<T: Element>(
+        &self,
+        queue: &Queue,
+        src: BufferView<'_, T>,
+        dst: BufferViewMut<'_, T>,
+    ) -> Result<()> {
+        ensure_same_len(src.len, dst.len)?;
+        let bytes = src.len * std::mem::size_of::<T>();
+        match (&self.inner, &queue.stream) {
+            // SAFETY: both views are valid for `len` elements of this device (their constructors'
+            // contracts), and a view of a buffer never overlaps a mutable view of the same buffer.
+            (Inner::Gpu(_), Some(stream)) => raw("cuMemcpyAsync", unsafe {
+                cust::sys::cuMemcpyAsync(dst.ptr as u64, src.ptr as u64, bytes, stream.as_inner())
+            }),
+            (Inner::Simulator, None) => {
+                // SAFETY: as above, host memory in the simulator.
+                unsafe { std::ptr::copy_nonoverlapping(src.ptr, dst.ptr, src.len) };
+                Ok(())
+            }
+            _ => Err(mixed_devices()),
+        }
+    }
+
     /// Waits for the work queued so far, then copies `buffer` into `out` (same length); staged as
     /// in [`Device::upload_into`].
     pub fn download_into<T: Element>(&self, buffer: &Buffer<T>, out: &mut [T]) -> Result<()> {
@@ -1174,6 +1199,20 @@ impl<T: Element> Buffer<T> {
     }
 }
 
+impl<'a, T: Element> From<&'a Buffer<T>> for BufferView<'a, T> {
+    /// The whole buffer as a view.
+    fn from(buffer: &'a Buffer<T>) -> Self {
+        BufferView { ptr: buffer.as_kernel_ptr(), len: buffer.len(), buffer: PhantomData }
+    }
+}
+
+impl<'a, T: Element> From<&'a mut Buffer<T>> for BufferViewMut<'a, T> {
+    /// The whole buffer as a writable view.
+    fn from(buffer: &'a mut Buffer<T>) -> Self {
+        BufferViewMut { ptr: buffer.as_kernel_mut_ptr(), len: buffer.len(), buffer: PhantomData }
+    }
+}
+
 /// `range` of a buffer of `len` elements as a half-open range, or why it is not one.
 fn view_range(range: impl RangeBounds<usize>, len: usize) -> Result<std::ops::Range<usize>> {
     let start = match range.start_bound() {
@@ -1266,6 +1305,12 @@ impl<'a, T: Element> BufferViewMut<'a, T> {
     /// Whether the view has no elements.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Elements `range` of this view, writable, for as long as this view is borrowed.
+    pub fn view_mut(&mut self, range: impl RangeBounds<usize>) -> Result<BufferViewMut<'_, T>> {
+        let range = view_range(range, self.len)?;
+        Ok(BufferViewMut { ptr: self.ptr.wrapping_add(range.start), len: range.len(), buffer: PhantomData })
     }
 
     /// Elements `range` of this view, still writable.
@@ -1785,6 +1830,13 @@ fn in_range(offset: usize, len: usize, capacity: usize) -> Result<()> {
 }
 
 /// The device address of element `offset` of a GPU allocation.
+fn ensure_same_len(src: usize, dst: usize) -> Result<()> {
+    if src != dst {
+        return Err(Error::InvalidInput(format!("a copy of {src} elements into room for {dst}")));
+    }
+    Ok(())
+}
+
 fn device_address<T: Element>(buffer: &DeviceBuffer<T>, offset: usize) -> u64 {
     buffer.as_device_ptr().as_raw() + (offset * std::mem::size_of::<T>()) as u64
 }

@@ -7,7 +7,7 @@
 
 use crate::error::{Result, ensure};
 use crate::profile::Work;
-use crate::{Buffer, Device, Dim3, LaunchConfig};
+use crate::{Buffer, BufferView, BufferViewMut, Device, Dim3, LaunchConfig};
 use kernels::svd as k;
 use ndarray::{Array2, ArrayView2, s};
 use std::f64::consts::PI;
@@ -314,6 +314,25 @@ fn check_operands(op: &RankK, variant: Variant, block: u32) -> Result<(usize, us
 /// The device buffers of a reconstruction: `U`, `s` and `Vᵀ` in, the output.
 pub type ReconstructBuffers<'a> = (&'a Buffer<f32>, &'a Buffer<f32>, &'a Buffer<f32>, &'a mut Buffer<f32>);
 
+/// The operands and the output of a reconstruction as views: parts of buffers, or another
+/// library's arrays ([`BufferView::from_raw_parts`]).
+pub struct ReconstructViews<'a> {
+    /// `U`.
+    pub u: BufferView<'a, f32>,
+    /// `s`.
+    pub s: BufferView<'a, f32>,
+    /// `Vᵀ`.
+    pub vt: BufferView<'a, f32>,
+    /// The output.
+    pub out: BufferViewMut<'a, f32>,
+}
+
+impl<'a> From<ReconstructBuffers<'a>> for ReconstructViews<'a> {
+    fn from((u, s, vt, out): ReconstructBuffers<'a>) -> Self {
+        ReconstructViews { u: u.into(), s: s.into(), vt: vt.into(), out: out.into() }
+    }
+}
+
 /// Queues the reconstruction of rank `kk` on device buffers (`m × k`, `k`, `k × n` in, `m × n`
 /// out) on `queue`.
 ///
@@ -327,6 +346,7 @@ pub unsafe fn launch_reconstruct(
     bufs: ReconstructBuffers,
     (m, n, kk): (usize, usize, usize),
 ) -> Result<()> {
+    let bufs = ReconstructViews::from(bufs);
     let single = BatchShape { images: 1, ldu: kk, strides: k::Batch::default() };
     // SAFETY: forwarded from the caller.
     unsafe { launch_reconstruct_batch(device, queue, variant, block, bufs, (m, n, kk), single) }
@@ -346,7 +366,7 @@ pub struct BatchShape {
 impl BatchShape {
     /// Checks that `bufs` hold every image of a rank-`kk` reconstruction of `m × n` images
     /// (the kernels do not check their accesses on the GPU).
-    fn check_buffers(&self, bufs: &ReconstructBuffers, (m, n, kk): (usize, usize, usize)) -> Result<()> {
+    fn check_buffers(&self, bufs: &ReconstructViews, (m, n, kk): (usize, usize, usize)) -> Result<()> {
         ensure(self.images >= 1 && m >= 1 && n >= 1 && kk >= 1, || {
             format!("empty reconstruction: {} images of {m} × {n}, k = {kk}", self.images)
         })?;
@@ -354,10 +374,10 @@ impl BatchShape {
         let last = self.images - 1;
         let strides = self.strides;
         let needs = [
-            ("U", bufs.0.len(), last * strides.u as usize + (m - 1) * self.ldu + kk),
-            ("s", bufs.1.len(), last * strides.s as usize + kk),
-            ("Vᵀ", bufs.2.len(), last * strides.vt as usize + kk * n),
-            ("the output", bufs.3.len(), last * strides.out as usize + m * n),
+            ("U", bufs.u.len(), last * strides.u as usize + (m - 1) * self.ldu + kk),
+            ("s", bufs.s.len(), last * strides.s as usize + kk),
+            ("Vᵀ", bufs.vt.len(), last * strides.vt as usize + kk * n),
+            ("the output", bufs.out.len(), last * strides.out as usize + m * n),
         ];
         for (what, len, need) in needs {
             ensure(len >= need, || {
@@ -375,21 +395,22 @@ impl BatchShape {
 /// Queues the reconstruction of rank `kk` for every image of a batch in one launch: image `z`
 /// has `U` (`m × ldu`, first `kk` columns used), `s` (first `kk` values), `Vᵀ` (first `kk` rows of
 /// `n`) and the `m × n` output at the buffers' starts plus `z` times `shape.strides`. The buffers
-/// are checked to hold every image.
+/// are checked to hold every image. `bufs`: [`ReconstructBuffers`] or [`ReconstructViews`].
 ///
 /// # Safety
 /// The buffers must stay alive, and the output unread, until `queue` has run the kernels.
-pub unsafe fn launch_reconstruct_batch(
+pub unsafe fn launch_reconstruct_batch<'a>(
     device: &Device,
     queue: &crate::Queue,
     variant: Variant,
     block: u32,
-    bufs: ReconstructBuffers,
+    bufs: impl Into<ReconstructViews<'a>>,
     (m, n, kk): (usize, usize, usize),
     shape: BatchShape,
 ) -> Result<()> {
+    let bufs = bufs.into();
     shape.check_buffers(&bufs, (m, n, kk))?;
-    let (u, sv, vt, out) = bufs;
+    let ReconstructViews { u, s: sv, vt, out } = bufs;
     let images = shape.images as f64;
     let work = Work {
         bytes: images * 4.0 * (m * kk + kk + kk * n + m * n) as f64,
@@ -405,7 +426,16 @@ pub unsafe fn launch_reconstruct_batch(
         Variant::Tf32x3 => &k::SVD_RECONSTRUCT_TF32X3,
         // SAFETY: forwarded from the caller.
         Variant::Tf32Wgmma | Variant::Tf32x3Wgmma => {
-            return unsafe { launch_wgmma(device, queue, variant, (u, sv, vt, out), (m, n, kk), shape) };
+            return unsafe {
+                launch_wgmma(
+                    device,
+                    queue,
+                    variant,
+                    ReconstructViews { u, s: sv, vt, out },
+                    (m, n, kk),
+                    shape,
+                )
+            };
         }
     };
     let args = (u, sv, vt, out, m as u32, n as u32, kk as u32, shape.ldu as u32, shape.strides);
@@ -426,7 +456,7 @@ unsafe fn launch_wgmma(
     device: &Device,
     queue: &crate::Queue,
     variant: Variant,
-    (u, sv, vt, out): ReconstructBuffers,
+    ReconstructViews { u, s: sv, vt, out }: ReconstructViews,
     (m, n, kk): (usize, usize, usize),
     shape: BatchShape,
 ) -> Result<()> {

@@ -284,7 +284,7 @@ fn upload_batch(device: &Device, batch: &[JobImage], staging: &mut Staging) -> R
                 }
             }
             // SAFETY: both buffers live until the queue is synchronised below.
-            unsafe { launch_f32_to_f64(device, q, &raw, &mut a)? };
+            unsafe { launch_f32_to_f64(device, q, raw.view(..)?, a.view_mut(..)?)? };
             device.sync_queue(q)?;
         }
     }

@@ -957,6 +957,37 @@ pub fn factor_with(
     })
 }
 
+/// Factors the `images` row-major `m × n` f32 images of `pixels` (`images·m·n` values already on
+/// the device: a buffer, or another library's array), read after the work queued on `queue`: the
+/// leading `k` triplets of each, as [`factor`] (whose queue, the device's, waits for `queue`). A
+/// non-finite pixel is an error naming its image.
+pub fn factor_pixels(
+    device: &Device,
+    queue: &Queue,
+    pixels: BufferView<'_, f32>,
+    (m, n): (usize, usize),
+    images: usize,
+    k: usize,
+) -> Result<DeviceFactors> {
+    ensure(pixels.len() == images * m * n, || {
+        format!("{} values for {images} images of {m} × {n}", pixels.len())
+    })?;
+    ensure(m > 0 && n > 0 && images > 0, || format!("cannot factor {images} images of {m} × {n}"))?;
+    let mut a = device.alloc::<f64>(pixels.len())?;
+    // SAFETY: `a` lives until `factor` has waited for its work; `pixels` is the caller's.
+    unsafe { launch_f32_to_f64(device, queue, pixels, a.view_mut(..)?)? };
+    device.queue_wait(device.queue(), device.mark_on(queue)?)?;
+    // SAFETY: `a` outlives the wait in `finish_squared_sums`.
+    let (partial, blocks) = unsafe { queue_squared_sums(device, device.queue(), &a, None, m * n, images)? };
+    let sums = finish_squared_sums(device, &partial, blocks)?;
+    if let Some(i) = sums.iter().position(|s| !s.is_finite()) {
+        return Err(Error::InvalidInput(format!(
+            "image {i} holds a non-finite pixel: the images must be finite"
+        )));
+    }
+    factor(device, &a, (m, n), images, k)
+}
+
 /// The leading `k` singular triplets of each image (all of one shape) on `device`: uploads the
 /// images, factors them in one batch and downloads the triplets.
 pub fn truncated_svd(device: &Device, images: &[ArrayView2<f32>], k: usize) -> Result<Vec<Triplets>> {
@@ -990,7 +1021,7 @@ pub fn truncated_svd_with(
     let raw = device.upload(&host)?;
     let mut a = device.alloc::<f64>(host.len())?;
     // SAFETY: both buffers live until `factor_with` has downloaded its results.
-    unsafe { launch_f32_to_f64(device, device.queue(), &raw, &mut a)? };
+    unsafe { launch_f32_to_f64(device, device.queue(), raw.view(..)?, a.view_mut(..)?)? };
     let f = factor_with(device, &a, (m, n), images.len(), k, solver)?;
     let (u, vt) = (device.download(&f.u)?, device.download(&f.vt)?);
     Ok((0..images.len())
@@ -1003,15 +1034,16 @@ pub fn truncated_svd_with(
         .collect())
 }
 
-/// Widens the f32 values of `src` to f64 in `dst` (of the same length) on `queue`.
+/// Widens the f32 values of `src` to f64 in `dst` (of the same length) on `queue`: images of a
+/// buffer, or of another library's array ([`BufferView::from_raw_parts`]).
 ///
 /// # Safety
-/// Both buffers must live until the queue reaches the launch (as for [`Device::launch_on`]).
+/// Both views' memory must live until the queue reaches the launch (as for [`Device::launch_on`]).
 pub unsafe fn launch_f32_to_f64(
     device: &Device,
     queue: &Queue,
-    src: &Buffer<f32>,
-    dst: &mut Buffer<f64>,
+    src: BufferView<'_, f32>,
+    dst: BufferViewMut<'_, f64>,
 ) -> Result<()> {
     // SAFETY: forwarded from the caller.
     unsafe { launch_conversion(device, queue, &kf::F32_TO_F64, src, dst) }
@@ -1028,7 +1060,7 @@ pub unsafe fn launch_gray8_to_f64(
     dst: &mut Buffer<f64>,
 ) -> Result<()> {
     // SAFETY: forwarded from the caller.
-    unsafe { launch_conversion(device, queue, &kf::GRAY8_TO_F64, src, dst) }
+    unsafe { launch_conversion(device, queue, &kf::GRAY8_TO_F64, src.view(..)?, dst.view_mut(..)?) }
 }
 
 /// One element-wise conversion kernel over two buffers of the same length, grid-stride.
@@ -1039,8 +1071,8 @@ unsafe fn launch_conversion<S: Element>(
     device: &Device,
     queue: &Queue,
     kernel: &KernelFn<(Slice<S>, SliceMut<f64>)>,
-    src: &Buffer<S>,
-    dst: &mut Buffer<f64>,
+    src: BufferView<'_, S>,
+    dst: BufferViewMut<'_, f64>,
 ) -> Result<()> {
     ensure(src.len() == dst.len(), || {
         format!("`{}`: {} values in, room for {} out", kernel.name(), src.len(), dst.len())

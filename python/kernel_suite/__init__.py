@@ -3,7 +3,8 @@
 ``convolve(image, weights, mode="constant", cval=0.0)`` is ``scipy.ndimage.convolve`` for 2-D
 arrays, ``lombscargle(x, y, freqs, precenter=False, normalize=False)`` is
 ``scipy.signal.lombscargle``, and ``svd(images, k)`` / ``reconstruct(U, S, Vt, ranks)`` are the
-``svd`` command's exact truncated SVD of a batch of images and its rank-k reconstructions.
+``svd`` command's exact truncated SVD of a batch of images and its rank-k reconstructions;
+``spiral(...)`` paints the ``spiral`` command's image.
 
 GPU arrays (anything with ``__dlpack__`` or ``__cuda_array_interface__`` in CUDA memory) are used
 in place: the kernel is queued on the caller's current stream (PyTorch's or CuPy's current stream,
@@ -23,7 +24,7 @@ import numpy as _np
 from . import _native
 from ._native import CudaError
 
-__all__ = ["CudaError", "convolve", "lombscargle", "reconstruct", "svd"]
+__all__ = ["CudaError", "convolve", "lombscargle", "reconstruct", "spiral", "svd"]
 
 _KDL_CUDA = 2
 
@@ -33,7 +34,7 @@ def convolve(image, weights, *, mode="constant", cval=0.0, out=None, stream=None
     float64 arrays: the result has the input's dtype; float64 is computed in float64 end to end.
     Only ``mode="constant"`` with ``cval=0.0`` is implemented (others raise
     ``NotImplementedError``)."""
-    if not _on_gpu(image, weights, out) and not _in_place_on_host(device, image, weights, out):
+    if not _on_gpu(image, weights, out) and not _in_place_on_host(device, image, weights, out=out):
         _no_gpu_options(out, stream)
         return _via_numpy(lambda i, w: _native.convolve(i, w, mode=mode, cval=cval, device=device), image, weights)
     if mode != "constant":
@@ -52,7 +53,7 @@ def lombscargle(x, y, freqs, *, precenter=False, normalize=False, out=None, stre
     ``floating_mean=False``), in float64. NumPy inputs (and array-likes) are converted to float64
     as SciPy does; GPU arrays must be float64 and C-contiguous, and ``precenter``/``normalize`` are
     done with the input's library on the caller's stream (PyTorch or CuPy)."""
-    if not _on_gpu(x, y, freqs, out) and not _in_place_on_host(device, x, y, freqs, out):
+    if not _on_gpu(x, y, freqs, out) and not _in_place_on_host(device, x, y, freqs, out=out):
         _no_gpu_options(out, stream)
         as_f64 = lambda a, name: _checked_1d(_np.ascontiguousarray(a, dtype=_np.float64), name)
         return _native.lombscargle(
@@ -81,18 +82,24 @@ def svd(images, k, *, device=None):
     ``(…, m, k)`` float32, ``S`` ``(…, k)`` float64 (non-increasing) and ``Vt`` ``(…, k, n)``
     float32, so that ``U @ (S[..., None] * Vt)`` is the best rank-k approximation. Pixels are read
     as float32; the factorisation runs in float64 (on the GPU: subspace iteration on the Gram
-    matrix until every triplet has converged; on the CPU: faer's thin SVD). NumPy arrays and
-    array-likes only for now."""
-    if _on_gpu(images):
-        raise NotImplementedError(
-            "svd of GPU arrays in place is not implemented yet: pass a NumPy array (tensor.cpu().numpy(), "
-            "cupy.asnumpy(array))"
-        )
+    matrix until every triplet has converged; on the CPU: faer's thin SVD). GPU arrays (float32,
+    C-contiguous) are read in place after the caller's stream's work, and the factors are allocated
+    by their library; the call returns when they are written."""
+    if isinstance(k, bool) or not isinstance(k, (int, _np.integer)):
+        raise TypeError(f"k must be an int, not a {type(k).__name__}")
+    if _on_gpu(images) or _in_place_on_host(device, images):
+        batch = images if images.ndim == 3 else images[None]
+        if batch.ndim != 3:
+            raise ValueError(f"images must be 2-D (one image) or 3-D (a batch), got a {images.ndim}-D array")
+        count, m, n = (int(side) for side in batch.shape)
+        u = _empty_like(batch, "float32", (count, m, int(k)))
+        s = _empty_like(batch, "float64", (count, int(k)))
+        vt = _empty_like(batch, "float32", (count, int(k), n))
+        _native._svd_into(batch, u, s, vt, k=int(k), stream=_caller_stream(None, batch), device=device)
+        return (u, s, vt) if images.ndim == 3 else (u[0], s[0], vt[0])
     a = _np.ascontiguousarray(images, dtype=_np.float32)
     if a.ndim not in (2, 3):
         raise ValueError(f"images must be 2-D (one image) or 3-D (a batch), got a {a.ndim}-D array")
-    if isinstance(k, bool) or not isinstance(k, (int, _np.integer)):
-        raise TypeError(f"k must be an int, not a {type(k).__name__}")
     u, s, vt = _native._svd(a if a.ndim == 3 else a[None], int(k), device=device)
     return (u, s, vt) if a.ndim == 3 else (u[0], s[0], vt[0])
 
@@ -101,20 +108,65 @@ def reconstruct(U, S, Vt, ranks, *, device=None):
     """``U[..., :r] @ (S[..., :r, None] * Vt[..., :r, :])`` for the rank ``ranks`` (an int) or
     each rank of ``ranks`` (a sequence, then the result has a rank axis before the image's two),
     with the factors of ``svd`` (one image or a batch), as the ``svd`` command reconstructs:
-    float32 operands and result (on the GPU its ``regtiled`` kernel, on the CPU in float64)."""
-    if _on_gpu(U, S, Vt):
-        raise NotImplementedError("reconstruct of GPU arrays in place is not implemented yet: pass NumPy arrays")
-    u, s, vt = (_np.ascontiguousarray(a, dtype=_np.float32) for a in (U, S, Vt))
-    if u.ndim not in (2, 3) or s.ndim != u.ndim - 1 or vt.ndim != u.ndim:
-        raise ValueError(f"U, S, Vt have {u.ndim}, {s.ndim}, {vt.ndim} dimensions: expected svd's (3, 2, 3) or (2, 1, 2)")
+    float32 operands and result (on the GPU its ``regtiled`` kernel, on the CPU in float64). GPU
+    arrays are read in place (``S`` converted to float32 by its library) and the result, allocated
+    by their library, is queued on the caller's stream without waiting."""
     single_rank = isinstance(ranks, (int, _np.integer)) and not isinstance(ranks, bool)
     rank_list = [int(ranks)] if single_rank else [int(r) for r in ranks]
     if not rank_list:
         raise ValueError("no ranks to reconstruct")
+    if _on_gpu(U, S, Vt) or _in_place_on_host(device, U, S, Vt):
+        batch = U.ndim == 3
+        u, s, vt = (a if batch else a[None] for a in (U, S, Vt))
+        s = _as_float32(s)
+        count, m, _ = (int(side) for side in u.shape)
+        out = _empty_like(u, "float32", (count, len(rank_list), m, int(vt.shape[-1])))
+        _native._reconstruct_into(u, s, vt, out, ranks=rank_list, stream=_caller_stream(None, u, s, vt), device=device)
+        out = out if batch else out[0]
+        return out[..., 0, :, :] if single_rank else out
+    u, s, vt = (_np.ascontiguousarray(a, dtype=_np.float32) for a in (U, S, Vt))
+    if u.ndim not in (2, 3) or s.ndim != u.ndim - 1 or vt.ndim != u.ndim:
+        raise ValueError(f"U, S, Vt have {u.ndim}, {s.ndim}, {vt.ndim} dimensions: expected svd's (3, 2, 3) or (2, 1, 2)")
     batch = u.ndim == 3
     out = _native._reconstruct(*(a if batch else a[None] for a in (u, s, vt)), rank_list, device=device)
     out = out if batch else out[0]
     return out[..., 0, :, :] if single_rank else out
+
+
+_MULTIPLIERS = {"ln": 0, "sin": 1, "cos": 2, "tan": 3}
+
+
+def spiral(width=3840, height=2160, *, symmetry=None, curve=None, multiplier=None, max_radius=None,
+           center=None, precision=None, palette=None, seed=None, config=None, device=None):
+    """The ``spiral`` command's image: ``(height, width)`` uint8 gray, or ``(height, width, 3)`` RGB
+    with ``palette`` (colours ``"#rrggbb"`` from level 0 to 255). Give ``symmetry``, ``curve``,
+    ``multiplier`` (0-3 or ``"ln"``, ``"sin"``, ``"cos"``, ``"tan"``) and ``max_radius``; or
+    ``seed`` for the command's random draw (``spiral --new --seed``); or ``config``, a dict of the
+    command's JSON file. Parameters given override the draw or the dict. ``center`` is ``(x, y)`` in
+    pixels (default: the middle); ``precision`` is the kernels' ``"f32"`` or ``"f64"`` (default)."""
+    import json
+
+    if config is not None:
+        config = dict(config)
+    elif seed is not None:
+        config = json.loads(_native._random_spiral_config(int(seed), int(width), int(height)))
+    else:
+        missing = [name for name, value in (("symmetry", symmetry), ("curve", curve), ("multiplier", multiplier),
+                                            ("max_radius", max_radius)) if value is None]
+        if missing:
+            raise TypeError(f"spiral() needs seed=, config= or the parameters (missing: {', '.join(missing)})")
+        config = {"width": width, "height": height, "center": [width // 2, height // 2]}
+    if isinstance(multiplier, str):
+        if multiplier not in _MULTIPLIERS:
+            raise ValueError(f"multiplier {multiplier!r}: use one of {', '.join(_MULTIPLIERS)} or 0-3")
+        multiplier = _MULTIPLIERS[multiplier]
+    given = {"symmetry": symmetry, "curve": curve, "multiplier": multiplier, "max_radius": max_radius,
+             "center": None if center is None else list(center), "palette": palette, "precision": precision}
+    config.update({key: value for key, value in given.items() if value is not None})
+    for key in ("curve", "max_radius", "center"):
+        if not _np.all(_np.isfinite(_np.asarray(config.get(key, 0.0), dtype=float))):
+            raise ValueError(f"{key} {config[key]} is not finite")
+    return _native._spiral(json.dumps(config), device=device)
 
 
 def _on_gpu(*arrays):
@@ -130,13 +182,12 @@ def _on_gpu(*arrays):
     return False
 
 
-def _in_place_on_host(device, *arrays):
-    """Whether host arrays go to the simulator in place: with ``device="sim"``, when one of them is
-    not a NumPy array (a PyTorch CPU tensor, a DLPack producer) or ``out=`` is given."""
+def _in_place_on_host(device, *arrays, out=None):
+    """Whether host arrays go to the simulator in place: with ``device="sim"``, when ``out=`` is
+    given or an input is not a NumPy array (a PyTorch CPU tensor, a DLPack producer)."""
     if device != "sim":
         return False
-    given = [a for a in arrays if a is not None]
-    return arrays[-1] is not None or any(not isinstance(a, _np.ndarray) and hasattr(a, "__dlpack__") for a in given)
+    return out is not None or any(not isinstance(a, _np.ndarray) and hasattr(a, "__dlpack__") for a in arrays)
 
 
 def _no_gpu_options(out, stream):
@@ -165,20 +216,29 @@ def _via_numpy(call, *arrays):
     return result
 
 
+def _as_float32(a):
+    """``a`` as float32 by its own library (PyTorch, CuPy), or ``a`` if it already is."""
+    if "float32" in str(a.dtype):
+        return a
+    if _library(a) == "torch":
+        return a.float()
+    return a.astype("float32")
+
+
 def _library(a):
     return type(a).__module__.split(".")[0]
 
 
-def _empty_like(a, dtype=None):
-    """An uninitialised array of ``a``'s shape and ``dtype`` (a NumPy dtype name; ``a``'s if
-    None) on ``a``'s device, allocated by ``a``'s library so that its allocator owns it."""
+def _empty_like(a, dtype=None, shape=None):
+    """An uninitialised array of ``shape`` (``a``'s if None) and ``dtype`` (a NumPy dtype name;
+    ``a``'s if None) on ``a``'s device, allocated by ``a``'s library so that its allocator owns it."""
     library = _library(a)
     if library not in ("torch", "cupy", "numba", "numpy") and not isinstance(a, _np.ndarray):
         raise TypeError(
             f"cannot allocate the result for a {type(a).__module__}.{type(a).__name__}: "
             "pass out= (a writable C-contiguous array on the same device)"
         )
-    shape = tuple(int(s) for s in a.shape)
+    shape = shape or tuple(int(side) for side in a.shape)
     dtype = dtype or str(a.dtype).removeprefix("torch.")
     if library == "torch":
         import torch

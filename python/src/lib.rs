@@ -16,6 +16,7 @@ use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 
 mod arrays;
+mod spiral;
 mod svd;
 use arrays::{Dtype, ForeignArray, Memory, Pending};
 
@@ -365,5 +366,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_lombscargle_into, m)?)?;
     m.add_function(wrap_pyfunction!(svd::_svd, m)?)?;
     m.add_function(wrap_pyfunction!(svd::_reconstruct, m)?)?;
+    m.add_function(wrap_pyfunction!(svd::_svd_into, m)?)?;
+    m.add_function(wrap_pyfunction!(svd::_reconstruct_into, m)?)?;
+    m.add_function(wrap_pyfunction!(spiral::_spiral, m)?)?;
+    m.add_function(wrap_pyfunction!(spiral::_random_spiral_config, m)?)?;
     Ok(())
 }

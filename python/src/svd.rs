@@ -1,7 +1,8 @@
 //! `svd` and `reconstruct`: the `svd` command's exact truncated SVD of a batch of images and its
 //! rank-k reconstructions, on NumPy arrays.
 
-use crate::{OnThisThread, Target, target, to_py};
+use crate::arrays::Dtype;
+use crate::{OnThisThread, Target, check_output, import_all, target, to_py};
 use kernel_suite::svd::{self, RankK, Variant};
 use kernel_suite::svd_factor::{self, Triplets};
 use ndarray::{Array2, Array3, Array4, ArrayView2, Axis, s};
@@ -58,6 +59,145 @@ pub fn _svd<'py>(
         vt.index_axis_mut(Axis(0), i).assign(&t.vt);
     }
     Ok((u.into_pyarray(py), sv.into_pyarray(py), vt.into_pyarray(py)))
+}
+
+/// `_svd` on arrays of another library, in place: `images` (`count × m × n` float32) read, the
+/// factors written into `u` (`count × m × k` float32), `s` (`count × k` float64) and `vt`
+/// (`count × k × n` float32), after the work queued on the caller's `stream`. Returns when the
+/// factors are written (the engine waits for the GPU once per iteration anyway).
+#[pyfunction]
+#[pyo3(signature = (images, u, s, vt, *, k, stream, device = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn _svd_into(
+    py: Python<'_>,
+    images: &Bound<'_, PyAny>,
+    u: &Bound<'_, PyAny>,
+    s: &Bound<'_, PyAny>,
+    vt: &Bound<'_, PyAny>,
+    k: usize,
+    stream: usize,
+    device: Option<&str>,
+) -> PyResult<()> {
+    let (target, queue, arrays) =
+        import_all(vec![(images, "images"), (u, "U"), (s, "S"), (vt, "Vt")], stream, device)?;
+    let [images, u, s, vt] = &arrays[..] else { unreachable!("four arrays imported") };
+    images.expect(3, Some(Dtype::F32))?;
+    let (count, m, n) = (images.shape[0], images.shape[1], images.shape[2]);
+    if count == 0 || m == 0 || n == 0 || k == 0 || k > m.min(n) {
+        return Err(PyValueError::new_err(format!(
+            "{count} images of {m} × {n} with k = {k}: k must lie in 1..=min(rows, cols)"
+        )));
+    }
+    for (array, ndim, dtype, shape) in [
+        (u, 3, Dtype::F32, vec![count, m, k]),
+        (s, 2, Dtype::F64, vec![count, k]),
+        (vt, 3, Dtype::F32, vec![count, k, n]),
+    ] {
+        array.expect(ndim, Some(dtype))?;
+        if array.shape != shape {
+            return Err(PyValueError::new_err(format!(
+                "an output has shape {:?}, expected {shape:?}",
+                array.shape
+            )));
+        }
+    }
+    check_output(u, &[images, s, vt])?;
+    check_output(s, &[images, vt])?;
+    check_output(vt, &[images])?;
+    let work = OnThisThread((target, &queue, images, u, s, vt));
+    py.detach(move || -> kernel_suite::Result<()> {
+        let (target, queue, images, u, s, vt) = work.get();
+        // SAFETY: float32/float64 arrays of the checked shapes in the target's memory, not
+        // overlapping one another.
+        unsafe {
+            let f = svd_factor::factor_pixels(target, queue, images.view(), (m, n), count, k)?;
+            let q = target.queue();
+            target.copy_view(q, f.u.view(..)?, u.view_mut())?;
+            target.copy_view(q, f.vt.view(..)?, vt.view_mut())?;
+            let values = target.upload(&f.singular_values.concat())?;
+            target.copy_view(q, values.view(..)?, s.view_mut())?;
+            target.synchronize()
+        }
+    })
+    .map_err(to_py)
+}
+
+/// `_reconstruct` on arrays of another library, in place: `u` (`count × m × k`), `s` (`count × k`)
+/// and `vt` (`count × k × n`) read, `out` (`count × ranks × m × n`) written, all float32, one
+/// batched launch per rank queued on the caller's `stream` without waiting.
+#[pyfunction]
+#[pyo3(signature = (u, s, vt, out, *, ranks, stream, device = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn _reconstruct_into(
+    py: Python<'_>,
+    u: &Bound<'_, PyAny>,
+    s: &Bound<'_, PyAny>,
+    vt: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    ranks: Vec<usize>,
+    stream: usize,
+    device: Option<&str>,
+) -> PyResult<()> {
+    let (target, queue, arrays) =
+        import_all(vec![(u, "U"), (s, "S"), (vt, "Vt"), (out, "out")], stream, device)?;
+    let [u, s, vt, out] = &arrays[..] else { unreachable!("four arrays imported") };
+    u.expect(3, Some(Dtype::F32))?;
+    let (count, m, k) = (u.shape[0], u.shape[1], u.shape[2]);
+    s.expect(2, Some(Dtype::F32))?;
+    vt.expect(3, Some(Dtype::F32))?;
+    let n = vt.shape[2];
+    if s.shape != [count, k] || vt.shape[..2] != [count, k] {
+        return Err(PyValueError::new_err(format!(
+            "U is {:?}, S {:?}, Vt {:?}: expected (images, m, k), (images, k), (images, k, n)",
+            u.shape, s.shape, vt.shape
+        )));
+    }
+    out.expect(4, Some(Dtype::F32))?;
+    if out.shape != [count, ranks.len(), m, n] {
+        return Err(PyValueError::new_err(format!(
+            "out has shape {:?}, expected {:?}",
+            out.shape,
+            [count, ranks.len(), m, n]
+        )));
+    }
+    if let Some(&r) = ranks.iter().find(|&&r| r == 0 || r > k) {
+        return Err(PyValueError::new_err(format!("rank {r} is outside 1..={k} (the factors' k)")));
+    }
+    if out.len() > u32::MAX as usize || u.len() > u32::MAX as usize || vt.len() > u32::MAX as usize {
+        return Err(PyValueError::new_err("the batch exceeds the kernels' 32-bit indexing: split it"));
+    }
+    check_output(out, &[u, s, vt])?;
+    let image = m * n;
+    let strides = kernels::svd::Batch {
+        u: (m * k) as u32,
+        s: k as u32,
+        vt: (k * n) as u32,
+        out: (ranks.len() * image) as u32,
+    };
+    let shape = svd::BatchShape { images: count, ldu: k, strides };
+    let work = OnThisThread((target, &queue, u, s, vt, out, &ranks));
+    py.detach(move || -> kernel_suite::Result<()> {
+        let (target, queue, u, s, vt, out, ranks) = work.get();
+        // SAFETY: float32 arrays of the checked shapes in the target's memory; `out` overlaps no
+        // operand, and each launch writes its rank's images only.
+        unsafe {
+            let (u, s, vt, mut out) = (u.view(), s.view(), vt.view(), out.view_mut());
+            for (j, &rank) in ranks.iter().enumerate() {
+                let views = svd::ReconstructViews { u, s, vt, out: out.view_mut(j * image..)? };
+                svd::launch_reconstruct_batch(
+                    target,
+                    queue,
+                    Variant::Regtiled,
+                    16,
+                    views,
+                    (m, n, rank),
+                    shape,
+                )?;
+            }
+            Ok(())
+        }
+    })
+    .map_err(to_py)
 }
 
 /// The leading `k` triplets of faer's thin SVD.

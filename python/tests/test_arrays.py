@@ -170,3 +170,50 @@ def test_interface_fields_are_checked(gpu_missing):
     for interface, error, words in bad:
         with pytest.raises(error, match=words):
             ks.convolve(interface, interface, out=interface)
+
+
+def test_svd_in_place_in_the_simulator():
+    rng = np.random.default_rng(21)
+    images = rng.uniform(0, 1, (2, 30, 22)).astype(np.float32)
+    k = 4
+    u = np.full((2, 30, k), np.nan, np.float32)
+    s = np.full((2, k), np.nan)
+    vt = np.full((2, k, 22), np.nan, np.float32)
+    producers = [Producer(a) for a in (images, u, s, vt)]
+    ks._native._svd_into(*producers, k=k, stream=0, device="sim")
+    for i, image in enumerate(images):
+        exact = np.linalg.svd(image.astype(np.float64), compute_uv=False)
+        np.testing.assert_allclose(s[i], exact[:k], rtol=0, atol=1e-5 * exact[0])
+        approx = u[i].astype(np.float64) @ (s[i][:, None] * vt[i])
+        error = np.linalg.norm(approx - image) / np.linalg.norm(image)
+        assert abs(error - np.sqrt(np.sum(exact[k:] ** 2)) / np.linalg.norm(exact)) < 2e-5
+    bad = images.copy()
+    bad[1, 3, 4] = np.inf
+    with pytest.raises(ValueError, match="image 1 holds a non-finite pixel"):
+        ks._native._svd_into(Producer(bad), *(Producer(a) for a in (u, s, vt)), k=k, stream=0, device="sim")
+    with pytest.raises(ValueError, match="shape"):
+        ks._native._svd_into(Producer(images), Producer(u), Producer(s[:, :2].copy()), Producer(vt), k=k, stream=0,
+                             device="sim")
+
+
+def test_reconstruct_in_place_in_the_simulator():
+    rng = np.random.default_rng(22)
+    count, m, n, k = 3, 21, 17, 6
+    u = rng.standard_normal((count, m, k)).astype(np.float32)
+    s = rng.uniform(1, 2, (count, k)).astype(np.float32)
+    vt = rng.standard_normal((count, k, n)).astype(np.float32)
+    ranks = [1, 4, 6]
+    out = np.full((count, len(ranks), m, n), np.nan, np.float32)
+    ks._native._reconstruct_into(*(Producer(a) for a in (u, s, vt, out)), ranks=ranks, stream=0, device="sim")
+    for i in range(count):
+        for j, r in enumerate(ranks):
+            want = u[i, :, :r].astype(np.float64) @ (s[i, :r, None] * vt[i, :r].astype(np.float64))
+            np.testing.assert_allclose(out[i, j], want, rtol=0, atol=1e-5 * np.abs(want).max())
+    with pytest.raises(ValueError, match="outside 1..=6"):
+        ks._native._reconstruct_into(*(Producer(a) for a in (u, s, vt, out)), ranks=[1, 4, 7], stream=0, device="sim")
+    with pytest.raises(ValueError, match="out has shape"):
+        ks._native._reconstruct_into(*(Producer(a) for a in (u, s, vt, out[:, :2].copy())), ranks=ranks, stream=0,
+                                     device="sim")
+    with pytest.raises(ValueError, match="float32"):
+        ks._native._reconstruct_into(*(Producer(a) for a in (u, s.astype(np.float64), vt, out)), ranks=ranks,
+                                     stream=0, device="sim")

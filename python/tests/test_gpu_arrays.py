@@ -197,3 +197,48 @@ def test_any_python_thread():
     assert errors == []
     for r in results:
         np.testing.assert_allclose(r, want, rtol=0, atol=atol)
+
+
+def test_svd_of_torch_and_cupy_batches():
+    torch = _library("torch")
+    cupy = _library("cupy")
+    rng = np.random.default_rng(8)
+    images = rng.uniform(0, 1, (4, 96, 80)).astype(np.float32)
+    k = 8
+    exact = np.linalg.svd(images.astype(np.float64), compute_uv=False)
+    for to_gpu, to_host in [(lambda a: torch.from_numpy(a).cuda(), lambda a: a.cpu().numpy()), (cupy.asarray, cupy.asnumpy)]:
+        u, s, vt = ks.svd(to_gpu(images), k)
+        assert type(u) is type(to_gpu(images[:1])) and tuple(u.shape) == (4, 96, k) and tuple(s.shape) == (4, k)
+        u, s, vt = to_host(u), to_host(s), to_host(vt)
+        assert s.dtype == np.float64 and u.dtype == np.float32
+        assert np.all(np.abs(s - exact[:, :k]).max(axis=1) <= 1e-5 * exact[:, 0])
+        for i in range(4):
+            error = np.linalg.norm(u[i].astype(np.float64) @ (s[i][:, None] * vt[i]) - images[i])
+            assert abs(error - np.sqrt(np.sum(exact[i, k:] ** 2))) < 2e-5 * np.linalg.norm(images[i])
+    one = ks.svd(torch.from_numpy(images[2]).cuda(), 3)
+    np.testing.assert_allclose(one[1].cpu().numpy(), exact[2, :3], rtol=0, atol=1e-5 * exact[2, 0])
+    bad = torch.from_numpy(images).cuda()
+    bad[3, 5, 5] = float("nan")
+    with pytest.raises(ValueError, match="image 3 holds a non-finite pixel"):
+        ks.svd(bad, k)
+    with pytest.raises(ValueError, match="float32"):
+        ks.svd(torch.from_numpy(images).cuda().double(), k)
+
+
+def test_reconstruct_on_torch_and_cupy():
+    torch = _library("torch")
+    cupy = _library("cupy")
+    rng = np.random.default_rng(12)
+    images = rng.uniform(0, 1, (3, 130, 70)).astype(np.float32)
+    k, ranks = 10, [1, 5, 10]
+    for to_gpu, to_host in [(lambda a: torch.from_numpy(a).cuda(), lambda a: a.cpu().numpy()), (cupy.asarray, cupy.asnumpy)]:
+        u, s, vt = ks.svd(to_gpu(images), k)
+        recon = ks.reconstruct(u, s, vt, ranks)
+        assert type(recon) is type(u) and tuple(recon.shape) == (3, 3, 130, 70)
+        hu, hs, hvt, hr = to_host(u), to_host(s), to_host(vt), to_host(recon)
+        for i in range(3):
+            for j, r in enumerate(ranks):
+                want = hu[i, :, :r].astype(np.float64) @ (hs[i, :r, None] * hvt[i, :r])
+                np.testing.assert_allclose(hr[i, j], want, rtol=0, atol=1e-5 * np.abs(want).max())
+        one = ks.reconstruct(u[1], s[1], vt[1], 5)
+        np.testing.assert_allclose(to_host(one), hr[1, 1], rtol=0, atol=1e-6)
