@@ -36,7 +36,7 @@ fn main() -> anyhow::Result<()> {
         peak_gflops * 1e-3
     );
 
-    let mask = conv::gaussian_mask(2.0, Some(13))?;
+    let mask = conv::gaussian_mask(2.0, Some(13))?.mapv(|v| v as f32);
     let (mh, mw) = mask.dim();
     let mut table =
         Table::new(&["kernel", "image", "mask", "median ms", "min ms", "max ms", "GFLOP/s", "% FP32 peak"]);

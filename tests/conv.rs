@@ -226,7 +226,7 @@ fn any_memory_layout_is_accepted() {
 fn timed_launches_agree_with_the_reference() {
     for device in common::devices("timed_launches_agree_with_the_reference") {
         let image = random_array(900, 129, 65, 0.0, 1.0);
-        let mask = conv::gaussian_mask(1.5, None).unwrap();
+        let mask = conv::gaussian_mask(1.5, None).unwrap().mapv(|v| v as f32);
         let mut c = Convolution::upload(&device, image.view(), mask.view()).unwrap();
         assert_eq!((c.dim(), c.mask_dim()), ((129, 65), (11, 11)));
         let reference = convolve_reference(image.view(), mask.view()).unwrap();
@@ -289,7 +289,7 @@ fn bad_input_is_rejected_with_a_clear_error() {
 fn mask_builders() {
     let g = conv::gaussian_mask(2.0, None).unwrap();
     assert_eq!(g.dim(), (13, 13));
-    assert!((g.iter().map(|&v| v as f64).sum::<f64>() - 1.0).abs() < 1e-6);
+    assert!((g.sum() - 1.0).abs() < 1e-12);
     assert_eq!(g, g.slice(s![..;-1, ..]).to_owned(), "gaussian not symmetric");
     assert_eq!(g, g.t().to_owned(), "gaussian not symmetric");
     assert!(g[[6, 6]] > g[[6, 7]] && g[[6, 7]] > g[[6, 8]] && g[[0, 0]] > 0.0);
@@ -316,7 +316,7 @@ fn mask_builders() {
     let r = conv::random_mask(7, 3).unwrap();
     assert_eq!(r, conv::random_mask(7, 3).unwrap());
     assert_ne!(r, conv::random_mask(7, 4).unwrap());
-    assert!((r.iter().map(|&v| v as f64).sum::<f64>() - 1.0).abs() < 1e-6 && r.iter().all(|&v| v >= 0.0));
+    assert!((r.sum() - 1.0).abs() < 1e-12 && r.iter().all(|&v| v >= 0.0));
 }
 
 #[test]
@@ -392,7 +392,8 @@ fn command_convolves_the_test_pattern_and_checks() {
 }
 
 /// A user's image and mask file through every variant and precision: the PNG, and the `.npy`
-/// read back (dtype as computed, every value) against the f64 reference of the same input.
+/// read back (dtype as computed, every value) against the f64 reference of the same input read in
+/// f64 (pixels `v/255`, the mask's decimals): `--precision f64` is f64 from the file on.
 #[test]
 fn command_convolves_a_user_image_with_a_mask_file() {
     let dir = temp_dir("user");
@@ -400,9 +401,13 @@ fn command_convolves_a_user_image_with_a_mask_file() {
     let pixels: Vec<u8> = (0..33 * 21).map(|i| (i * 37 % 256) as u8).collect();
     image::save_buffer(&input, &pixels, 33, 21, image::ExtendedColorType::L8).unwrap();
     let mask_file = dir.join("mask.txt");
-    std::fs::write(&mask_file, "# edge\n-1 -1 -1\n-1 8 -1\n-1 -1 -1\n").unwrap();
+    std::fs::write(
+        &mask_file,
+        "# edge, in decimals that f32 cannot hold\n-0.1 -0.1 -0.1\n-0.1 0.8 -0.1\n-0.1 -0.1 -0.1\n",
+    )
+    .unwrap();
     let reference = convolve_reference(
-        kernel_suite::image_io::load_grayscale(&input).unwrap().view(),
+        kernel_suite::image_io::load_grayscale_f64(&input).unwrap().view(),
         conv::load_mask(&mask_file).unwrap().view(),
     )
     .unwrap();

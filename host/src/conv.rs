@@ -402,7 +402,7 @@ impl Deviation {
 
 /// A normalised Gaussian mask (sum 1) of `size × size` (odd) with standard deviation `sigma`
 /// pixels. `size` defaults to `2·⌈3σ⌉ + 1`.
-pub fn gaussian_mask(sigma: f64, size: Option<usize>) -> Result<Array2<f32>> {
+pub fn gaussian_mask(sigma: f64, size: Option<usize>) -> Result<Array2<f64>> {
     ensure(sigma.is_finite() && sigma > 0.0, || format!("sigma must be positive, not {sigma}"))?;
     let size = size.unwrap_or(2 * (3.0 * sigma).ceil() as usize + 1);
     check_side(size)?;
@@ -412,27 +412,27 @@ pub fn gaussian_mask(sigma: f64, size: Option<usize>) -> Result<Array2<f32>> {
         (-(x * x + y * y) / (2.0 * sigma * sigma)).exp()
     });
     let total = g.sum();
-    Ok(g.mapv(|v| (v / total) as f32))
+    Ok(g.mapv(|v| v / total))
 }
 
 /// A `size × size` box (mean) filter: every value `1 / size²`.
-pub fn box_mask(size: usize) -> Result<Array2<f32>> {
+pub fn box_mask(size: usize) -> Result<Array2<f64>> {
     check_side(size)?;
-    Ok(Array2::from_elem((size, size), 1.0 / (size * size) as f32))
+    Ok(Array2::from_elem((size, size), 1.0 / (size * size) as f64))
 }
 
 /// The 3×3 sharpening mask `[[0, −1, 0], [−1, 5, −1], [0, −1, 0]]` (sum 1).
-pub fn sharpen_mask() -> Array2<f32> {
+pub fn sharpen_mask() -> Array2<f64> {
     ndarray::array![[0.0, -1.0, 0.0], [-1.0, 5.0, -1.0], [0.0, -1.0, 0.0]]
 }
 
 /// A `size × size` mask of values uniform in `[0, 1)` from `seed`, normalised to sum 1.
-pub fn random_mask(size: usize, seed: u64) -> Result<Array2<f32>> {
+pub fn random_mask(size: usize, seed: u64) -> Result<Array2<f64>> {
     check_side(size)?;
     let mut rng = SmallRng::seed_from_u64(seed);
     let m = Array2::from_shape_simple_fn((size, size), || rng.random_range(0.0..1.0f64));
     let total = m.sum();
-    Ok(m.mapv(|v| (v / total) as f32))
+    Ok(m.mapv(|v| v / total))
 }
 
 fn check_side(size: usize) -> Result<()> {
@@ -444,7 +444,7 @@ fn check_side(size: usize) -> Result<()> {
 /// Parses a mask from text: one mask row per line, numbers separated by spaces, tabs or commas;
 /// blank lines and lines starting with `#` are skipped. Every row must have the same length.
 /// (Odd sides and finite values are checked by [`validate`] when the mask is used.)
-pub fn parse_mask(text: &str) -> Result<Array2<f32>> {
+pub fn parse_mask(text: &str) -> Result<Array2<f64>> {
     let mut values = Vec::new();
     let mut cols = None;
     let mut rows = 0;
@@ -453,11 +453,11 @@ pub fn parse_mask(text: &str) -> Result<Array2<f32>> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let row: Vec<f32> = line
+        let row: Vec<f64> = line
             .split(|c: char| c.is_whitespace() || c == ',')
             .filter(|t| !t.is_empty())
             .map(|t| {
-                t.parse::<f32>()
+                t.parse::<f64>()
                     .map_err(|_| Error::InvalidInput(format!("line {}: `{t}` is not a number", n + 1)))
             })
             .collect::<Result<_>>()?;
@@ -473,7 +473,7 @@ pub fn parse_mask(text: &str) -> Result<Array2<f32>> {
 }
 
 /// Reads a mask file (format of [`parse_mask`]).
-pub fn load_mask(path: &Path) -> Result<Array2<f32>> {
+pub fn load_mask(path: &Path) -> Result<Array2<f64>> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::File {
         path: path.to_path_buf(),
         message: format!("cannot read the mask: {e}"),

@@ -19,8 +19,9 @@ pub enum Scaling {
     Rescale,
 }
 
-/// Loads an image file as grayscale in `[0, 1]`.
-pub fn load_grayscale(path: &Path) -> Result<Array2<f32>> {
+/// Loads an image file as grayscale in `[0, 1]`: each 8-bit luma value `v` as `v/255` in f64
+/// (what SciPy gets from `np.asarray(img, float) / 255`).
+pub fn load_grayscale_f64(path: &Path) -> Result<Array2<f64>> {
     let file_error = |message: String| Error::File { path: path.to_path_buf(), message };
     let img = image::ImageReader::open(path)
         .map_err(|e| file_error(e.to_string()))?
@@ -33,8 +34,14 @@ pub fn load_grayscale(path: &Path) -> Result<Array2<f32>> {
     if w == 0 || h == 0 {
         return Err(file_error("the image is empty".into()));
     }
-    let data = img.into_raw().into_iter().map(|v| v as f32 / 255.0).collect();
+    let data = img.into_raw().into_iter().map(|v| v as f64 / 255.0).collect();
     Ok(Array2::from_shape_vec((h as usize, w as usize), data).expect("w·h pixels"))
+}
+
+/// [`load_grayscale_f64`] rounded to f32 (the same values as `v as f32 / 255.0`: `v/255` is never
+/// near a tie between two f32s).
+pub fn load_grayscale(path: &Path) -> Result<Array2<f32>> {
+    Ok(load_grayscale_f64(path)?.mapv(|v| v as f32))
 }
 
 /// Converts to 8-bit gray with `scaling`.

@@ -240,15 +240,13 @@ fn conv_cases(quick: bool) -> Vec<Case> {
                     let image = Array2::from_shape_vec((size, size), random(6, size * size)).expect("size²");
                     let mask = conv::gaussian_mask(2.0, Some(13))?;
                     if precision == "f64" {
-                        let mut c = conv::Convolution::upload(
-                            device,
-                            image.mapv(f64::from).view(),
-                            mask.mapv(f64::from).view(),
-                        )?;
+                        let mut c =
+                            conv::Convolution::upload(device, image.mapv(f64::from).view(), mask.view())?;
                         Ok(Box::new(move || c.launch_f64()))
                     } else {
                         let variant =
                             if kernel == "tiled" { conv::Variant::Tiled } else { conv::Variant::Naive };
+                        let mask = mask.mapv(|v| v as f32);
                         let mut c = conv::Convolution::upload(device, image.view(), mask.view())?;
                         Ok(Box::new(move || c.launch(variant)))
                     }
@@ -258,8 +256,8 @@ fn conv_cases(quick: bool) -> Vec<Case> {
                     Box::new(move || {
                         let image =
                             Array2::from_shape_vec((size, size), random(6, size * size)).expect("size²");
-                        conv::convolve_reference(image.view(), conv::gaussian_mask(2.0, Some(13))?.view())
-                            .map(drop)
+                        let mask = conv::gaussian_mask(2.0, Some(13))?.mapv(|v| v as f32);
+                        conv::convolve_reference(image.view(), mask.view()).map(drop)
                     }),
                 )),
             });

@@ -88,22 +88,22 @@ const CHECK_TOLERANCE: f64 = 1e-5;
 
 /// Procedural `rows × cols` test pattern in [0, 1]: a zone plate (rings of rising frequency) in a
 /// disc, on a checkerboard of 32-pixel squares shaded by a horizontal ramp.
-fn test_pattern(rows: usize, cols: usize) -> Array2<f32> {
+fn test_pattern(rows: usize, cols: usize) -> Array2<f64> {
     let scale = rows.min(cols).max(1) as f64;
     Array2::from_shape_fn((rows, cols), |(i, j)| {
         let (y, x) = ((i as f64 - rows as f64 / 2.0) / scale, (j as f64 - cols as f64 / 2.0) / scale);
         let r2 = x * x + y * y;
-        let v = if r2 < 0.16 {
+        if r2 < 0.16 {
             0.5 + 0.5 * (300.0 * r2).cos()
         } else {
             let ramp = j as f64 / cols.max(2) as f64;
             if (i / 32 + j / 32) % 2 == 0 { 0.2 + 0.6 * ramp } else { 0.8 - 0.6 * ramp }
-        };
-        v as f32
+        }
     })
 }
 
-fn build_mask(args: &Args) -> anyhow::Result<Array2<f32>> {
+/// The mask in f64, as it is defined (the f32 kernels get it rounded).
+fn build_mask(args: &Args) -> anyhow::Result<Array2<f64>> {
     if let Some(path) = &args.mask_file {
         return Ok(conv::load_mask(path)?);
     }
@@ -150,19 +150,20 @@ fn choose_variant(variant: Option<Variant>, precision: Precision) -> anyhow::Res
 /// (one reduction before the download) instead of a pass over the downloaded image.
 fn run_kernels(
     device: &Device,
-    image: ArrayView2<f32>,
-    mask: ArrayView2<f32>,
+    image: ArrayView2<f64>,
+    mask: ArrayView2<f64>,
     (variant, precision): (Variant, Precision),
     runs: u32,
     rescale: bool,
 ) -> anyhow::Result<Output> {
     Ok(match precision {
         Precision::F32 => {
+            let (image, mask) = (image.mapv(|v| v as f32), mask.mapv(|v| v as f32));
             let mut range = None;
             let result = timed(
                 device,
-                image,
-                mask,
+                image.view(),
+                mask.view(),
                 runs,
                 |c| c.launch(variant),
                 |c| {
@@ -172,10 +173,7 @@ fn run_kernels(
             )?;
             Output::F32(result, range)
         }
-        Precision::F64 => {
-            let (image, mask) = (image.mapv(f64::from), mask.mapv(f64::from));
-            Output::F64(timed(device, image.view(), mask.view(), runs, |c| c.launch_f64(), |_| Ok(()))?)
-        }
+        Precision::F64 => Output::F64(timed(device, image, mask, runs, |c| c.launch_f64(), |_| Ok(()))?),
     })
 }
 /// Upload, `runs` launches and download, each between device marks; prints the times.
@@ -220,7 +218,7 @@ fn main() -> ExitCode {
         let args = Args::parse();
         let variant = choose_variant(args.variant, args.precision)?;
         let image = match &args.input {
-            Some(path) => timing.io(|| image_io::load_grayscale(path))?,
+            Some(path) => timing.io(|| image_io::load_grayscale_f64(path))?,
             None => {
                 anyhow::ensure!(
                     args.width > 0 && args.height > 0,
