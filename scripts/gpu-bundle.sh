@@ -40,9 +40,7 @@ for exe in $(cargo metadata --no-deps --format-version 1 |
 done
 cp target/release/kernels/ptxas-report.txt target/release/kernels/kernels.ptx "$bundle/" 2>/dev/null || true
 # The Python package: its wheel and tests, run there by python-gpu.sh.
-venv="$root/target/python-venv"
-[ -x "$venv/bin/maturin" ] || { python3 -m venv "$venv"; "$venv/bin/pip" install --quiet "maturin>=1.9,<2"; }
-"$venv/bin/maturin" build --release --quiet --compatibility linux -m python/Cargo.toml -o "$bundle/python"
+"$root/scripts/python-wheel.sh" "$bundle/python"
 cp -r python/tests "$bundle/python/"
 cp scripts/gpu-run.sh "$bundle/run.sh"
 cp scripts/svd-job-bench.sh scripts/svd-gpus-bench.sh scripts/svd_peers.py scripts/gemm_peers.py scripts/conv_peer.py \

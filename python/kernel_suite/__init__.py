@@ -14,17 +14,43 @@ input's library (PyTorch, CuPy, Numba) or written into ``out=``.
 
 NumPy arrays run on the GPU when one is present (copied there and back), as the f64 CPU reference
 with a warning when none is usable, or where ``device=`` says: ``"gpu"``, ``"cpu"``, or ``"sim"``
-(the kernels' CPU simulator, which reads host arrays of any DLPack library in place).
+(the kernels' CPU simulator, which reads host arrays of any DLPack library in place). Without the
+NVIDIA driver the package still imports (``DRIVER_MISSING`` says why) and runs on the CPU.
 """
 
 import contextlib
+import ctypes as _ctypes
+import os as _os
 
 import numpy as _np
 
-from . import _native
-from ._native import CudaError
 
-__all__ = ["CudaError", "convolve", "lombscargle", "reconstruct", "spiral", "svd"]
+def _load_driver():
+    """Loads the NVIDIA driver's ``libcuda.so.1``, which the extension links, or, where it cannot
+    be loaded, the package's stand-in (every call reports no GPU) so that the package imports and
+    runs on the CPU. ``KERNEL_SUITE_DRIVER=stub`` forces the stand-in. Returns why the driver is
+    missing, or None."""
+    if _os.environ.get("KERNEL_SUITE_DRIVER") == "stub":
+        why = "KERNEL_SUITE_DRIVER=stub"
+    else:
+        try:
+            _ctypes.CDLL("libcuda.so.1")
+            return None
+        except OSError as e:
+            why = f"libcuda.so.1 cannot be loaded: {e}"
+    stub = _os.path.join(_os.path.dirname(__file__), "_driver_stub", "libcuda.so.1")
+    if _os.path.exists(stub):
+        # Loaded under the driver's soname, it answers the extension's NEEDED libcuda.so.1.
+        _ctypes.CDLL(stub)
+    return why
+
+
+DRIVER_MISSING = _load_driver()
+
+from . import _native  # noqa: E402 (after the driver, which it links)
+from ._native import CudaError  # noqa: E402
+
+__all__ = ["CudaError", "DRIVER_MISSING", "convolve", "lombscargle", "reconstruct", "spiral", "svd"]
 
 _KDL_CUDA = 2
 
