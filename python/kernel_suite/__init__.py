@@ -91,11 +91,14 @@ def lombscargle(x, y, freqs, *, precenter=False, normalize=False, out=None, stre
             f"precenter and normalize on a {type(y).__name__} need array arithmetic (PyTorch, CuPy, NumPy arrays)"
         )
     handle = _caller_stream(stream, y, x, freqs, out)
+    if out is None:
+        out = _empty_like(freqs, dtype="float64")
+    if not (precenter or normalize):
+        _native._lombscargle_into(x, y, freqs, out, scale=1.0, stream=handle, device=device)
+        return out
     with _library_stream(y, handle):
         if precenter:
             y = y - y.mean()
-        if out is None:
-            out = _empty_like(freqs, dtype="float64")
         _native._lombscargle_into(x, y, freqs, out, scale=1.0, stream=handle, device=device)
         if normalize:
             out *= 2.0 / (y * y).sum()
