@@ -1,4 +1,4 @@
-//! `Staging` (device.rs): copies through two reused pinned chunks, of ranges of any size and
+//! `Staging` (device/staging.rs): copies through two reused pinned chunks, of ranges of any size and
 //! offset, on every device. The sizes span several chunks and end mid-chunk, so the alternation of
 //! the chunks and the last partial chunk are exercised; the buffer around the range is poisoned and
 //! must stay so.
