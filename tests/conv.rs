@@ -444,15 +444,18 @@ fn command_convolves_a_user_image_with_a_mask_file() {
         assert_eq!(written.iter().min(), Some(&0));
         assert_eq!(written.iter().max(), Some(&255));
         let values = if precision == "f32" {
-            assert!(kernel_suite::npy::read_array2::<f64>(&npy_path).is_err(), "{label}: float32 expected");
-            let values = kernel_suite::npy::read_array2::<f32>(&npy_path).unwrap();
+            assert!(
+                kernel_suite::npy::read::<f64, ndarray::Ix2>(&npy_path).is_err(),
+                "{label}: float32 expected"
+            );
+            let values = kernel_suite::npy::read::<f32, ndarray::Ix2>(&npy_path).unwrap();
             // The range the device reduced gives the pixels the host's own range gives.
             let host =
                 kernel_suite::image_io::to_gray8(values.view(), kernel_suite::image_io::Scaling::Rescale);
             assert_eq!(written.as_raw(), &host, "{label}: rescaled pixels");
             values.mapv(f64::from)
         } else {
-            kernel_suite::npy::read_array2::<f64>(&npy_path).unwrap()
+            kernel_suite::npy::read::<f64, ndarray::Ix2>(&npy_path).unwrap()
         };
         assert_eq!(values.dim(), (21, 33), "{label}: rows × columns");
         let d = Deviation::of(values.view(), reference.view()).unwrap();

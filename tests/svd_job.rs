@@ -257,20 +257,32 @@ fn decode_into_queue_keeps_8_bit_images_as_bytes_and_names_bad_files() {
     assert!(errors[1].contains("missing.png: "), "{errors:?}");
 }
 
+/// The files `numpy.load` reads: checked byte by byte against the format (magic, version, a header
+/// dict naming `<f4` and the shape, the data at a multiple of 64 bytes, little-endian values in C
+/// order), then read back, transposed views and 1-D arrays included.
 #[test]
-fn npy_files_round_trip() {
+fn npy_files_follow_the_format_and_round_trip() {
     let dir = scratch("npy");
     let a = random(10, 13, 7);
     let path = dir.join("a.npy");
-    npy::write_array2(&path, a.view()).unwrap();
-    assert_eq!(npy::read_array2::<f32>(&path).unwrap(), a);
-    // A transposed (non-C-order) view is stored in C order too.
-    npy::write_array2(&path, a.t()).unwrap();
-    assert_eq!(npy::read_array2::<f32>(&path).unwrap(), a.t());
-    let s = vec![3.5f64, 1.25, 1e-300, 0.0];
+    npy::write(&path, &a).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
+    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
+    assert!(header.contains("'descr': '<f4'") && header.contains("'fortran_order': False"), "{header}");
+    assert!(header.contains("'shape': (13, 7)") && header.ends_with('\n'), "{header}");
+    assert_eq!((10 + header_len) % 64, 0, "data alignment");
+    let data: Vec<f32> =
+        bytes[10 + header_len..].chunks(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    assert_eq!(data, a.iter().copied().collect::<Vec<_>>());
+    assert_eq!(npy::read::<f32, ndarray::Ix2>(&path).unwrap(), a);
+    npy::write(&path, &a.t()).unwrap();
+    assert_eq!(npy::read::<f32, ndarray::Ix2>(&path).unwrap(), a.t());
+    let s = ndarray::arr1(&[3.5f64, 1.25, 1e-300, 0.0]);
     let path = dir.join("s.npy");
-    npy::write(&path, &[s.len()], &s).unwrap();
-    assert_eq!(npy::read::<f64>(&path).unwrap(), (vec![4], s));
-    assert!(npy::read_array2::<f64>(&path).unwrap_err().to_string().contains("is not 2-D"));
-    assert!(npy::read::<f32>(&path).unwrap_err().to_string().contains("s.npy: "));
+    npy::write(&path, &s).unwrap();
+    assert_eq!(npy::read::<f64, ndarray::Ix1>(&path).unwrap(), s);
+    assert!(npy::read::<f64, ndarray::Ix2>(&path).unwrap_err().to_string().contains("s.npy"));
+    assert!(npy::read::<f32, ndarray::Ix1>(&path).unwrap_err().to_string().contains("s.npy: "));
 }

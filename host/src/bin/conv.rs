@@ -290,8 +290,8 @@ fn main() -> ExitCode {
             }
             if let Some(path) = &args.npy {
                 match &result {
-                    Output::F32(a, _) => npy::write_array2(path, a.view())?,
-                    Output::F64(a) => npy::write_array2(path, a.view())?,
+                    Output::F32(a, _) => npy::write(path, a)?,
+                    Output::F64(a) => npy::write(path, a)?,
                 }
                 println!("wrote {}", path.display());
             }

@@ -192,9 +192,9 @@ fn main() -> ExitCode {
                 match (&target, args.precision) {
                     (Target::Kernels(_), Precision::F32) => {
                         let values: Vec<f32> = power.iter().map(|&v| v as f32).collect();
-                        npy::write(path, &[values.len()], &values)?;
+                        npy::write(path, &ndarray::ArrayView1::from(&values))?;
                     }
-                    _ => npy::write(path, &[power.len()], &power)?,
+                    _ => npy::write(path, &ndarray::ArrayView1::from(&power))?,
                 }
             }
             let points = freqs.iter().copied().zip(power.iter().copied()).collect();

@@ -537,7 +537,7 @@ impl Outputs<'_> {
         mosaic?;
         if self.npy {
             let s = &result.singular_values;
-            npy::write(&self.dir.join(format!("{}-s.npy", result.name)), &[s.len()], s)?;
+            npy::write(&self.dir.join(format!("{}-s.npy", result.name)), &ndarray::ArrayView1::from(s))?;
         }
         Ok(())
     }
@@ -552,7 +552,7 @@ impl Outputs<'_> {
                     image_io::save_grayscale(&png, values.view(), Scaling::Clamp)?;
                 }
                 if self.npy {
-                    npy::write_array2(&self.dir.join(format!("{name}-k{}.npy", rank.k)), values.view())?;
+                    npy::write(&self.dir.join(format!("{name}-k{}.npy", rank.k)), values)?;
                 }
             }
             Reconstruction::Gray8(bytes) if self.png => {
