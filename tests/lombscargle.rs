@@ -357,7 +357,11 @@ fn command_writes_csv_and_npy_with_current_scipy_semantics() {
         assert_eq!(from_csv.len(), 777);
         assert!(relative_error(&from_csv, &power) <= 1e-7, "{precision}: the CSV and the .npy disagree");
     }
+    let bad = dir.join("bad.csv");
+    std::fs::write(&bad, "t, y\n# a comment\n1, 2\n\n3, x\n").unwrap();
+    let bad_error = format!("error: {}: line 5: expected `t,y`, got `3,x`", bad.display());
     for (args, expected) in [
+        (vec!["-i", bad.to_str().unwrap()], bad_error.as_str()),
         (vec!["-i", "/nonexistent/series.csv"], "error: /nonexistent/series.csv: "),
         (vec!["--npy", "/nonexistent/dir/p.npy", "--count", "10"], "error: /nonexistent/dir/p.npy: "),
         (vec!["--fmin", "0", "--count", "10"], "error: invalid input: "),

@@ -15,7 +15,6 @@ use kernel_suite::lombscargle::{
 };
 use kernel_suite::npy;
 use kernel_suite::plot::{self, LineChart};
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -74,20 +73,22 @@ struct Args {
     device: DeviceArgs,
 }
 
-/// Reads `t,y` rows. The first non-comment line may be a header.
+/// Reads `t,y` rows (the `csv` crate: fields trimmed, `#` lines skipped). The first row may be a
+/// header.
 fn read_samples(path: &Path) -> Result<(Vec<f64>, Vec<f64>), Error> {
     let file_error = |message: String| Error::File { path: path.to_path_buf(), message };
     let text = std::fs::read_to_string(path).map_err(|e| file_error(e.to_string()))?;
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .flexible(true)
+        .from_reader(text.as_bytes());
     let (mut t, mut y) = (Vec::new(), Vec::new());
-    let mut first = true;
-    for (number, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        let parsed = match fields.as_slice() {
-            [a, b] => a.parse::<f64>().ok().zip(b.parse::<f64>().ok()),
+    for (index, record) in reader.records().enumerate() {
+        let record = record.map_err(|e| file_error(e.to_string()))?;
+        let parsed = match (record.len(), record.get(0), record.get(1)) {
+            (2, Some(a), Some(b)) => a.parse::<f64>().ok().zip(b.parse::<f64>().ok()),
             _ => None,
         };
         match parsed {
@@ -95,10 +96,17 @@ fn read_samples(path: &Path) -> Result<(Vec<f64>, Vec<f64>), Error> {
                 t.push(a);
                 y.push(b);
             }
-            None if first => {} // a header
-            None => return Err(file_error(format!("line {}: expected `t,y`, got `{line}`", number + 1))),
+            None if index == 0 => {} // a header
+            None => {
+                // The line in the file: the reader's own count skips comment lines, and its
+                // position is where it started looking, blank lines before the row included.
+                let from = record.position().map_or(0, |p| p.byte() as usize);
+                let start = from + text[from..].len() - text[from..].trim_start().len();
+                let line = text.as_bytes()[..start].iter().filter(|&&b| b == b'\n').count() + 1;
+                let row = record.iter().collect::<Vec<_>>().join(",");
+                return Err(file_error(format!("line {line}: expected `t,y`, got `{row}`")));
+            }
         }
-        first = false;
     }
     if t.is_empty() {
         return Err(file_error("no `t,y` rows".into()));
@@ -106,14 +114,15 @@ fn read_samples(path: &Path) -> Result<(Vec<f64>, Vec<f64>), Error> {
     Ok((t, y))
 }
 
+/// Writes the `omega,power` table.
 fn write_csv(path: &Path, freqs: &[f64], power: &[f64]) -> Result<(), Error> {
-    let file_error = |e: std::io::Error| Error::File { path: path.to_path_buf(), message: e.to_string() };
-    let mut out = BufWriter::new(std::fs::File::create(path).map_err(file_error)?);
-    writeln!(out, "omega,power").map_err(file_error)?;
+    let file_error = |e: csv::Error| Error::File { path: path.to_path_buf(), message: e.to_string() };
+    let mut out = csv::Writer::from_path(path).map_err(file_error)?;
+    out.write_record(["omega", "power"]).map_err(file_error)?;
     for (w, p) in freqs.iter().zip(power) {
-        writeln!(out, "{w},{p}").map_err(file_error)?;
+        out.serialize((w, p)).map_err(file_error)?;
     }
-    out.flush().map_err(file_error)
+    out.flush().map_err(|e| Error::File { path: path.to_path_buf(), message: e.to_string() })
 }
 
 /// The largest relative error `--check` accepts for a variant and precision (the test suite's).
