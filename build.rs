@@ -304,9 +304,10 @@ fn parse_kernel_attribute(line: &str) -> Option<Result<KernelAttribute, String>>
 /// function's name, or `name_TYPE` for each type of a generic kernel.
 fn declared_kernels(src: &Path) -> Vec<Declared> {
     let mut kernels = Vec::new();
-    let mut files: Vec<PathBuf> = fs::read_dir(src).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
     files.sort();
-    for file in files.iter().filter(|p| p.extension().is_some_and(|e| e == "rs")) {
+    for file in &files {
         let text = fs::read_to_string(file).unwrap();
         let mut marked: Option<KernelAttribute> = None;
         let mut hopper_only = false;
@@ -334,6 +335,17 @@ fn declared_kernels(src: &Path) -> Vec<Declared> {
         }
     }
     kernels
+}
+
+/// The `.rs` files under `dir`, subfolders (a family's module tree) included.
+fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
+    for path in fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+        if path.is_dir() {
+            rust_files(&path, files);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
 }
 
 /// Adds `.maxntid` and `.minnctapersm` (CUDA's `__launch_bounds__`) after the parameter list of each

@@ -2,7 +2,7 @@
 //! `A_k = (U[:, :k]·diag(s[:k]))·Vᵀ[:k, :]` on the device (`kernels::svd`), and the CPU reference.
 //!
 //! Matrices are row-major `(rows, cols)`; an image is `(height, width)`. Device code:
-//! `kernels/src/svd.rs`; tests: `tests/svd.rs`; benchmark: `benches/svd.rs`; command:
+//! `kernels/src/svd/` (by kernel form); tests: `tests/svd.rs`; benchmark: `benches/svd.rs`; command:
 //! `cargo run --release --bin svd`.
 
 use crate::error::{Result, ensure};
