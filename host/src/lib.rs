@@ -1,5 +1,7 @@
 //! Host side of the kernel suite: the launch layer and, per kernel family, a safe wrapper with its
-//! CPU reference.
+//! CPU reference. The sources are in four folders, one per layer — `launch/` (what a template
+//! copies), `families/`, `job/` (the `svd` job) and `commands/` (what the binaries share) — and
+//! every module is used from the crate root:
 //!
 //! * [`module`]: the PTX and cubin the builder (`build.rs`) embedded, and their `ptxas` resources;
 //! * [`device`]: a [`Device`] (a GPU through `cust`, or the CPU simulator), its [`Buffer`]s and
@@ -18,30 +20,16 @@
 //!   [`workload`] (procedural benchmark images).
 #![warn(missing_docs)]
 
-pub mod bench;
-pub mod cli;
-pub mod conv;
-mod dependent_launch;
-pub mod device;
-pub mod error;
-pub mod graph;
-pub mod histogram;
-pub mod image_io;
-pub mod lombscargle;
-pub mod module;
-pub mod npy;
-pub mod plot;
-pub mod profile;
-pub mod reduce;
-pub mod saxpy;
-pub mod scan;
-pub mod spiral;
-pub mod svd;
-pub mod svd_batch;
-pub mod svd_factor;
-pub mod svd_job;
-pub mod transpose;
-pub mod workload;
+mod commands;
+mod families;
+mod job;
+mod launch;
+
+pub use commands::{bench, cli, image_io, npy, plot};
+pub use families::{conv, histogram, lombscargle, reduce, saxpy, scan, spiral, svd, svd_factor, transpose};
+pub use job::{svd_batch, svd_job, workload};
+use launch::dependent_launch;
+pub use launch::{device, error, graph, module, profile};
 
 pub use device::{
     Backend, Buffer, BufferView, BufferViewMut, CopyTotals, Device, Element, GpuOptions, HostBuffer,

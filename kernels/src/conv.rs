@@ -16,7 +16,7 @@
 //!   shared memory once, then each thread computes [`TILED_ROWS_PER_THREAD`] outputs of one column
 //!   from registers.
 //!
-//! Host side: `host/src/conv.rs`; tests: `tests/conv.rs`; benchmark: `benches/conv.rs`.
+//! Host side: `host/src/families/conv.rs`; tests: `tests/conv.rs`; benchmark: `benches/conv.rs`.
 
 use gpu_std::math::{self, Float};
 use gpu_std::{Slice, SliceMut, kernel, shared, thread};

@@ -3,7 +3,7 @@
 //!
 //! The example of the device library's atomics: `red.shared.add` for the block's counts (spread
 //! over [`REPLICAS`] copies, so that warps do not contend for one counter), `red.global.add` for
-//! the merge. Host side: `host/src/histogram.rs`; tests: `tests/histogram.rs`; benchmark:
+//! the merge. Host side: `host/src/families/histogram.rs`; tests: `tests/histogram.rs`; benchmark:
 //! `benches/histogram.rs`.
 
 use gpu_std::{kernel, shared, thread, warp};

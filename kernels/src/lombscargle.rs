@@ -44,7 +44,7 @@
 //! [`RECURRENCE_SAMPLE_VALUES`] values of the kernel's float type), at least 1. When all samples
 //! fit in one tile, each block stages them once for all its grid-stride rounds.
 //!
-//! Host side: `host/src/lombscargle.rs` (wrapper, CPU reference); tests: `tests/lombscargle.rs`.
+//! Host side: `host/src/families/lombscargle.rs` (wrapper, CPU reference); tests: `tests/lombscargle.rs`.
 
 use gpu_std::math::{self, Float};
 use gpu_std::{Slice, SliceMut, kernel, shared, thread};

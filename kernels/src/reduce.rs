@@ -6,7 +6,7 @@
 //! within a block; a release `fetch_add` on a counter tells the last block that every partial is
 //! written, and its acquire makes them visible (CUDA's "threadfence reduction"). The partials are
 //! combined in block order, so the result does not depend on which block finishes last. Host side:
-//! `host/src/reduce.rs`; tests: `tests/reduce.rs`; benchmark: `benches/reduce.rs`.
+//! `host/src/families/reduce.rs`; tests: `tests/reduce.rs`; benchmark: `benches/reduce.rs`.
 
 use gpu_std::atomic::Ordering;
 use gpu_std::warp::Shuffle;

@@ -1,6 +1,6 @@
 //! SAXPY, `y ← a·x + y`: the template's "hello world" kernel.
 //!
-//! Host side: `host/src/saxpy.rs` (safe wrapper and CPU reference); tests: `tests/saxpy.rs`.
+//! Host side: `host/src/families/saxpy.rs` (safe wrapper and CPU reference); tests: `tests/saxpy.rs`.
 
 use gpu_std::{kernel, math, thread};
 

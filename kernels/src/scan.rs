@@ -7,7 +7,7 @@
 //! The example of the device library's ordered atomics and warp and block collectives: tiles are
 //! numbered by an atomic counter in the order blocks start (so a block only ever waits for blocks
 //! already running), a tile's status is one 64-bit word written and read atomically, and warp 0
-//! looks back 32 tiles at a time with `ballot` and `reduce`. Host side: `host/src/scan.rs`; tests:
+//! looks back 32 tiles at a time with `ballot` and `reduce`. Host side: `host/src/families/scan.rs`; tests:
 //! `tests/scan.rs`; benchmark: `benches/scan.rs`.
 
 use gpu_std::{Slice, SliceMut, block, kernel, shared, thread, warp};

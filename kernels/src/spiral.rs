@@ -20,7 +20,7 @@
 //! `[π/6, 5π/6]` (the CPU reference computes the sine; the two can differ only at the flip). The centre
 //! pixel (`r = 0`, present when the centre has integer coordinates) gets `θ = 0`, so value 255.
 //!
-//! Host side: `host/src/spiral.rs` (safe wrapper, configuration, CPU reference in f64); tests:
+//! Host side: `host/src/families/spiral.rs` (safe wrapper, configuration, CPU reference in f64); tests:
 //! `tests/spiral.rs`; command: `cargo run --release --bin spiral`.
 
 use core::f64::consts::{PI, TAU};

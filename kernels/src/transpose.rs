@@ -3,7 +3,7 @@
 //!
 //! The example of shared memory as a staging buffer: the tile is 32 × 33 (one padding column), so
 //! that a warp reading a tile column touches 32 different banks. Host side:
-//! `host/src/transpose.rs`; tests: `tests/transpose.rs`; benchmark: `benches/transpose.rs`.
+//! `host/src/families/transpose.rs`; tests: `tests/transpose.rs`; benchmark: `benches/transpose.rs`.
 
 use gpu_std::{kernel, shared, thread};
 

@@ -377,7 +377,7 @@ unsafe fn reconstruct_mma<const SPLIT: bool, const NI: usize>(
 ///
 /// # Safety
 /// Each image of the batch lies inside the slices ([`Batch`]), as for
-/// [`svd_reconstruct_naive`]: the accesses are unchecked on the GPU.
+/// [`svd_reconstruct_naive`](super::svd_reconstruct_naive): the accesses are unchecked on the GPU.
 #[kernel(launch_bounds(256, 2))]
 pub unsafe fn svd_reconstruct_tf32(
     u: &[f32],
@@ -403,7 +403,7 @@ pub unsafe fn svd_reconstruct_tf32(
 ///
 /// # Safety
 /// Each image of the batch lies inside the slices ([`Batch`]), as for
-/// [`svd_reconstruct_naive`]: the accesses are unchecked on the GPU.
+/// [`svd_reconstruct_naive`](super::svd_reconstruct_naive): the accesses are unchecked on the GPU.
 #[kernel(launch_bounds(128, 2))]
 pub unsafe fn svd_reconstruct_tf32x3(
     u: &[f32],

@@ -12,7 +12,7 @@
 //! preparation, streaming and panel kernels), each with its tile helpers; this file holds what they
 //! share (the batch strides, the tensor-core tile, the tf32 split) and the 8-bit quantisation.
 //!
-//! Host side: `host/src/svd.rs`; tests: `tests/svd.rs`; benchmark: `benches/svd.rs`.
+//! Host side: `host/src/families/svd.rs`; tests: `tests/svd.rs`; benchmark: `benches/svd.rs`.
 
 use gpu_std::slice::{Slice, SliceMut};
 use gpu_std::{kernel, math, mma, thread};

@@ -734,7 +734,7 @@ pub unsafe fn svd_reconstruct_tf32_wgmma_register_panel(
 /// operands straight from shared memory, filled by 16-byte `cp.async` copies into the
 /// 128-byte-swizzled layout ([`mma::sw128_offset`]) through a 3-stage pipeline. No fragment loads
 /// and no per-element work in the main loop. (Preparing the
-/// operands in the kernel instead, as [`svd_reconstruct_tf32`] does, kept the shared-memory pipe
+/// operands in the kernel instead, as [`svd_reconstruct_tf32`](super::svd_reconstruct_tf32) does, kept the shared-memory pipe
 /// the bottleneck: 75% busy with the tensor cores mostly idle.)
 ///
 /// Launch: block [`WGMMA_THREADS`] × 1, grid `⌈n/128⌉ × ⌈m/128⌉ × images`,

@@ -29,7 +29,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 /// DejaVu Sans, registered as the `sans-serif` family on first use.
-static FONT: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
+static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 
 /// Series of at most this many points are drawn with a marker on each point.
 const MARKED_POINTS: usize = 24;
