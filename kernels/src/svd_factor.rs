@@ -1,6 +1,6 @@
 //! SVD on the GPU: the leading singular triplets of a batch of images, by subspace iteration with
 //! Rayleigh–Ritz on the f64 Gram matrix. The algorithm and its trade-offs are in
-//! `docs/svd-gpu.md`; the host driver is `host/src/families/svd_factor.rs`; tests: `tests/svd_factor.rs`.
+//! `docs/svd-gpu.md`; the host driver is `host/src/families/svd_factor/`; tests: `tests/svd_factor.rs`.
 //!
 //! Every kernel works on a batch: `blockIdx.z` (or `blockIdx.x` for the one-block-per-image
 //! kernel) selects the image, and each operand's [`Layout`] gives its row, column and batch
