@@ -1,0 +1,281 @@
+//! SVD on the GPU: the leading singular triplets of a batch of images, by subspace iteration with
+//! Rayleigh–Ritz on the f64 Gram matrix. The algorithm and its trade-offs are in
+//! `docs/svd-gpu.md`; the host driver is `host/src/families/svd_factor/`; tests: `tests/svd_factor.rs`.
+//!
+//! Every kernel works on a batch: `blockIdx.z` (or `blockIdx.x` for the one-block-per-image
+//! kernel) selects the image, and each operand's [`Layout`] gives its row, column and batch
+//! strides in elements, so one launch serves every image of a batch and transposed views cost
+//! nothing. f64 throughout, but for the f32 outputs the reconstruction reads.
+//!
+//! Every kernel takes device slices. The two one-block-per-image Jacobi kernels ([`ritz_eigen`],
+//! [`cholesky_inverse`]) take their image's parts of them by `sub_unchecked` and read them
+//! unchecked on the GPU (checked in the simulator): bounds checks changed the register allocation
+//! of the Jacobi solver inlined beside them. They keep their `b × b` work matrices in a
+//! `JacobiSpace`: shared memory where the launch gives enough, else the image's part of the global
+//! `scratch` slice, addressed like shared memory; the solver is an `unsafe fn` whose contract is
+//! that all threads of the block call it.
+//!
+//! This file holds the operand layouts, the batched GEMM and the one-pass kernels (conversions, the
+//! starting subspace, sums of squares); `eigensolver.rs` the one-block Jacobi solver and its work
+//! space, `ritz.rs` the Rayleigh–Ritz step and the next basis, `block_jacobi.rs` the solver for
+//! subspaces too large for one block.
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use gpu_std::math::{self, Float};
+use gpu_std::{kernel, shared, thread};
+
+/// Where element `(i, j)` of image `z` of a strided batch of matrices lives:
+/// `z·batch + i·row + j·col` elements from the base pointer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Step between rows, elements.
+    pub row: u32,
+    /// Step between columns, elements.
+    pub col: u32,
+    /// Step between images, elements.
+    pub batch: u32,
+}
+
+impl Layout {
+    /// Row-major `rows × ld` storage (column `j` of row `i` at `i·ld + j`), images `batch` apart.
+    pub const fn row_major(ld: u32, batch: u32) -> Layout {
+        Layout { row: ld, col: 1, batch }
+    }
+
+    /// The transposed view of the same storage: element `(i, j)` of the view is `(j, i)` here.
+    pub const fn transposed(self) -> Layout {
+        Layout { row: self.col, col: self.row, batch: self.batch }
+    }
+
+    #[inline(always)]
+    fn at(self, i: u32, j: u32) -> usize {
+        i as usize * self.row as usize + j as usize * self.col as usize
+    }
+}
+
+/// Output tile of [`gemm_f64_to`]: `GEMM_TILE × GEMM_TILE` elements per block.
+pub const GEMM_TILE: u32 = 64;
+/// Step along the inner dimension per shared-memory stage.
+pub const GEMM_TILE_K: u32 = 16;
+/// Threads per block of the GEMM kernels (1-D): each computes 4 × 4 outputs.
+pub const GEMM_THREADS: u32 = 256;
+/// Shared-memory row length (f64) of a stage: one more than the tile, so that the column-wise
+/// stores of a transposed operand hit different banks.
+const GEMM_LD: usize = GEMM_TILE as usize + 1;
+/// Dynamic shared memory of the GEMM kernels, bytes: one stage of each operand, f64 (the kernel
+/// allocates them in this order).
+pub const GEMM_SHARED_BYTES: u32 = shared::Layout::new()
+    .array::<f64>(GEMM_TILE_K as usize * GEMM_LD)
+    .array::<f64>(GEMM_TILE_K as usize * GEMM_LD)
+    .bytes_u32();
+
+/// `C = A·B·diag(scale)` for every image of a batch, accumulated in f64 and stored as `T`
+/// (entries `gemm_f64_to_f64`, and `gemm_f64_to_f32` for the reconstruction's operands). `A` is
+/// `m × k`, `B` is `k × n`, `C` is `m × n`, each through its [`Layout`] from the start of its
+/// slice; `scale` holds `n` values per image, `scale_batch` apart, or is empty for no scaling.
+/// With `symmetric ≠ 0` the product is known to be symmetric (`m = n`, e.g. a Gram matrix `AᵀA`):
+/// blocks below the diagonal return at once and the others also write the mirrored element.
+///
+/// Launch: block [`GEMM_THREADS`], grid `⌈n/64⌉ × ⌈m/64⌉ × images` (x: columns, y: rows, z: the
+/// images), [`GEMM_SHARED_BYTES`] of dynamic shared memory. Each of the 256 threads holds 4 × 4
+/// outputs, rows `ty + 16·r` and columns `tx + 16·c` so that the shared reads of a warp are
+/// conflict-free. Stages of 16 along `k` go through shared memory, loaded along whichever
+/// dimension of the operand is contiguous.
+#[kernel(f64, f32)]
+pub fn gemm_f64_to<T: Float>(
+    a: &[f64],
+    la: Layout,
+    b: &[f64],
+    lb: Layout,
+    c: &mut [T],
+    lc: Layout,
+    scale: &[f64],
+    scale_batch: u32,
+    m: u32,
+    n: u32,
+    k: u32,
+    symmetric: u32,
+) {
+    const TILE: u32 = GEMM_TILE;
+    const TK: u32 = GEMM_TILE_K;
+    let (bi, bj) = (thread::block_idx_y(), thread::block_idx_x());
+    if symmetric != 0 && bi > bj {
+        return;
+    }
+    let z = thread::block_idx_z() as usize;
+    let a = a.tail(z * la.batch as usize);
+    let b = b.tail(z * lb.batch as usize);
+    let mut c = c.tail(z * lc.batch as usize);
+    let tid = thread::thread_idx_x();
+    let (tx, ty) = (tid % 16, tid / 16);
+    let (row0, col0) = (bi * TILE, bj * TILE);
+    let mut smem = shared::Allocator::new();
+    let a_tile = smem.array::<f64>(TK as usize * GEMM_LD);
+    let b_tile = smem.array::<f64>(TK as usize * GEMM_LD);
+
+    let mut acc = [[0.0f64; 4]; 4];
+    let mut p0 = 0;
+    while p0 < k {
+        for q in 0..(TILE * TK / GEMM_THREADS) {
+            let idx = tid + GEMM_THREADS * q;
+            // A's stage: TILE rows × TK columns, stored transposed ([p][i]).
+            let (ii, pp) = if la.col == 1 { (idx / TK, idx % TK) } else { (idx % TILE, idx / TILE) };
+            let (gi, gp) = (row0 + ii, p0 + pp);
+            let v = if gi < m && gp < k { a[la.at(gi, gp)] } else { 0.0 };
+            // SAFETY (the shared accesses): indices below TK·GEMM_LD, the arrays' length; each
+            // element is written by one thread between the barriers and read after them.
+            unsafe { a_tile.write(pp as usize * GEMM_LD + ii as usize, v) };
+            // B's stage: TK rows × TILE columns ([p][j]).
+            let (pp, jj) = if lb.col == 1 { (idx / TILE, idx % TILE) } else { (idx % TK, idx / TK) };
+            let (gp, gj) = (p0 + pp, col0 + jj);
+            let v = if gp < k && gj < n { b[lb.at(gp, gj)] } else { 0.0 };
+            unsafe { b_tile.write(pp as usize * GEMM_LD + jj as usize, v) };
+        }
+        thread::sync_threads();
+        for p in 0..TK as usize {
+            let mut av = [0.0f64; 4];
+            let mut bv = [0.0f64; 4];
+            for r in 0..4 {
+                unsafe {
+                    av[r] = a_tile.read(p * GEMM_LD + ty as usize + 16 * r);
+                    bv[r] = b_tile.read(p * GEMM_LD + tx as usize + 16 * r);
+                }
+            }
+            for r in 0..4 {
+                for s in 0..4 {
+                    acc[r][s] = math::fma(av[r], bv[s], acc[r][s]);
+                }
+            }
+        }
+        thread::sync_threads();
+        p0 += TK;
+    }
+
+    let scale = (!scale.is_empty()).then(|| scale.sub(z * scale_batch as usize, n as usize));
+    // C's last element, checked once: every (i, j) below has i < m, j < n, so an index no larger.
+    // (A check per store keeps `acc` out of registers: 128 bytes of stack.)
+    if m > 0 && n > 0 {
+        let _ = c[lc.at(m - 1, n - 1)];
+    }
+    for (r, row) in acc.iter().enumerate() {
+        let i = row0 + ty + 16 * r as u32;
+        for (s, &value) in row.iter().enumerate() {
+            let j = col0 + tx + 16 * s as u32;
+            if i < m && j < n {
+                let value = match scale {
+                    Some(scale) => value * scale[j as usize],
+                    None => value,
+                };
+                // SAFETY: i, j < m = n (symmetric), so both indices are at most C's last, checked.
+                unsafe {
+                    c.set_unchecked(lc.at(i, j), T::from_f64(value));
+                    if symmetric != 0 && bi != bj {
+                        c.set_unchecked(lc.at(j, i), T::from_f64(value));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `dst[i] = src[i] / 255` for every `i < dst.len()` (8-bit pixels to f64 in `[0, 1]`; `src` at
+/// least as long). Any 1-D launch (grid-stride loop).
+#[kernel]
+pub fn gray8_to_f64(src: &[u8], dst: &mut [f64]) {
+    let src = src.sub(0, dst.len());
+    let mut i = thread::index_1d() as usize;
+    while i < dst.len() {
+        dst[i] = src[i] as f64 / 255.0;
+        i += thread::grid_stride_1d() as usize;
+    }
+}
+
+/// `dst[i] = src[i]` widened to f64, for every `i < dst.len()` (`src` at least as long). Any 1-D
+/// launch.
+#[kernel]
+pub fn f32_to_f64(src: &[f32], dst: &mut [f64]) {
+    let src = src.sub(0, dst.len());
+    let mut i = thread::index_1d() as usize;
+    while i < dst.len() {
+        dst[i] = src[i] as f64;
+        i += thread::grid_stride_1d() as usize;
+    }
+}
+
+/// Starts every image's subspace: copies the orthonormal `r × b` basis `q0` (row-major) into the
+/// left half of each image's `r × 2b` work matrix in `qy` (row-major, images `batch` apart). Grid
+/// `(x, 1, images)`, any 1-D block.
+#[kernel]
+pub fn init_subspace(q0: &[f64], qy: &mut [f64], r: u32, b: u32, batch: u32) {
+    let mut qy = qy.sub(thread::block_idx_z() as usize * batch as usize, (r * 2 * b) as usize);
+    let mut i = thread::index_1d();
+    while i < r * b {
+        qy[((i / b) * 2 * b + i % b) as usize] = q0[i as usize];
+        i += thread::grid_stride_1d();
+    }
+}
+
+/// Per image, block partial sums of `Σ (a − x)²` (or `Σ a²` when `x` is empty) over `count`
+/// elements: `a` f64 (images `a_batch` apart), `x` f32 (`x_batch` apart). Block `bx` of image `z`
+/// writes `partial[z·gridDim.x + bx]`. Grid `(blocks, 1, images)`; 1-D block of a power of two
+/// ≥ 32 threads; `blockDim.x × 8` bytes of dynamic shared memory.
+#[kernel]
+pub fn squared_difference_sums(
+    a: &[f64],
+    a_batch: u32,
+    x: &[f32],
+    x_batch: u32,
+    count: u32,
+    partial: &mut [f64],
+) {
+    let z = thread::block_idx_z() as usize;
+    let a = a.sub(z * a_batch as usize, count as usize);
+    let x = (!x.is_empty()).then(|| x.sub(z * x_batch as usize, count as usize));
+    let tid = thread::thread_idx_x();
+    let mut acc = 0.0f64;
+    let mut i = thread::index_1d();
+    while i < count {
+        let d = match x {
+            Some(x) => a[i as usize] - x[i as usize] as f64,
+            None => a[i as usize],
+        };
+        acc = math::fma(d, d, acc);
+        i += thread::grid_stride_1d();
+    }
+    let sums = shared::dynamic::<f64>();
+    // SAFETY (the shared accesses): indices below blockDim.x, the launch's shared f64 count; each
+    // element is written by one thread between barriers and read after the next one.
+    unsafe { sums.write(tid as usize, acc) };
+    thread::sync_threads();
+    let mut active = thread::block_dim_x() / 2;
+    while active > 0 {
+        if tid < active {
+            unsafe {
+                let other = sums.read((tid + active) as usize);
+                sums.write(tid as usize, sums.read(tid as usize) + other);
+            }
+        }
+        thread::sync_threads();
+        active /= 2;
+    }
+    if tid == 0 {
+        partial[z * thread::grid_dim_x() as usize + thread::block_idx_x() as usize] = unsafe { sums.read(0) };
+    }
+}
+
+/// Ritz values at or below this fraction of the largest are numerically zero (singular values
+/// ≤ 1e-6·σ₁): their vectors are kept as they are instead of being multiplied by the Gram matrix.
+pub const NULL_THRESHOLD: f64 = 1e-12;
+
+/// [`cholesky_inverse`] floors a pivot that fell below this fraction of its diagonal element of
+/// the Gram matrix (a numerically dependent column) there.
+pub const PIVOT_FLOOR: f64 = 1e-12;
+
+mod block_jacobi;
+mod eigensolver;
+mod ritz;
+
+pub use block_jacobi::*;
+pub use eigensolver::*;
+pub use ritz::*;
