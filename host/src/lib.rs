@@ -27,7 +27,7 @@ mod launch;
 
 pub use commands::{bench, cli, image_io, npy, plot};
 pub use families::{conv, histogram, lombscargle, reduce, saxpy, scan, spiral, svd, svd_factor, transpose};
-pub use job::{svd_batch, svd_job, workload};
+pub use job::{svd_batch, svd_job, svd_outputs, workload};
 use launch::dependent_launch;
 pub use launch::{device, error, graph, module, profile};
 

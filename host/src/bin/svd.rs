@@ -10,16 +10,14 @@ use anyhow::{Context, anyhow, bail, ensure};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use kernel_suite::cli::{self, DeviceArgs, DeviceChoice, Target};
-use kernel_suite::image_io::{self, Scaling};
 use kernel_suite::svd::{self, Variant};
 use kernel_suite::svd_batch::{self, run_gpu};
 use kernel_suite::svd_job::{
-    self, ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, RankResult, Reconstruction, Sink,
-    StageTimes, run_cpu,
+    self, ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, Sink, StageTimes, run_cpu,
 };
-use kernel_suite::{Device, GpuOptions, Startup, npy, plot};
-use ndarray::{Array2, s};
-use rayon::prelude::*;
+use kernel_suite::svd_outputs::{ImageReport, Outputs, write_csv};
+use kernel_suite::{Device, GpuOptions, Startup};
+use ndarray::Array2;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -193,28 +191,6 @@ enum Engine {
     Many(Vec<u32>),
 }
 
-/// One rank of one image, as reported.
-#[derive(Serialize)]
-struct RankReport {
-    k: usize,
-    relative_error: f64,
-    eckart_young_bound: f64,
-    check_error: Option<f64>,
-}
-
-/// One image, as reported (everything of its [`ImageResult`] but the reconstructions).
-#[derive(Serialize)]
-struct ImageReport {
-    index: usize,
-    name: String,
-    rows: usize,
-    cols: usize,
-    frobenius_norm: f64,
-    singular_values: Vec<f64>,
-    ranks: Vec<RankReport>,
-    times: StageTimes,
-}
-
 /// The start-up of one GPU, as reported.
 #[derive(Serialize)]
 struct StartupReport {
@@ -332,7 +308,7 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
         png: !args.no_images,
         npy: args.npy,
         mosaic: mosaic && !args.no_images,
-        source: &source,
+        original: &|index| source.original(index),
     };
     let run = run_job(&engine, &args, &queue, &options, &outputs, &progress)?;
     progress.finish_and_clear();
@@ -352,7 +328,7 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
     println!("report: {}", csv_path.display());
     let mut stages = StageTimes::default();
     for r in &results {
-        add_times(&mut stages, &r.times);
+        stages.add(&r.times);
     }
     let max_check_error =
         results.iter().flat_map(|r| r.ranks.iter().filter_map(|k| k.check_error)).reduce(f64::max);
@@ -516,69 +492,6 @@ fn gpu_count() -> kernel_suite::Result<u32> {
     Ok(count)
 }
 
-/// What was written, and what the outputs need.
-struct Outputs<'a> {
-    dir: &'a Path,
-    png: bool,
-    npy: bool,
-    mosaic: bool,
-    source: &'a Source,
-}
-
-impl Outputs<'_> {
-    /// Writes one image's files: every rank's and the mosaic at once (one task each on rayon's
-    /// threads; PNG encoding is the slow part).
-    fn write(&self, result: &ImageResult) -> anyhow::Result<()> {
-        let (ranks, mosaic) = rayon::join(
-            || result.ranks.par_iter().try_for_each(|rank| self.write_rank(result, rank)),
-            || if self.mosaic { self.write_mosaic(result) } else { Ok(()) },
-        );
-        ranks?;
-        mosaic?;
-        if self.npy {
-            let s = &result.singular_values;
-            npy::write(&self.dir.join(format!("{}-s.npy", result.name)), &ndarray::ArrayView1::from(s))?;
-        }
-        Ok(())
-    }
-
-    /// One rank's reconstruction as PNG and/or `.npy`.
-    fn write_rank(&self, result: &ImageResult, rank: &RankResult) -> anyhow::Result<()> {
-        let name = &result.name;
-        let png = self.dir.join(format!("{name}-k{}.png", rank.k));
-        match &rank.reconstruction {
-            Reconstruction::Float(values) => {
-                if self.png {
-                    image_io::save_grayscale(&png, values.view(), Scaling::Clamp)?;
-                }
-                if self.npy {
-                    npy::write(&self.dir.join(format!("{name}-k{}.npy", rank.k)), values)?;
-                }
-            }
-            Reconstruction::Gray8(bytes) if self.png => {
-                let bytes = bytes.as_slice().expect("standard layout");
-                image_io::save_gray8(&png, bytes, result.cols, result.rows)?;
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// The original beside every rank's reconstruction.
-    fn write_mosaic(&self, result: &ImageResult) -> anyhow::Result<()> {
-        let mut tiles = vec![(self.source.original(result.index)?, "original".to_string())];
-        for r in &result.ranks {
-            let tile = r.reconstruction.to_f32().context("a mosaic needs the reconstructions")?;
-            tiles.push((tile, format!("k = {}", r.k)));
-        }
-        write_mosaic(&self.mosaic_path(&result.name), &tiles)
-    }
-
-    fn mosaic_path(&self, name: &str) -> PathBuf {
-        self.dir.join(format!("{name}-mosaic.png"))
-    }
-}
-
 /// What [`run_job`] returns.
 struct JobRun {
     reports: Vec<ImageReport>,
@@ -600,7 +513,7 @@ fn run_job(
     let (sender, receiver) = sync_channel::<ImageResult>(encoders);
     let receiver = Mutex::new(receiver);
     let failure = Failure::default();
-    let reports = Mutex::new(Vec::with_capacity(outputs.source.len()));
+    let reports = Mutex::new(Vec::new());
     let startups = Mutex::new(Vec::new());
     let starts = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -616,10 +529,13 @@ fn run_job(
                     match outputs.write(&result) {
                         Ok(()) => {
                             result.times.encode_ms = start.elapsed().as_secs_f64() * 1e3;
-                            reports.lock().expect("no panics while holding the lock").push(report(result));
+                            reports
+                                .lock()
+                                .expect("no panics while holding the lock")
+                                .push(ImageReport::from(result));
                             progress.inc(1);
                         }
-                        Err(e) => failure.record(e),
+                        Err(e) => failure.record(e.into()),
                     }
                 }
             });
@@ -689,70 +605,8 @@ fn run_job(
     Ok(JobRun { reports: reports.into_inner().expect("no poisoned lock"), startup, job_start })
 }
 
-/// The report of one image (its reconstructions dropped).
-fn report(result: ImageResult) -> ImageReport {
-    ImageReport {
-        index: result.index,
-        name: result.name,
-        rows: result.rows,
-        cols: result.cols,
-        frobenius_norm: result.frobenius_norm,
-        singular_values: result.singular_values,
-        ranks: result
-            .ranks
-            .into_iter()
-            .map(|r| RankReport {
-                k: r.k,
-                relative_error: r.relative_error,
-                eckart_young_bound: r.eckart_young_bound,
-                check_error: r.check_error,
-            })
-            .collect(),
-        times: result.times,
-    }
-}
-
-fn add_times(total: &mut StageTimes, t: &StageTimes) {
-    total.decode_ms += t.decode_ms;
-    total.h2d_ms += t.h2d_ms;
-    total.svd_ms += t.svd_ms;
-    total.reconstruct_ms += t.reconstruct_ms;
-    total.d2h_ms += t.d2h_ms;
-    total.encode_ms += t.encode_ms;
-}
-
 fn startup_total(s: &Startup) -> f64 {
     s.init_ms + s.context_ms + s.module_load_ms
-}
-
-/// `report.csv`: one row per image and rank.
-fn write_csv(path: &Path, results: &[ImageReport]) -> anyhow::Result<()> {
-    let mut csv = String::from(
-        "name,rows,cols,k,relative_error,eckart_young_bound,sigma_1,frobenius_norm,check_error\n",
-    );
-    for r in results {
-        let name = if r.name.contains([',', '"', '\n', '\r']) {
-            format!("\"{}\"", r.name.replace('"', "\"\""))
-        } else {
-            r.name.clone()
-        };
-        let sigma_1 = number(r.singular_values.first().copied().unwrap_or(0.0));
-        let norm = number(r.frobenius_norm);
-        for k in &r.ranks {
-            let (error, bound) = (number(k.relative_error), number(k.eckart_young_bound));
-            let check = k.check_error.map_or(String::new(), number);
-            csv.push_str(&format!(
-                "{name},{},{},{},{error},{bound},{sigma_1},{norm},{check}\n",
-                r.rows, r.cols, k.k
-            ));
-        }
-    }
-    std::fs::write(path, csv).with_context(|| format!("cannot write {}", path.display()))
-}
-
-/// A number for the CSV: exact (shortest round trip), in exponent form when small or large.
-fn number(v: f64) -> String {
-    if v == 0.0 || (1e-3..1e7).contains(&v.abs()) { v.to_string() } else { format!("{v:e}") }
 }
 
 /// Per image its table (a few images) or per rank a summary over the images (many).
@@ -811,29 +665,6 @@ fn print_results(results: &[ImageReport], options: &JobOptions, outputs: &Output
         };
         println!("outputs: {} ({kinds})", outputs.dir.display());
     }
-}
-
-/// Tiles in a grid of up to 4 columns, each with its label above it.
-fn write_mosaic(path: &Path, tiles: &[(Array2<f32>, String)]) -> anyhow::Result<()> {
-    let (h, w) = tiles[0].0.dim();
-    let cols = tiles.len().min(4);
-    let grid_rows = tiles.len().div_ceil(cols);
-    let (gap, label_h) = (8usize, plot::LABEL_HEIGHT as usize);
-    let (cell_w, cell_h) = (w + gap, h + label_h + gap);
-    let (mw, mh) = (cols * cell_w + gap, grid_rows * cell_h + gap);
-    let mut mosaic = Array2::<f32>::ones((mh, mw));
-    let mut labels = Vec::new();
-    for (i, (tile, text)) in tiles.iter().enumerate() {
-        let (x0, y0) = (gap + (i % cols) * cell_w, gap + (i / cols) * cell_h);
-        mosaic
-            .slice_mut(s![y0 + label_h..y0 + label_h + h, x0..x0 + w])
-            .assign(&tile.mapv(|v| v.clamp(0.0, 1.0)));
-        labels.push((text.clone(), x0, y0));
-    }
-    let mut gray = image_io::to_gray8(mosaic.view(), Scaling::Clamp);
-    plot::draw_labels(&mut gray, mw, mh, &labels)?;
-    image_io::save_gray8(path, &gray, mw, mh)?;
-    Ok(())
 }
 
 /// Peak resident set size of this process (Linux `VmHWM`), MiB.

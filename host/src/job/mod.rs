@@ -1,7 +1,8 @@
 //! The `svd` job: its images, results and CPU engine ([`svd_job`]), its GPU engine and pipeline
-//! ([`svd_batch`]), and the procedural benchmark images ([`workload`]). Re-exported at the crate
-//! root.
+//! ([`svd_batch`]), what it writes ([`svd_outputs`]), and the procedural benchmark images
+//! ([`workload`]). Re-exported at the crate root.
 
 pub mod svd_batch;
 pub mod svd_job;
+pub mod svd_outputs;
 pub mod workload;

@@ -174,6 +174,18 @@ pub struct StageTimes {
     pub encode_ms: f64,
 }
 
+impl StageTimes {
+    /// Adds `other`'s times stage by stage (a job's totals).
+    pub fn add(&mut self, other: &StageTimes) {
+        self.decode_ms += other.decode_ms;
+        self.h2d_ms += other.h2d_ms;
+        self.svd_ms += other.svd_ms;
+        self.reconstruct_ms += other.reconstruct_ms;
+        self.d2h_ms += other.d2h_ms;
+        self.encode_ms += other.encode_ms;
+    }
+}
+
 /// Everything computed for one image.
 #[derive(Debug, Clone)]
 pub struct ImageResult {
