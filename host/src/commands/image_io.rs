@@ -19,21 +19,27 @@ pub enum Scaling {
     Rescale,
 }
 
-/// Loads an image file as grayscale in `[0, 1]`: each 8-bit luma value `v` as `v/255` in f64
-/// (what SciPy gets from `np.asarray(img, float) / 255`).
-pub fn load_grayscale_f64(path: &Path) -> Result<Array2<f64>> {
+/// Opens and decodes a PNG/JPEG file (format guessed from its bytes); an empty image is refused.
+/// Errors ([`Error::File`]) name the file.
+pub fn decode(path: &Path) -> Result<image::DynamicImage> {
     let file_error = |message: String| Error::File { path: path.to_path_buf(), message };
-    let img = image::ImageReader::open(path)
+    let image = image::ImageReader::open(path)
         .map_err(|e| file_error(e.to_string()))?
         .with_guessed_format()
         .map_err(|e| file_error(e.to_string()))?
         .decode()
-        .map_err(|e| file_error(format!("not a readable PNG/JPEG image: {e}")))?
-        .into_luma8();
-    let (w, h) = img.dimensions();
-    if w == 0 || h == 0 {
+        .map_err(|e| file_error(format!("not a readable PNG/JPEG image: {e}")))?;
+    if image.width() == 0 || image.height() == 0 {
         return Err(file_error("the image is empty".into()));
     }
+    Ok(image)
+}
+
+/// Loads an image file as grayscale in `[0, 1]`: each 8-bit luma value `v` as `v/255` in f64
+/// (what SciPy gets from `np.asarray(img, float) / 255`).
+pub fn load_grayscale_f64(path: &Path) -> Result<Array2<f64>> {
+    let img = decode(path)?.into_luma8();
+    let (w, h) = img.dimensions();
     let data = img.into_raw().into_iter().map(|v| v as f64 / 255.0).collect();
     Ok(Array2::from_shape_vec((h as usize, w as usize), data).expect("w·h pixels"))
 }

@@ -259,17 +259,8 @@ pub type Sink<'a> = &'a (dyn Fn(ImageResult) -> Result<()> + Sync);
 /// crate's Rec. 709 weights): 8-bit files become [`Pixels::Gray8`] (no float conversion on the
 /// host), deeper ones [`Pixels::Float`] in `[0, 1]`. Errors ([`Error::File`]) name the file.
 pub fn decode_file(path: &Path) -> Result<Pixels> {
-    let file_error = |message: String| Error::File { path: path.to_path_buf(), message };
-    let image = image::ImageReader::open(path)
-        .map_err(|e| file_error(e.to_string()))?
-        .with_guessed_format()
-        .map_err(|e| file_error(e.to_string()))?
-        .decode()
-        .map_err(|e| file_error(format!("not a readable PNG/JPEG image: {e}")))?;
+    let image = crate::image_io::decode(path)?;
     let (cols, rows) = (image.width() as usize, image.height() as usize);
-    if rows == 0 || cols == 0 {
-        return Err(file_error("the image is empty".into()));
-    }
     let color = image.color();
     let bits_per_channel = color.bits_per_pixel() / u16::from(color.channel_count());
     let pixels = match bits_per_channel {
