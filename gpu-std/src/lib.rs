@@ -10,8 +10,13 @@
 //!   [`shared::Allocator`] whose [`shared::Layout`] the host sizes launches with;
 //! * [`math`]: f32/f64 math through CUDA's libdevice, the [`Float`] trait of generic kernels, and
 //!   [`math::fast`] approximate variants;
-//! * [`warp`]: warp shuffles;
-//! * [`mma`]: tensor-core matrix multiply-accumulate (tf32, f16, bf16, f64) and `cp.async`;
+//! * [`warp`]: warp collectives: shuffles, votes, reductions and scans;
+//! * [`block`]: block collectives: counting and voting barriers, reductions and scans;
+//! * [`atomic`]: atomics on global and shared memory with explicit ordering and scope;
+//! * [`print`](mod@print): `printf!` and `gpu_assert!` (CUDA's device-side `printf` and `assert`);
+//! * [`half`]: `f16` and `bf16` with one-instruction conversions;
+//! * [`mma`]: tensor-core matrix multiply-accumulate (`mma.sync` in tf32, f16, bf16, f64, and
+//!   Hopper's `wgmma`), `ldmatrix` and `cp.async`;
 //! * [`global`]: 16- and 8-byte global stores that stay one instruction.
 //!
 //! A kernel crate compiles twice. For `nvptx64-nvidia-cuda` (by the builder, `build.rs` at the
