@@ -27,13 +27,13 @@ mod launch;
 
 pub use commands::{bench, cli, image_io, npy, plot};
 pub use families::{conv, histogram, lombscargle, reduce, saxpy, scan, spiral, svd, svd_factor, transpose};
-pub use job::{svd_batch, svd_job, svd_outputs, workload};
+pub use job::{svd_batch, svd_engine, svd_job, svd_outputs, workload};
 use launch::dependent_launch;
 pub use launch::{device, error, graph, module, profile};
 
 pub use device::{
     Backend, Buffer, BufferView, BufferViewMut, CopyTotals, Device, Element, GpuOptions, HostBuffer,
-    IntoKernelArgs, KernelArg, Mark, Queue, Staging, Startup, gpu_of_address,
+    IntoKernelArgs, KernelArg, Mark, Queue, Staging, Startup, gpu_count, gpu_of_address,
 };
 pub use error::{Error, Result};
 

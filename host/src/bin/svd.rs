@@ -4,28 +4,23 @@
 //! image and writes, per image and rank k, the reconstruction `<out>/<name>-k<k>.png` (optionally
 //! `.npy`), a CSV report of the errors and, with `--json`, a full report with per-stage times.
 //! Images are decoded on all cores into a bounded queue, computed by the engine (the GPU pipeline,
-//! one thread per GPU, or the CPU in parallel across images) and encoded on other threads.
+//! one thread per GPU, or the CPU in parallel across images) and encoded on other threads; that
+//! pipeline is the library's `svd_engine`, and this file parses the command line and reports.
 
-use anyhow::{Context, anyhow, bail, ensure};
+use anyhow::{Context, ensure};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use kernel_suite::cli::{self, DeviceArgs, DeviceChoice, Target};
-use kernel_suite::svd::{self, Variant};
-use kernel_suite::svd_batch::{self, run_gpu};
-use kernel_suite::svd_job::{
-    self, ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, Sink, StageTimes, run_cpu,
-};
+use kernel_suite::Startup;
+use kernel_suite::cli::{self, DeviceArgs, Target};
+use kernel_suite::svd::Variant;
+use kernel_suite::svd_batch;
+use kernel_suite::svd_engine::{Engine, GpuList, Shard, Source, StartupReport};
+use kernel_suite::svd_job::{JobOptions, Keep, StageTimes};
 use kernel_suite::svd_outputs::{ImageReport, Outputs, write_csv};
-use kernel_suite::{Device, GpuOptions, Startup};
-use ndarray::Array2;
 use serde::Serialize;
-use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
 /// Up to this many images, the command prints each image's per-rank table; above, a summary and a
@@ -101,104 +96,6 @@ struct Args {
     device: DeviceArgs,
 }
 
-/// `--shard I/N`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-struct Shard {
-    index: usize,
-    count: usize,
-}
-
-impl Shard {
-    fn parse(text: &str) -> anyhow::Result<Shard> {
-        let bad = || {
-            anyhow!(
-                "--shard {text:?}: expected I/N with 0 ≤ I < N, e.g. --shard 0/4 for the first of four shards"
-            )
-        };
-        let (index, count) = text.split_once('/').ok_or_else(bad)?;
-        let index: usize = index.trim().parse().map_err(|_| bad())?;
-        let count: usize = count.trim().parse().map_err(|_| bad())?;
-        ensure!(index < count, bad());
-        Ok(Shard { index, count })
-    }
-}
-
-/// `--gpus`: every GPU, or these indices.
-enum GpuList {
-    All,
-    Some(Vec<u32>),
-}
-
-impl GpuList {
-    fn parse(text: &str) -> anyhow::Result<GpuList> {
-        if text.trim() == "all" {
-            return Ok(GpuList::All);
-        }
-        let mut ordinals =
-            text.split(',').map(|s| s.trim().parse::<u32>()).collect::<Result<Vec<_>, _>>().map_err(
-                |_| anyhow!("--gpus {text:?}: expected `all` or GPU indices separated by commas, e.g. 0,1"),
-            )?;
-        ordinals.sort_unstable();
-        ordinals.dedup();
-        Ok(GpuList::Some(ordinals))
-    }
-}
-
-/// Where the images come from.
-enum Source {
-    /// The default image.
-    Phantom(Array2<f32>),
-    /// Files; image `i` of the job is `files[i]`.
-    Files(Vec<PathBuf>),
-}
-
-impl Source {
-    fn len(&self) -> usize {
-        match self {
-            Source::Phantom(_) => 1,
-            Source::Files(files) => files.len(),
-        }
-    }
-
-    /// The original pixels of image `index` (decoded again from its file), for the mosaic.
-    fn original(&self, index: usize) -> kernel_suite::Result<Array2<f32>> {
-        match self {
-            Source::Phantom(image) => Ok(image.clone()),
-            Source::Files(files) => Ok(svd_job::decode_file(&files[index])?.to_f32()),
-        }
-    }
-
-    /// The queue of the job's images: decoded on a background pool for files.
-    fn queue(&self) -> ImageQueue {
-        match self {
-            Source::Phantom(image) => ImageQueue::from_images(vec![JobImage {
-                index: 0,
-                name: "shepp-logan".into(),
-                pixels: Pixels::Float(image.clone()),
-            }]),
-            Source::Files(files) => svd_job::decode_into_queue(files.iter().cloned().enumerate().collect()),
-        }
-    }
-}
-
-/// What runs the job.
-enum Engine {
-    /// The CPU engine, parallel across images.
-    Cpu,
-    /// The GPU engine on one device (a GPU or the simulator), on this thread.
-    One(Device),
-    /// The GPU engine on several GPUs, one thread each.
-    Many(Vec<u32>),
-}
-
-/// The start-up of one GPU, as reported.
-#[derive(Serialize)]
-struct StartupReport {
-    gpu: u32,
-    #[serde(flatten)]
-    startup: Startup,
-}
-
 /// The `--json` report.
 #[derive(Serialize)]
 struct JobReport<'a> {
@@ -220,31 +117,6 @@ struct JobReport<'a> {
     max_check_error: Option<f64>,
     startup: Vec<StartupReport>,
     results: &'a [ImageReport],
-}
-
-/// The first error of any thread; later ones (mostly "stopped" echoes of it) are dropped.
-#[derive(Default)]
-struct Failure {
-    first: Mutex<Option<anyhow::Error>>,
-    failed: AtomicBool,
-}
-
-impl Failure {
-    fn record(&self, error: anyhow::Error) {
-        self.first.lock().expect("no panics while holding the lock").get_or_insert(error);
-        self.failed.store(true, Ordering::SeqCst);
-    }
-
-    fn failed(&self) -> bool {
-        self.failed.load(Ordering::SeqCst)
-    }
-
-    fn into_result(self) -> anyhow::Result<()> {
-        match self.first.into_inner().expect("no panics while holding the lock") {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
 }
 
 fn main() -> ExitCode {
@@ -271,7 +143,7 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
     };
     let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
     let gpus = args.gpus.as_deref().map(GpuList::parse).transpose()?;
-    let (source, total) = collect_inputs(&args, shard)?;
+    let (source, total) = Source::collect(&args.inputs, args.size, shard)?;
     if let Some(dir) = args.json.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty()) {
         ensure!(dir.is_dir(), "--json: directory {} does not exist", dir.display());
     }
@@ -279,14 +151,10 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
     // Decoding starts before the device opens, so the first images are ready when it is.
     let queue = source.queue();
-    let (engine, count_ms) = open_engine(&args, gpus)?;
+    let (engine, count_ms) = Engine::open(&args.device, gpus)?;
     let batch_images = args.batch_images.unwrap_or(svd_batch::BATCH_IMAGES);
     let options = JobOptions { ranks, check: args.check, variant: args.variant, batch_images, keep };
-    let label = match &engine {
-        Engine::Cpu => format!("CPU (faer, {} threads)", rayon::current_num_threads()),
-        Engine::One(device) => device.describe(),
-        Engine::Many(ordinals) => format!("{} GPUs ({ordinals:?})", ordinals.len()),
-    };
+    let label = engine.describe();
     let images = match shard {
         Some(Shard { index, count }) => {
             format!("{} image(s): shard {index}/{count} of {total}", source.len())
@@ -310,7 +178,7 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
         mosaic: mosaic && !args.no_images,
         original: &|index| source.original(index),
     };
-    let run = run_job(&engine, &args, &queue, &options, &outputs, &progress)?;
+    let run = engine.run(&args.device, &queue, &options, &outputs, &progress)?;
     progress.finish_and_clear();
     drop(queue);
     let mut results = run.reports;
@@ -380,229 +248,6 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
         args.device.print_profile(&Target::Kernels(device))?;
     }
     Ok(())
-}
-
-/// The job's images: the phantom, or the files of the inputs (directories listed in name order),
-/// every one checked to exist, names unique, then sharded; and the number before sharding.
-fn collect_inputs(args: &Args, shard: Option<Shard>) -> anyhow::Result<(Source, usize)> {
-    if args.inputs.is_empty() {
-        ensure!(args.size >= 1, "--size must be at least 1");
-        let phantom = Source::Phantom(svd::shepp_logan(args.size));
-        let total = phantom.len();
-        return Ok((phantom, total));
-    }
-    let mut files = Vec::new();
-    for input in &args.inputs {
-        if input.is_dir() {
-            let mut found = Vec::new();
-            for entry in std::fs::read_dir(input)
-                .with_context(|| format!("cannot read directory {}", input.display()))?
-            {
-                let path =
-                    entry.with_context(|| format!("cannot read directory {}", input.display()))?.path();
-                let image = path
-                    .extension()
-                    .and_then(|e| e.to_str())
-                    .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "png" | "jpg" | "jpeg"));
-                if image && path.is_file() {
-                    found.push(path);
-                }
-            }
-            ensure!(!found.is_empty(), "{}: no PNG or JPEG files in this directory", input.display());
-            found.sort();
-            files.extend(found);
-        } else {
-            ensure!(input.exists(), "{}: no such file or directory", input.display());
-            files.push(input.clone());
-        }
-    }
-    let mut names: HashMap<String, &Path> = HashMap::new();
-    for file in &files {
-        if let Some(other) = names.insert(svd_job::image_name(file), file) {
-            bail!(
-                "{} and {} have the same name, so their outputs would overwrite each other",
-                other.display(),
-                file.display()
-            );
-        }
-    }
-    let total = files.len();
-    if let Some(Shard { index, count }) = shard {
-        files = files.into_iter().skip(index).step_by(count).collect();
-    }
-    Ok((Source::Files(files), total))
-}
-
-/// Opens what runs the job: `--device cpu` the CPU engine; `sim` the simulator; `gpu`/`auto` the
-/// GPU of `--gpu`, or those of `--gpus` (with `auto`, falling back to the CPU when there is none).
-/// Also returns the time spent counting the GPUs for `--gpus` (it starts the driver), ms.
-fn open_engine(args: &Args, gpus: Option<GpuList>) -> anyhow::Result<(Engine, f64)> {
-    let choice = args.device.device;
-    if gpus.is_some() && matches!(choice, DeviceChoice::Cpu | DeviceChoice::Sim) {
-        bail!("--gpus needs --device gpu or auto");
-    }
-    let start = Instant::now();
-    let ordinals = match gpus {
-        None => vec![args.device.gpu],
-        Some(list) => {
-            let count = match gpu_count() {
-                Ok(count) => count,
-                Err(e) if choice == DeviceChoice::Auto && e.is_no_gpu() => {
-                    eprintln!("note: {e}; falling back to the CPU reference (--device cpu)");
-                    return Ok((Engine::Cpu, 0.0));
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let ordinals = match list {
-                GpuList::All => (0..count).collect(),
-                GpuList::Some(ordinals) => ordinals,
-            };
-            if let Some(bad) = ordinals.iter().find(|&&i| i >= count) {
-                bail!("--gpus: GPU index {bad} requested, {count} GPU(s) present");
-            }
-            ordinals
-        }
-    };
-    let count_ms = start.elapsed().as_secs_f64() * 1e3;
-    if let [ordinal] = ordinals[..] {
-        let device_args = DeviceArgs { gpu: ordinal, ..args.device.clone() };
-        return Ok(match device_args.select_for_job()? {
-            Target::Kernels(device) => (Engine::One(device), count_ms),
-            Target::CpuReference => (Engine::Cpu, 0.0),
-        });
-    }
-    if args.device.profile {
-        eprintln!("note: --profile profiles one GPU; this run on {} GPUs is not profiled", ordinals.len());
-    }
-    Ok((Engine::Many(ordinals), count_ms))
-}
-
-/// GPUs the driver sees.
-fn gpu_count() -> kernel_suite::Result<u32> {
-    use kernel_suite::Error;
-    cust::init(cust::CudaFlags::empty()).map_err(|e| match e {
-        cust::error::CudaError::NoDevice => Error::NoGpu("the CUDA driver found no GPU".into()),
-        other => Error::NoDriver(format!("cuInit failed: {other}")),
-    })?;
-    let count = cust::device::Device::num_devices()
-        .map_err(|source| Error::Cuda { call: "cuDeviceGetCount", source })?;
-    if count == 0 {
-        return Err(Error::NoGpu("the CUDA driver found no GPU".into()));
-    }
-    Ok(count)
-}
-
-/// What [`run_job`] returns.
-struct JobRun {
-    reports: Vec<ImageReport>,
-    startup: Vec<StartupReport>,
-    job_start: Instant,
-}
-
-/// Runs the engine(s) on `queue`, with encoder threads writing each finished image's outputs.
-fn run_job(
-    engine: &Engine,
-    args: &Args,
-    queue: &ImageQueue,
-    options: &JobOptions,
-    outputs: &Outputs,
-    progress: &ProgressBar,
-) -> anyhow::Result<JobRun> {
-    let encoders = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // Bounded: when encoding falls behind, the engines wait instead of piling up reconstructions.
-    let (sender, receiver) = sync_channel::<ImageResult>(encoders);
-    let receiver = Mutex::new(receiver);
-    let failure = Failure::default();
-    let reports = Mutex::new(Vec::new());
-    let startups = Mutex::new(Vec::new());
-    let starts = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..encoders {
-            scope.spawn(|| {
-                loop {
-                    let next = receiver.lock().expect("no panics while holding the lock").recv();
-                    let Ok(mut result) = next else { break };
-                    if failure.failed() {
-                        continue;
-                    }
-                    let start = Instant::now();
-                    match outputs.write(&result) {
-                        Ok(()) => {
-                            result.times.encode_ms = start.elapsed().as_secs_f64() * 1e3;
-                            reports
-                                .lock()
-                                .expect("no panics while holding the lock")
-                                .push(ImageReport::from(result));
-                            progress.inc(1);
-                        }
-                        Err(e) => failure.record(e.into()),
-                    }
-                }
-            });
-        }
-        let failure = &failure;
-        let send = move |mut result: ImageResult| -> kernel_suite::Result<()> {
-            let stopped = || kernel_suite::Error::InvalidInput("stopped after an earlier error".into());
-            if failure.failed() {
-                return Err(stopped());
-            }
-            result.times.decode_ms = queue.take_decode_ms(result.index);
-            sender.send(result).map_err(|_| stopped())
-        };
-        let sink: Sink = &send;
-        let started = |gpu_startup: Option<StartupReport>| {
-            starts.lock().expect("no panics while holding the lock").push(Instant::now());
-            startups.lock().expect("no panics while holding the lock").extend(gpu_startup);
-        };
-        match engine {
-            Engine::Cpu => {
-                started(None);
-                if let Err(e) = run_cpu(queue, options, sink) {
-                    failure.record(e.into());
-                }
-            }
-            Engine::One(device) => {
-                started(device.startup().map(|startup| StartupReport { gpu: args.device.gpu, startup }));
-                if let Err(e) = run_gpu(device, queue, options, sink) {
-                    failure.record(e.into());
-                }
-            }
-            Engine::Many(ordinals) => {
-                let gpu_options =
-                    GpuOptions { max_registers: args.device.max_registers, force_ptx: args.device.ptx };
-                // The job starts once every GPU is open: contexts are created one after another by
-                // the driver, and a GPU that opens late would otherwise find the work taken.
-                let all_open = std::sync::Barrier::new(ordinals.len());
-                std::thread::scope(|gpus| {
-                    for &gpu in ordinals {
-                        let (started, all_open) = (&started, &all_open);
-                        gpus.spawn(move || {
-                            let run = || -> anyhow::Result<()> {
-                                // A device belongs to the thread that opened it.
-                                let device = Device::gpu_with(gpu, gpu_options);
-                                all_open.wait();
-                                let device = device?;
-                                println!("GPU {gpu}: {}", device.describe());
-                                started(device.startup().map(|startup| StartupReport { gpu, startup }));
-                                run_gpu(&device, queue, options, sink).with_context(|| format!("GPU {gpu}"))
-                            };
-                            if let Err(e) = run() {
-                                failure.record(e);
-                            }
-                        });
-                    }
-                });
-            }
-        }
-        // No more results: the encoders finish the queued ones and stop.
-        drop(send);
-    });
-    failure.into_result()?;
-    let job_start =
-        starts.into_inner().expect("no poisoned lock").into_iter().min().unwrap_or_else(Instant::now);
-    let mut startup = startups.into_inner().expect("no poisoned lock");
-    startup.sort_by_key(|s| s.gpu);
-    Ok(JobRun { reports: reports.into_inner().expect("no poisoned lock"), startup, job_start })
 }
 
 fn startup_total(s: &Startup) -> f64 {

@@ -159,6 +159,17 @@ impl Drop for Phase {
     }
 }
 
+/// How many GPUs the CUDA driver sees (starting the driver): at least one, or [`Error::NoGpu`] /
+/// [`Error::NoDriver`].
+pub fn gpu_count() -> Result<u32> {
+    cust::init(cust::CudaFlags::empty()).map_err(init_error)?;
+    let count = cust::device::Device::num_devices().map_err(cuda("cuDeviceGetCount"))?;
+    if count == 0 {
+        return Err(Error::NoGpu("the CUDA driver found no GPU".into()));
+    }
+    Ok(count)
+}
+
 /// The ordinal of the GPU whose memory holds device address `address` (memory of another library,
 /// handed over as a bare pointer by `__cuda_array_interface__`).
 pub fn gpu_of_address(address: usize) -> Result<u32> {

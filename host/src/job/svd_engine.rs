@@ -1,0 +1,389 @@
+//! What runs the `svd` job: its images ([`Source`], from the phantom or files and folders, sharded
+//! with [`Shard`]), the engine ([`Engine`]: the CPU, one GPU or the simulator, or several GPUs
+//! with one thread each) and [`Engine::run`], which feeds the engine from the decoding queue and
+//! writes each finished image's outputs on encoder threads. The `svd` binary parses the command
+//! line and reports; everything between is here.
+
+use crate::cli::{DeviceArgs, DeviceChoice, Target};
+use crate::svd_batch::run_gpu;
+use crate::svd_job::{self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, Sink, run_cpu};
+use crate::svd_outputs::{ImageReport, Outputs};
+use crate::{Device, GpuOptions, Startup, device::gpu_count, svd};
+use anyhow::{Context, anyhow, bail, ensure};
+use indicatif::ProgressBar;
+use ndarray::Array2;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::sync_channel;
+use std::time::Instant;
+
+/// `--shard I/N`: every `N`-th image of the job from the `I`-th (0-based) on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Shard {
+    /// `I`, 0 ≤ `I` < `N`.
+    pub index: usize,
+    /// `N`.
+    pub count: usize,
+}
+
+impl Shard {
+    /// Parses `I/N`.
+    pub fn parse(text: &str) -> anyhow::Result<Shard> {
+        let bad = || {
+            anyhow!(
+                "--shard {text:?}: expected I/N with 0 ≤ I < N, e.g. --shard 0/4 for the first of four shards"
+            )
+        };
+        let (index, count) = text.split_once('/').ok_or_else(bad)?;
+        let index: usize = index.trim().parse().map_err(|_| bad())?;
+        let count: usize = count.trim().parse().map_err(|_| bad())?;
+        ensure!(index < count, bad());
+        Ok(Shard { index, count })
+    }
+}
+
+/// `--gpus`: every GPU, or these indices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuList {
+    /// `all`.
+    All,
+    /// Indices, sorted, without repeats.
+    Some(Vec<u32>),
+}
+
+impl GpuList {
+    /// Parses `all` or indices separated by commas.
+    pub fn parse(text: &str) -> anyhow::Result<GpuList> {
+        if text.trim() == "all" {
+            return Ok(GpuList::All);
+        }
+        let mut ordinals =
+            text.split(',').map(|s| s.trim().parse::<u32>()).collect::<Result<Vec<_>, _>>().map_err(
+                |_| anyhow!("--gpus {text:?}: expected `all` or GPU indices separated by commas, e.g. 0,1"),
+            )?;
+        ordinals.sort_unstable();
+        ordinals.dedup();
+        Ok(GpuList::Some(ordinals))
+    }
+}
+
+/// Where the job's images come from.
+pub enum Source {
+    /// The default image.
+    Phantom(Array2<f32>),
+    /// Files; image `i` of the job is `files[i]`.
+    Files(Vec<PathBuf>),
+}
+
+impl Source {
+    /// The job's images: with no `inputs`, the `size` × `size` Shepp–Logan phantom; else the files
+    /// of the inputs (directories listed in name order, their PNG and JPEG files), every one checked
+    /// to exist and names unique (outputs are named after them), then sharded. Also returns the
+    /// number of images before sharding.
+    pub fn collect(inputs: &[PathBuf], size: usize, shard: Option<Shard>) -> anyhow::Result<(Source, usize)> {
+        if inputs.is_empty() {
+            ensure!(size >= 1, "--size must be at least 1");
+            return Ok((Source::Phantom(svd::shepp_logan(size)), 1));
+        }
+        let mut files = Vec::new();
+        for input in inputs {
+            if input.is_dir() {
+                let mut found = Vec::new();
+                for entry in std::fs::read_dir(input)
+                    .with_context(|| format!("cannot read directory {}", input.display()))?
+                {
+                    let path =
+                        entry.with_context(|| format!("cannot read directory {}", input.display()))?.path();
+                    let image = path
+                        .extension()
+                        .and_then(|e| e.to_str())
+                        .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "png" | "jpg" | "jpeg"));
+                    if image && path.is_file() {
+                        found.push(path);
+                    }
+                }
+                ensure!(!found.is_empty(), "{}: no PNG or JPEG files in this directory", input.display());
+                found.sort();
+                files.extend(found);
+            } else {
+                ensure!(input.exists(), "{}: no such file or directory", input.display());
+                files.push(input.clone());
+            }
+        }
+        let mut names: HashMap<String, &Path> = HashMap::new();
+        for file in &files {
+            if let Some(other) = names.insert(svd_job::image_name(file), file) {
+                bail!(
+                    "{} and {} have the same name, so their outputs would overwrite each other",
+                    other.display(),
+                    file.display()
+                );
+            }
+        }
+        let total = files.len();
+        if let Some(Shard { index, count }) = shard {
+            files = files.into_iter().skip(index).step_by(count).collect();
+        }
+        Ok((Source::Files(files), total))
+    }
+
+    /// The number of images.
+    pub fn len(&self) -> usize {
+        match self {
+            Source::Phantom(_) => 1,
+            Source::Files(files) => files.len(),
+        }
+    }
+
+    /// Whether there are none (a shard past the last file).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The original pixels of image `index` (decoded again from its file), for the mosaic.
+    pub fn original(&self, index: usize) -> crate::Result<Array2<f32>> {
+        match self {
+            Source::Phantom(image) => Ok(image.clone()),
+            Source::Files(files) => Ok(svd_job::decode_file(&files[index])?.to_f32()),
+        }
+    }
+
+    /// The queue of the job's images: decoded on a background pool for files, so the first
+    /// images are ready when the device is open.
+    pub fn queue(&self) -> ImageQueue {
+        match self {
+            Source::Phantom(image) => ImageQueue::from_images(vec![JobImage {
+                index: 0,
+                name: "shepp-logan".into(),
+                pixels: Pixels::Float(image.clone()),
+            }]),
+            Source::Files(files) => svd_job::decode_into_queue(files.iter().cloned().enumerate().collect()),
+        }
+    }
+}
+
+/// What runs the job.
+pub enum Engine {
+    /// The CPU engine, parallel across images.
+    Cpu,
+    /// The GPU engine on one device (a GPU or the simulator), on the calling thread.
+    One(Device),
+    /// The GPU engine on several GPUs, one thread each, all taking images from one queue.
+    Many(Vec<u32>),
+}
+
+/// The start-up of one GPU, as reported.
+#[derive(Debug, Serialize)]
+pub struct StartupReport {
+    /// The GPU's index.
+    pub gpu: u32,
+    /// Its driver, context and module times.
+    #[serde(flatten)]
+    pub startup: Startup,
+}
+
+/// What [`Engine::run`] returns.
+pub struct JobRun {
+    /// One report per image, in the order they finished.
+    pub reports: Vec<ImageReport>,
+    /// Each GPU's start-up, by GPU index.
+    pub startup: Vec<StartupReport>,
+    /// When the first engine started (after its device opened).
+    pub job_start: Instant,
+}
+
+impl Engine {
+    /// Opens what runs the job: `--device cpu` the CPU engine; `sim` the simulator; `gpu`/`auto`
+    /// the GPU of `--gpu`, or those of `--gpus` (with `auto`, falling back to the CPU when there is
+    /// none). Also returns the time spent counting the GPUs for `--gpus` (it starts the driver), ms.
+    pub fn open(device: &DeviceArgs, gpus: Option<GpuList>) -> anyhow::Result<(Engine, f64)> {
+        let choice = device.device;
+        if gpus.is_some() && matches!(choice, DeviceChoice::Cpu | DeviceChoice::Sim) {
+            bail!("--gpus needs --device gpu or auto");
+        }
+        let start = Instant::now();
+        let ordinals = match gpus {
+            None => vec![device.gpu],
+            Some(list) => {
+                let count = match gpu_count() {
+                    Ok(count) => count,
+                    Err(e) if choice == DeviceChoice::Auto && e.is_no_gpu() => {
+                        eprintln!("note: {e}; falling back to the CPU reference (--device cpu)");
+                        return Ok((Engine::Cpu, 0.0));
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                let ordinals = match list {
+                    GpuList::All => (0..count).collect(),
+                    GpuList::Some(ordinals) => ordinals,
+                };
+                if let Some(bad) = ordinals.iter().find(|&&i| i >= count) {
+                    bail!("--gpus: GPU index {bad} requested, {count} GPU(s) present");
+                }
+                ordinals
+            }
+        };
+        let count_ms = start.elapsed().as_secs_f64() * 1e3;
+        if let [ordinal] = ordinals[..] {
+            let one = DeviceArgs { gpu: ordinal, ..device.clone() };
+            return Ok(match one.select_for_job()? {
+                Target::Kernels(device) => (Engine::One(device), count_ms),
+                Target::CpuReference => (Engine::Cpu, 0.0),
+            });
+        }
+        if device.profile {
+            eprintln!(
+                "note: --profile profiles one GPU; this run on {} GPUs is not profiled",
+                ordinals.len()
+            );
+        }
+        Ok((Engine::Many(ordinals), count_ms))
+    }
+
+    /// What runs the job, in words.
+    pub fn describe(&self) -> String {
+        match self {
+            Engine::Cpu => format!("CPU (faer, {} threads)", rayon::current_num_threads()),
+            Engine::One(device) => device.describe(),
+            Engine::Many(ordinals) => format!("{} GPUs ({ordinals:?})", ordinals.len()),
+        }
+    }
+
+    /// Runs the job: the engine(s) take the images of `queue`, and encoder threads (one per core)
+    /// write each finished image's `outputs`, ticking `progress`. `device` is what opened the
+    /// engine (its `--gpu`, and for several GPUs the options each opens with). The first error of
+    /// any thread stops the others and is returned.
+    pub fn run(
+        &self,
+        device: &DeviceArgs,
+        queue: &ImageQueue,
+        options: &JobOptions,
+        outputs: &Outputs,
+        progress: &ProgressBar,
+    ) -> anyhow::Result<JobRun> {
+        let encoders = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Bounded: when encoding falls behind, the engines wait instead of piling up reconstructions.
+        let (sender, receiver) = sync_channel::<ImageResult>(encoders);
+        let receiver = Mutex::new(receiver);
+        let failure = Failure::default();
+        let reports = Mutex::new(Vec::new());
+        let startups = Mutex::new(Vec::new());
+        let starts = Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            for _ in 0..encoders {
+                scope.spawn(|| {
+                    loop {
+                        let next = receiver.lock().expect("no panics while holding the lock").recv();
+                        let Ok(mut result) = next else { break };
+                        if failure.failed() {
+                            continue;
+                        }
+                        let start = Instant::now();
+                        match outputs.write(&result) {
+                            Ok(()) => {
+                                result.times.encode_ms = start.elapsed().as_secs_f64() * 1e3;
+                                reports
+                                    .lock()
+                                    .expect("no panics while holding the lock")
+                                    .push(ImageReport::from(result));
+                                progress.inc(1);
+                            }
+                            Err(e) => failure.record(e.into()),
+                        }
+                    }
+                });
+            }
+            let failure = &failure;
+            let send = move |mut result: ImageResult| -> crate::Result<()> {
+                let stopped = || crate::Error::InvalidInput("stopped after an earlier error".into());
+                if failure.failed() {
+                    return Err(stopped());
+                }
+                result.times.decode_ms = queue.take_decode_ms(result.index);
+                sender.send(result).map_err(|_| stopped())
+            };
+            let sink: Sink = &send;
+            let started = |gpu_startup: Option<StartupReport>| {
+                starts.lock().expect("no panics while holding the lock").push(Instant::now());
+                startups.lock().expect("no panics while holding the lock").extend(gpu_startup);
+            };
+            match self {
+                Engine::Cpu => {
+                    started(None);
+                    if let Err(e) = run_cpu(queue, options, sink) {
+                        failure.record(e.into());
+                    }
+                }
+                Engine::One(one) => {
+                    started(one.startup().map(|startup| StartupReport { gpu: device.gpu, startup }));
+                    if let Err(e) = run_gpu(one, queue, options, sink) {
+                        failure.record(e.into());
+                    }
+                }
+                Engine::Many(ordinals) => {
+                    let gpu_options =
+                        GpuOptions { max_registers: device.max_registers, force_ptx: device.ptx };
+                    // The job starts once every GPU is open: contexts are created one after another
+                    // by the driver, and a GPU that opens late would otherwise find the work taken.
+                    let all_open = std::sync::Barrier::new(ordinals.len());
+                    std::thread::scope(|gpus| {
+                        for &gpu in ordinals {
+                            let (started, all_open) = (&started, &all_open);
+                            gpus.spawn(move || {
+                                let run = || -> anyhow::Result<()> {
+                                    // A device belongs to the thread that opened it.
+                                    let device = Device::gpu_with(gpu, gpu_options);
+                                    all_open.wait();
+                                    let device = device?;
+                                    println!("GPU {gpu}: {}", device.describe());
+                                    started(device.startup().map(|startup| StartupReport { gpu, startup }));
+                                    run_gpu(&device, queue, options, sink)
+                                        .with_context(|| format!("GPU {gpu}"))
+                                };
+                                if let Err(e) = run() {
+                                    failure.record(e);
+                                }
+                            });
+                        }
+                    });
+                }
+            }
+            // No more results: the encoders finish the queued ones and stop.
+            drop(send);
+        });
+        failure.into_result()?;
+        let job_start =
+            starts.into_inner().expect("no poisoned lock").into_iter().min().unwrap_or_else(Instant::now);
+        let mut startup = startups.into_inner().expect("no poisoned lock");
+        startup.sort_by_key(|s| s.gpu);
+        Ok(JobRun { reports: reports.into_inner().expect("no poisoned lock"), startup, job_start })
+    }
+}
+
+/// The first error of any thread; later ones (mostly "stopped" echoes of it) are dropped.
+#[derive(Default)]
+struct Failure {
+    first: Mutex<Option<anyhow::Error>>,
+    failed: AtomicBool,
+}
+
+impl Failure {
+    fn record(&self, error: anyhow::Error) {
+        self.first.lock().expect("no panics while holding the lock").get_or_insert(error);
+        self.failed.store(true, Ordering::SeqCst);
+    }
+
+    fn failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    fn into_result(self) -> anyhow::Result<()> {
+        match self.first.into_inner().expect("no panics while holding the lock") {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
