@@ -64,6 +64,34 @@ fn profile_matches_ptxas_and_wall_clock() {
 }
 
 #[test]
+fn idle_time_covers_a_host_pause_and_names_what_it_followed() {
+    let Some(device) = common::gpu_or_skip("idle_time_covers_a_host_pause_and_names_what_it_followed") else {
+        return;
+    };
+    assert!(device.enable_profiling().unwrap());
+    let op = operands(512, 512, 32);
+    reconstruct(&device, &op, Variant::Tiled, 16).unwrap();
+    // The host does nothing for the GPU for 50 ms after the first result came back.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    reconstruct(&device, &op, Variant::Tiled, 16).unwrap();
+    let report = device.profile_report().unwrap().expect("profiling is on");
+    let idle = report.idle();
+    let busy: f64 = ["svd_reconstruct_tiled", "[CUDA memcpy HtoD]", "[CUDA memcpy DtoH]"]
+        .iter()
+        .map(|name| report.activity(name).expect("recorded").0)
+        .sum();
+    assert!(idle.idle_ms >= 50.0 && idle.idle_ms < idle.span_ms, "{idle:?}");
+    // One stream: the span is the busy time plus the idle time.
+    assert!((idle.span_ms - idle.idle_ms - busy).abs() < 0.05 * idle.span_ms, "{idle:?}, busy {busy} ms");
+    let (name, _, ms) = &idle.after[0];
+    assert_eq!(name, "[CUDA memcpy DtoH]", "{idle:?}");
+    assert!(*ms >= 50.0, "{idle:?}");
+    let total: f64 = idle.after.iter().map(|a| a.2).sum();
+    assert!((total - idle.idle_ms).abs() < 1e-6, "{idle:?}");
+    assert!(report.to_string().contains("GPU idle:"));
+}
+
+#[test]
 fn profiling_is_off_unless_enabled() {
     let Some(device) = common::gpu_or_skip("profiling_is_off_unless_enabled") else { return };
     reconstruct(&device, &operands(64, 64, 8), Variant::Tiled, 16).unwrap();

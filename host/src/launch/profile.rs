@@ -168,9 +168,14 @@ impl Recorder {
     /// Waits for every recorded activity and summarises them.
     pub(crate) fn report(&self, device_name: &str) -> Result<Report> {
         let mut rows: BTreeMap<String, Row> = BTreeMap::new();
-        for r in self.records.borrow().iter() {
+        let records = self.records.borrow();
+        // Each activity's interval from the first one's start, ms, for the idle time.
+        let mut intervals = Vec::with_capacity(records.len());
+        for r in records.iter() {
             r.stop.synchronize().map_err(cuda("cuEventSynchronize"))?;
             let ms = r.stop.elapsed_time_f32(&r.start).map_err(cuda("cuEventElapsedTime"))? as f64;
+            let from =
+                r.start.elapsed_time_f32(&records[0].start).map_err(cuda("cuEventElapsedTime"))? as f64;
             let (key, bytes, work) = match &r.activity {
                 Activity::Kernel { name, work } => (name.to_string(), 0, *work),
                 Activity::Copy { direction: Direction::HostToDevice, bytes } => {
@@ -180,7 +185,7 @@ impl Recorder {
                     ("[CUDA memcpy DtoH]".into(), *bytes, None)
                 }
             };
-            let row = rows.entry(key).or_insert(Row { min_ms: f64::INFINITY, ..Row::default() });
+            let row = rows.entry(key.clone()).or_insert(Row { min_ms: f64::INFINITY, ..Row::default() });
             row.calls += 1;
             row.total_ms += ms;
             row.min_ms = row.min_ms.min(ms);
@@ -191,9 +196,11 @@ impl Recorder {
                 row.work_flops += w.flops;
                 row.work_ms += ms;
             }
+            intervals.push((from, from + ms, key));
         }
         Ok(Report {
             device: device_name.into(),
+            idle: Idle::of(intervals),
             rows: rows.into_iter().collect(),
             kernels: self.kernels.borrow().iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             host: self.host.borrow().clone(),
@@ -214,9 +221,49 @@ struct Row {
     work_ms: f64,
 }
 
+/// When the GPU had nothing recorded to do, between the first recorded activity's start and the
+/// last one's end: what a timeline shows as gaps, summed by the activity each gap followed (the
+/// host's turn after it: a wait, an allocation, preparing the next launch).
+#[derive(Debug, Clone, Default)]
+pub struct Idle {
+    /// From the first activity's start to the last one's end, ms.
+    pub span_ms: f64,
+    /// The part of the span with no activity running, ms.
+    pub idle_ms: f64,
+    /// Per activity that a gap followed: its name, the number of gaps and their total ms, largest
+    /// total first.
+    pub after: Vec<(String, u32, f64)>,
+}
+
+impl Idle {
+    /// From `(start ms, end ms, name)` per activity (any order, overlapping on several streams).
+    fn of(mut intervals: Vec<(f64, f64, String)>) -> Idle {
+        intervals.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut after: BTreeMap<String, (u32, f64)> = BTreeMap::new();
+        let (mut idle_ms, mut busy_until, mut last) = (0.0, f64::NEG_INFINITY, None::<&String>);
+        for (start, end, name) in &intervals {
+            if let Some(previous) = last.filter(|_| *start > busy_until) {
+                let gap = after.entry(previous.clone()).or_default();
+                gap.0 += 1;
+                gap.1 += start - busy_until;
+                idle_ms += start - busy_until;
+            }
+            if *end > busy_until {
+                busy_until = *end;
+                last = Some(name);
+            }
+        }
+        let first = intervals.first().map_or(0.0, |i| i.0);
+        let mut after: Vec<_> = after.into_iter().map(|(name, (n, ms))| (name, n, ms)).collect();
+        after.sort_by(|a, b| b.2.total_cmp(&a.2));
+        Idle { span_ms: (busy_until - first).max(0.0), idle_ms, after }
+    }
+}
+
 /// A profile summary; `Display` prints it in nvprof's layout.
 pub struct Report {
     device: String,
+    idle: Idle,
     rows: Vec<(String, Row)>,
     kernels: Vec<(String, KernelInfo)>,
     host: Vec<HostCost>,
@@ -241,6 +288,11 @@ impl Report {
             .iter()
             .filter(|(name, _)| self.kernels.iter().any(|(k, _)| k == name))
             .fold((0.0, 0), |(ms, calls), (_, r)| (ms + r.total_ms, calls + r.calls))
+    }
+
+    /// When the GPU had nothing recorded to do between the first activity and the last.
+    pub fn idle(&self) -> &Idle {
+        &self.idle
     }
 
     /// Registers per thread the driver reports for a profiled kernel.
@@ -283,6 +335,19 @@ impl fmt::Display for Report {
             }
             writeln!(f, "{line}")?;
         }
+        let idle = &self.idle;
+        if idle.span_ms > 0.0 {
+            writeln!(
+                f,
+                "GPU idle: {:.3} ms of the {:.3} ms from the first activity to the last ({:.1}%); after:",
+                idle.idle_ms,
+                idle.span_ms,
+                100.0 * idle.idle_ms / idle.span_ms
+            )?;
+            for (name, gaps, ms) in idle.after.iter().take(6) {
+                writeln!(f, "  {ms:>10.3} ms  {gaps:>6} gap(s)  {name}")?;
+            }
+        }
         writeln!(f, "Host-side costs:")?;
         for c in &self.host {
             writeln!(f, "  {:>10.3} ms  {:>4} call(s)  {}", c.ms, c.calls, c.what)?;
@@ -319,5 +384,28 @@ impl fmt::Display for Report {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Idle;
+
+    #[test]
+    fn idle_time_is_the_span_less_the_union_of_activities() {
+        let at = |start: f64, end: f64, name: &str| (start, end, name.to_string());
+        // `b` overlaps `a` (two streams) and ends last, so the first gap (3 → 5) follows `b`; the
+        // second (6 → 6.5) follows `c`; `d` inside `a` adds nothing.
+        let idle = Idle::of(vec![
+            at(5.0, 6.0, "c"),
+            at(0.0, 2.0, "a"),
+            at(6.5, 7.0, "a"),
+            at(1.0, 3.0, "b"),
+            at(0.5, 1.0, "d"),
+        ]);
+        assert_eq!((idle.span_ms, idle.idle_ms), (7.0, 2.5));
+        assert_eq!(idle.after, vec![("b".to_string(), 1, 2.0), ("c".to_string(), 1, 0.5)]);
+        let none = Idle::of(Vec::new());
+        assert_eq!((none.span_ms, none.idle_ms, none.after.len()), (0.0, 0.0, 0));
     }
 }
