@@ -43,7 +43,7 @@ cp target/release/kernels/ptxas-report.txt target/release/kernels/kernels.ptx "$
 "$root/scripts/python-wheel.sh" "$bundle/python"
 cp -r python/tests "$bundle/python/"
 cp scripts/gpu-run.sh "$bundle/run.sh"
-cp scripts/svd-job-bench.sh scripts/svd-gpus-bench.sh scripts/svd_peers.py scripts/gemm_peers.py scripts/conv_peer.py \
+cp scripts/svd-job-bench.sh scripts/svd-gpus-bench.sh scripts/svd-host-bench.sh scripts/svd_peers.py scripts/gemm_peers.py scripts/conv_peer.py \
   scripts/primitives-bench.sh scripts/primitives_peers.py scripts/python-gpu.sh scripts/python_bench.py "$bundle/"
 tar cf - -C "$root" gpu-bundle | xz -T0 -6 >"$root/gpu-bundle.tar.xz"
 du -sh "$bundle" "$root/gpu-bundle.tar.xz"

@@ -166,7 +166,6 @@ pub fn factor_with(
     let mut sigma = device.alloc::<f64>(images * b)?;
     let mut inv_sigma = device.alloc::<f64>(images * b)?;
     let mut converged = device.alloc::<u32>(images)?;
-    let q0 = device.upload(&starting_basis(r, b))?;
     let gpu = device.backend() == crate::Backend::Gpu;
     // The Jacobi and Cholesky solvers keep their matrices in shared memory where they fit.
     let jacobi_cfg = {
@@ -220,6 +219,11 @@ pub fn factor_with(
             images,
             true,
         )?;
+    }
+    // The starting basis, on the host while the GPU forms the Gram matrices.
+    let q0 = device.upload(&starting_basis(r, b))?;
+    // SAFETY: as above.
+    unsafe {
         device.launch_on(
             q,
             &kf::INIT_SUBSPACE,
