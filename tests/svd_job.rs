@@ -286,3 +286,30 @@ fn npy_files_follow_the_format_and_round_trip() {
     assert!(npy::read::<f64, ndarray::Ix2>(&path).unwrap_err().to_string().contains("s.npy"));
     assert!(npy::read::<f32, ndarray::Ix1>(&path).unwrap_err().to_string().contains("s.npy: "));
 }
+
+/// The queue hands images out in index order whatever order they arrive in, forms each batch from
+/// consecutive images, leaves the first refused image at the front, and passes a decode error on.
+#[test]
+fn the_queue_yields_images_in_index_order_and_batches_whole() {
+    let in_order =
+        ImageQueue::from_images((0..3).rev().map(|i| float(i, "x", random(i as u64, 2, 2))).collect());
+    assert_eq!((0..3).map(|_| in_order.next().unwrap().unwrap().index).collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert!(in_order.next().is_none());
+    let (sender, receiver) = std::sync::mpsc::channel();
+    for index in [3usize, 0, 4, 1, 2, 6, 5] {
+        sender.send(Ok(float(index, &format!("img{index}"), random(index as u64, 4, 3)))).unwrap();
+    }
+    sender.send(Err(kernel_suite::Error::InvalidInput("bad.png: not an image".into()))).unwrap();
+    drop(sender);
+    let queue = ImageQueue::new(receiver);
+    let indices = |batch: Vec<JobImage>| batch.iter().map(|i| i.index).collect::<Vec<_>>();
+    // Batches of at most three, and image 4 refused so that it starts the next one.
+    let joins = |image: &JobImage, batch: &[JobImage]| batch.len() < 3 && image.index != 4;
+    assert_eq!(indices(queue.next_batch(joins).unwrap().unwrap()), vec![0, 1, 2]);
+    assert_eq!(indices(queue.next_batch(joins).unwrap().unwrap()), vec![3]);
+    // Images 4, 5 and 6, then the error that followed them in the channel: it ends the batch that
+    // reached it (the job stops on it).
+    let error = queue.next_batch(joins).unwrap().unwrap_err();
+    assert!(error.to_string().contains("bad.png"), "{error}");
+    assert!(queue.next_batch(joins).is_none() && queue.next().is_none());
+}

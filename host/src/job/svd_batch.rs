@@ -212,34 +212,19 @@ pub fn run_gpu(device: &Device, queue: &ImageQueue, options: &JobOptions, sink: 
     check_options(options)?;
     let mut staging = device.staging()?;
     let mut landing = Landing::default();
-    let mut held: Option<JobImage> = None;
+    let most = BATCH_IMAGES.min(options.batch_images);
     loop {
-        let first = match held.take() {
-            Some(image) => image,
-            None => match queue.next() {
-                Some(image) => image?,
-                None => return Ok(()),
-            },
+        let batch = match queue.next_batch(|image, batch| {
+            let (m, n) = batch[0].pixels.dim();
+            batch_key(&image.pixels) == batch_key(&batch[0].pixels)
+                && batch.len() < most
+                && (batch.len() + 1) * m * n <= BATCH_PIXELS
+        }) {
+            Some(batch) => batch?,
+            None => return Ok(()),
         };
-        check_image(&first, options)?;
-        let key = batch_key(&first.pixels);
-        let (m, n) = first.pixels.dim();
-        let mut batch = vec![first];
-        let most = BATCH_IMAGES.min(options.batch_images);
-        while batch.len() < most && (batch.len() + 1) * m * n <= BATCH_PIXELS {
-            match queue.next() {
-                Some(image) => {
-                    let image = image?;
-                    check_image(&image, options)?;
-                    if batch_key(&image.pixels) == key {
-                        batch.push(image);
-                    } else {
-                        held = Some(image);
-                        break;
-                    }
-                }
-                None => break,
-            }
+        for image in &batch {
+            check_image(image, options)?;
         }
         run_batch(device, &batch, options, (&mut staging, &mut landing), sink)?;
     }

@@ -14,7 +14,7 @@ use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::svd::{ComputeSvdVectors, svd, svd_scratch};
 use faer::{Accum, Mat, MatRef, Par};
 use ndarray::Array2;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
@@ -210,6 +210,11 @@ pub struct ImageResult {
 /// The job's images, decoded by producer threads and taken by one or more engines (one per GPU).
 /// Thread-safe; yields `None` once every image has been taken.
 ///
+/// Images come out in the order of their [`JobImage::index`], whatever order the decoders finish
+/// in, and [`ImageQueue::next_batch`] forms each batch whole: batches are then the same in every
+/// run and on any number of GPUs, and so are the results (the GPU engine iterates a batch until
+/// all its images have converged, so an image's last bits depend on its batch).
+///
 /// Dropping the queue closes the channel: producers blocked on a full channel then stop.
 ///
 /// Decode times: [`decode_into_queue`] records each image's decode time (milliseconds, host wall
@@ -217,8 +222,50 @@ pub struct ImageResult {
 /// command's sink) moves it into [`StageTimes::decode_ms`] with [`ImageQueue::take_decode_ms`].
 /// Engines leave `decode_ms` at 0.
 pub struct ImageQueue {
-    receiver: Mutex<Receiver<Result<JobImage>>>,
+    incoming: Mutex<InOrder>,
     decode_ms: DecodeTimes,
+}
+
+/// The producers' channel, read back in image order.
+struct InOrder {
+    receiver: Receiver<Result<JobImage>>,
+    /// The index handed out next.
+    next: usize,
+    /// Images that arrived before their turn.
+    early: BTreeMap<usize, JobImage>,
+}
+
+impl InOrder {
+    fn next(&mut self) -> Option<Result<JobImage>> {
+        loop {
+            if let Some(image) = self.early.remove(&self.next) {
+                self.next += 1;
+                return Some(Ok(image));
+            }
+            match self.receiver.recv() {
+                Ok(Ok(image)) if image.index == self.next => {
+                    self.next += 1;
+                    return Some(Ok(image));
+                }
+                Ok(Ok(image)) => {
+                    self.early.insert(image.index, image);
+                }
+                Ok(Err(e)) => return Some(Err(e)),
+                // The producers are done: what is left, in order (indices need not be contiguous).
+                Err(_) => {
+                    let (index, image) = self.early.pop_first()?;
+                    self.next = index + 1;
+                    return Some(Ok(image));
+                }
+            }
+        }
+    }
+
+    /// Returns `image` to the front of the queue.
+    fn put_back(&mut self, image: JobImage) {
+        self.next = self.next.min(image.index);
+        self.early.insert(image.index, image);
+    }
 }
 
 /// Decode times by image index, shared by a queue and its producers.
@@ -227,7 +274,8 @@ type DecodeTimes = Arc<Mutex<HashMap<usize, f64>>>;
 impl ImageQueue {
     /// Wraps the receiving end of the producers' channel.
     pub fn new(receiver: Receiver<Result<JobImage>>) -> Self {
-        ImageQueue { receiver: Mutex::new(receiver), decode_ms: DecodeTimes::default() }
+        let incoming = InOrder { receiver, next: 0, early: BTreeMap::new() };
+        ImageQueue { incoming: Mutex::new(incoming), decode_ms: DecodeTimes::default() }
     }
 
     /// A queue holding `images` (already in memory: generated images, tests), in order.
@@ -239,9 +287,36 @@ impl ImageQueue {
         Self::new(receiver)
     }
 
-    /// The next decoded image (or decode error), `None` when the producers are done.
+    /// The next decoded image in index order (or a decode error), `None` when the producers are
+    /// done.
     pub fn next(&self) -> Option<Result<JobImage>> {
-        self.receiver.lock().expect("no panics while holding the lock").recv().ok()
+        self.incoming.lock().expect("no panics while holding the lock").next()
+    }
+
+    /// The next images in index order that `joins(image, batch so far)` accepts after the first,
+    /// taken at once (another engine's batch cannot interleave); the first image refused stays at
+    /// the front of the queue. `None` when the producers are done; a decode error ends the batch
+    /// and is returned.
+    pub fn next_batch(
+        &self,
+        mut joins: impl FnMut(&JobImage, &[JobImage]) -> bool,
+    ) -> Option<Result<Vec<JobImage>>> {
+        let mut incoming = self.incoming.lock().expect("no panics while holding the lock");
+        let mut batch = match incoming.next()? {
+            Ok(first) => vec![first],
+            Err(e) => return Some(Err(e)),
+        };
+        while let Some(image) = incoming.next() {
+            match image {
+                Ok(image) if joins(&image, &batch) => batch.push(image),
+                Ok(image) => {
+                    incoming.put_back(image);
+                    break;
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(batch))
     }
 
     /// The decode time of image `index` recorded by the producer, removed from the queue's
