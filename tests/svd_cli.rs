@@ -200,3 +200,47 @@ fn bad_input_exits_with_one_error_line() {
         assert!(lines[0].starts_with("error: ") && lines[0].contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// The CPU path on a folder of hundreds of small images with PNGs written, several times and with
+/// 1, 2 and 8 rayon threads, each run under a time limit: the engine's workers block on the
+/// bounded channel to the encoders, so an encoder that needed their pool would hang the job
+/// (as it once did, in 2 of 3 such runs on a 2-core machine).
+#[test]
+fn the_cpu_path_never_hangs_on_a_large_folder() {
+    use wait_timeout::ChildExt;
+    let dir = scratch("many");
+    let folder = dir.join("many");
+    std::fs::create_dir_all(&folder).unwrap();
+    let (w, h, count) = (48, 40, 300);
+    for i in 0..count {
+        let noise = common::random_vec(&mut common::rng(1000 + i as u64), w * h, 0.0, 255.0);
+        let pixels: Vec<u8> = noise.iter().map(|v| *v as u8).collect();
+        kernel_suite::image_io::save_gray8(&folder.join(format!("img{i:03}.png")), &pixels, w, h).unwrap();
+    }
+    for threads in ["1", "2", "8"] {
+        for attempt in 0..3 {
+            let out = dir.join(format!("out-{threads}-{attempt}"));
+            let mut child = std::process::Command::new(common::bin("svd", env!("CARGO_BIN_EXE_svd")))
+                .current_dir(&dir)
+                .env("RAYON_NUM_THREADS", threads)
+                .args(["many", "--ranks", "5,20", "--device", "cpu", "--out-dir"])
+                .arg(&out)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let limit = std::time::Duration::from_secs(120);
+            let Some(status) = child.wait_timeout(limit).unwrap() else {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("RAYON_NUM_THREADS={threads}, run {attempt}: the job did not finish in {limit:?}");
+            };
+            assert!(status.success(), "RAYON_NUM_THREADS={threads}, run {attempt}: {status}");
+            assert_eq!(csv_rows(&out.join("report.csv")).len(), 2 * count, "threads {threads}");
+            let pngs = std::fs::read_dir(&out)
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "png"));
+            assert_eq!(pngs.count(), 2 * count, "threads {threads}");
+        }
+    }
+}

@@ -313,3 +313,103 @@ fn the_queue_yields_images_in_index_order_and_batches_whole() {
     assert!(error.to_string().contains("bad.png"), "{error}");
     assert!(queue.next_batch(joins).is_none() && queue.next().is_none());
 }
+
+/// Exactly rank-deficient images, whose singular values are known: faer returns those of the null
+/// space as tiny values that may be negative or out of order, which the CPU path must put in
+/// canonical form rather than refuse (a 200 × 150 rank-1 pattern was refused once).
+#[test]
+fn run_cpu_accepts_exactly_low_rank_images() {
+    // Rank 1 as a PNG stores it: (i % 16)·(j % 16) / 255, each value rounded to f32 (a relative
+    // 6e-8), so σ₁ = ‖a‖·‖b‖/255 with a_i = i % 16, b_j = j % 16 up to that rounding.
+    let (rows, cols) = (200, 150);
+    let rank_one: Vec<u8> = (0..rows * cols).map(|p| ((p / cols % 16) * (p % cols % 16)) as u8).collect();
+    let norm = |n: usize| (0..n).map(|i| ((i % 16) * (i % 16)) as f64).sum::<f64>().sqrt();
+    let sigma_rank_one = norm(rows) * norm(cols) / 255.0;
+    // The same pattern / 256: exact in f32, so exactly rank 1.
+    let exact_one = Array2::from_shape_fn((rows, cols), |(i, j)| ((i % 16) * (j % 16)) as f32 / 256.0);
+    // Rank 4: four constant blocks on the diagonal (rows 50p.., columns 30p..), values 60(p + 1)
+    // (one f32 value per block, so exactly rank 4): σ_p = value·√(50·30).
+    let (brows, bcols) = (200, 120);
+    let blocks: Vec<u8> = (0..brows * bcols)
+        .map(|p| {
+            let (i, j) = (p / bcols, p % bcols);
+            if i / 50 == j / 30 { (60 * (i / 50 + 1)) as u8 } else { 0 }
+        })
+        .collect();
+    let sigma_blocks: Vec<f64> =
+        (1..=4).rev().map(|p| f64::from((60 * p) as f32 / 255.0) * 1500f64.sqrt()).collect();
+    let images = vec![
+        JobImage { index: 0, name: "rank1".into(), pixels: Pixels::Gray8 { rows, cols, data: rank_one } },
+        JobImage {
+            index: 1,
+            name: "blocks".into(),
+            pixels: Pixels::Gray8 { rows: brows, cols: bcols, data: blocks },
+        },
+        float(2, "zero", Array2::zeros((31, 17))),
+        float(3, "rank1-exact", exact_one),
+    ];
+    let options = options(&[1, 4, 9], true);
+    let results = run(images, &options);
+    // Exact spectra, and how close each must be (relative to σ₁).
+    let spectra = [
+        (vec![sigma_rank_one], 2e-7),
+        (sigma_blocks, 1e-12),
+        (vec![], 0.0),
+        (vec![norm(rows) * norm(cols) / 256.0], 1e-12),
+    ];
+    for (result, (exact, tolerance)) in results.iter().zip(&spectra) {
+        let name = &result.name;
+        let s = &result.singular_values;
+        assert!(s.iter().all(|&v| v >= 0.0) && s.windows(2).all(|w| w[0] >= w[1]), "{name}: {s:?}");
+        let scale = exact.first().copied().unwrap_or(1.0);
+        for (i, &sigma) in s.iter().enumerate() {
+            let want = exact.get(i).copied().unwrap_or(0.0);
+            assert!((sigma - want).abs() <= tolerance * scale, "{name}: σ_{i} = {sigma:e}, exactly {want:e}");
+        }
+        for rank in &result.ranks {
+            let exact_from = rank.k >= exact.len();
+            assert!(rank.eckart_young_bound >= 0.0 && (!exact_from || rank.eckart_young_bound < 1e-6));
+            assert!(
+                !exact_from || rank.relative_error < 1e-6,
+                "{name} k={}: {}",
+                rank.k,
+                rank.relative_error
+            );
+            assert!(rank.check_error.unwrap() <= 1e-6, "{name} k={}", rank.k);
+        }
+    }
+    // The rank-1 image at k = 1 is reproduced to f32 rounding, pixel for pixel.
+    let k1 = results[0].ranks[0].reconstruction.float().unwrap();
+    let worst = (0..rows * cols)
+        .map(|p| {
+            (f64::from(k1[[p / cols, p % cols]]) - ((p / cols % 16) * (p % cols % 16)) as f64 / 255.0).abs()
+        })
+        .fold(0.0, f64::max);
+    assert!(worst < 1e-6, "rank1 k=1 differs from the image by {worst:e}");
+    // The same factors through the library's thin SVD (the reference of the other tests).
+    let factors = thin_svd(results[0].ranks[0].reconstruction.float().unwrap().view()).unwrap();
+    assert!((factors.s[0] - sigma_rank_one).abs() <= 1e-6 * sigma_rank_one);
+    assert!(factors.s.iter().all(|&v| v >= 0.0) && factors.s.windows(2).all(|w| w[0] >= w[1]));
+    let back = reconstruct_reference(&factors, 150).unwrap();
+    let worst = back.iter().zip(k1.iter()).map(|(&x, &y)| (x - f64::from(y)).abs()).fold(0.0, f64::max);
+    assert!(worst < 1e-12, "thin_svd's factors do not reproduce the image: {worst:e}");
+}
+
+/// The canonical form on spectra as faer may return them: signs and order fixed with the
+/// triplets' sources, energy lost or a non-finite value refused.
+#[test]
+fn canonical_spectrum_sorts_and_negates_without_changing_the_decomposition() {
+    use kernel_suite::svd::{CanonicalSpectrum, TripletSource};
+    let raw = [3.0, -2e-17, 2.0, 1e-18, -1.0];
+    let spectrum = CanonicalSpectrum::of(&raw, 14.0).unwrap();
+    assert_eq!(spectrum.values(), vec![3.0, 2.0, 1.0, 2e-17, 1e-18]);
+    let sources: Vec<(usize, f64)> = spectrum.source.iter().map(|t| (t.index, t.sign)).collect();
+    assert_eq!(sources, [(0, 1.0), (2, 1.0), (4, -1.0), (1, -1.0), (3, 1.0)]);
+    assert!(!spectrum.is_identity());
+    let sorted = CanonicalSpectrum::of(&[2.0, 1.0, 0.0], 5.0).unwrap();
+    assert!(sorted.is_identity() && sorted.source[2] == TripletSource { index: 2, sign: 1.0 });
+    let lost = CanonicalSpectrum::of(&[25.1, 1e-307, 0.0, 0.0], 4.0 * 25.1 * 25.1).unwrap_err();
+    assert!(lost.to_string().contains("lost part of the spectrum"), "{lost}");
+    let nan = CanonicalSpectrum::of(&[1.0, f64::NAN], 1.0).unwrap_err();
+    assert!(nan.to_string().contains("NaN"), "{nan}");
+}

@@ -48,9 +48,9 @@ def _load_driver():
 DRIVER_MISSING = _load_driver()
 
 from . import _native  # noqa: E402 (after the driver, which it links)
-from ._native import CudaError  # noqa: E402
+from ._native import CudaError, NumericalError  # noqa: E402
 
-__all__ = ["CudaError", "DRIVER_MISSING", "convolve", "lombscargle", "reconstruct", "spiral", "svd"]
+__all__ = ["CudaError", "DRIVER_MISSING", "NumericalError", "convolve", "lombscargle", "reconstruct", "spiral", "svd"]
 
 _KDL_CUDA = 2
 

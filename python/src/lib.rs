@@ -3,7 +3,8 @@
 //! Each call validates everything on the host before a launch (a device-side trap would poison the
 //! process's CUDA context), runs on the device the caller picks, and turns every error into a Python
 //! exception: `ValueError` for bad arguments, `NotImplementedError` for SciPy options the kernels do
-//! not have, [`CudaError`] (a `RuntimeError`) for the GPU's failures.
+//! not have, [`CudaError`] (a `RuntimeError`) for the GPU's failures, [`NumericalError`] (an
+//! `ArithmeticError`) for a method that failed on valid input, on any device.
 
 use kernel_suite::conv::{self, Variant};
 use kernel_suite::lombscargle as ls;
@@ -25,6 +26,13 @@ pyo3::create_exception!(
     CudaError,
     PyRuntimeError,
     "A CUDA failure: the message names the call or the kernel."
+);
+
+pyo3::create_exception!(
+    _native,
+    NumericalError,
+    pyo3::exceptions::PyArithmeticError,
+    "A numerical method failed on valid input (it did not converge, or its result failed a consistency check), on any device."
 );
 
 /// A value used, with the GIL released, on the thread that holds it: `Python::detach` runs its
@@ -102,6 +110,8 @@ fn target(py: Python<'_>, device: Option<&str>) -> PyResult<Target> {
 fn to_py(e: Error) -> PyErr {
     match e {
         Error::InvalidInput(message) => PyValueError::new_err(message),
+        e @ Error::Numerical(_) => NumericalError::new_err(e.to_string()),
+        e @ Error::File { .. } => pyo3::exceptions::PyOSError::new_err(e.to_string()),
         other => CudaError::new_err(other.to_string()),
     }
 }
@@ -360,6 +370,7 @@ fn _lombscargle_into(
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CudaError", m.py().get_type::<CudaError>())?;
+    m.add("NumericalError", m.py().get_type::<NumericalError>())?;
     m.add_function(wrap_pyfunction!(convolve, m)?)?;
     m.add_function(wrap_pyfunction!(lombscargle, m)?)?;
     m.add_function(wrap_pyfunction!(_convolve_into, m)?)?;

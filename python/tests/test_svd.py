@@ -55,6 +55,19 @@ def test_repeated_and_zero_singular_values(device):
     np.testing.assert_allclose(vt.astype(np.float64) @ vt.T, np.eye(6), atol=2e-5)
 
 
+def test_an_exactly_rank_one_image(device):
+    # (i % 16)·(j % 16) / 255 as a PNG gives it: the CPU path once refused it (its null space's
+    # singular values came back out of order).
+    a = np.arange(200) % 16
+    b = np.arange(150) % 16
+    image = (np.outer(a, b).astype(np.uint8) / np.float32(255)).astype(np.float32)
+    u, s, vt = ks.svd(image, 5, device=device)
+    exact = np.linalg.norm(a) * np.linalg.norm(b) / 255
+    assert abs(s[0] - exact) <= 2e-7 * exact
+    assert np.all(s[1:] >= 0) and np.all(s[1:] <= 1e-5 * exact) and np.all(np.diff(s) <= 0)
+    np.testing.assert_allclose(ks.reconstruct(u, s, vt, 1, device=device), image, rtol=0, atol=1e-6)
+
+
 def test_one_image_and_array_likes(device):
     image = (np.arange(30 * 20).reshape(30, 20) % 7).tolist()
     u, s, vt = ks.svd(image, 4, device=device)

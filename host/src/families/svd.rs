@@ -247,34 +247,75 @@ pub fn thin_svd(a: ArrayView2<f32>) -> Result<Factors> {
         .thin_svd()
         .map_err(|e| crate::Error::Numerical(format!("the CPU SVD did not converge: {e:?}")))?;
     let (u, v) = (svd.U(), svd.V());
-    let r = m.min(n);
     let sv = svd.S().column_vector();
-    let s: Vec<f64> = (0..r).map(|p| sv[p]).collect();
-    check_spectrum(&s, a.iter().map(|&v| (v as f64).powi(2)).sum())?;
+    let raw: Vec<f64> = sv.iter().copied().collect();
+    let spectrum = CanonicalSpectrum::of(&raw, a.iter().map(|&v| (v as f64).powi(2)).sum())?;
+    let (s, source) = (spectrum.values(), &spectrum.source);
     Ok(Factors {
-        u: Array2::from_shape_fn((m, r), |(i, p)| u[(i, p)]),
+        u: Array2::from_shape_fn((m, s.len()), |(i, p)| source[p].sign * u[(i, source[p].index)]),
+        vt: Array2::from_shape_fn((s.len(), n), |(p, j)| v[(j, source[p].index)]),
         s,
-        vt: Array2::from_shape_fn((r, n), |(p, j)| v[(j, p)]),
     })
 }
 
-/// Checks a full spectrum `s` (all `min(m, n)` singular values) against `‖A‖_F² = Σ sᵢ²` and
-/// that it is non-negative and non-increasing: an SVD that lost or invented part of the spectrum
-/// (faer 0.22 returned `[25.1, 1e-307, 0, …]` for four equal values) fails here instead of
-/// reporting wrong errors and a bound that agrees with them.
-pub fn check_spectrum(s: &[f64], norm_sq: f64) -> Result<()> {
-    let sum: f64 = s.iter().map(|v| v * v).sum();
-    if !(s.iter().all(|v| *v >= 0.0) && s.windows(2).all(|w| w[0] >= w[1])) {
-        return Err(crate::Error::Numerical(
-            "the CPU SVD returned singular values that are negative or out of order".into(),
-        ));
+/// Where the `p`-th canonical singular triplet comes from in a solver's output.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TripletSource {
+    /// The solver's index of the triplet.
+    pub index: usize,
+    /// `±1`: the left vector is multiplied by it, and the singular value by it too (so the value
+    /// is `|σ|` and the product `σ·u·vᵀ` is unchanged).
+    pub sign: f64,
+}
+
+/// A full spectrum (all `min(m, n)` singular values of a CPU SVD) in canonical form: non-negative
+/// and non-increasing.
+///
+/// faer returns the singular values of a null space (an exactly rank-deficient image: rank 1, a
+/// zero image) as tiny values that may be negative or slightly out of order. Negating a value with
+/// its left vector and permuting the triplets are the same decomposition, so the canonical form
+/// changes no product `U·diag(σ)·Vᵀ` and needs no tolerance. What it does not accept is a spectrum
+/// that lost or invented energy: `Σσ²` must match `‖A‖_F²` to 1e-10 (faer 0.22 returned
+/// `[25.1, 1e-307, 0, …]` for four equal values), and every value must be finite, so a wrong SVD
+/// is an error rather than wrong errors and a bound that agrees with them.
+#[derive(Debug, Clone)]
+pub struct CanonicalSpectrum {
+    /// The `p`-th triplet of the canonical form is the solver's `source[p]`.
+    pub source: Vec<TripletSource>,
+    raw: Vec<f64>,
+}
+
+impl CanonicalSpectrum {
+    /// The canonical order of the solver's values `raw`, checked against `‖A‖_F² = norm_sq`.
+    pub fn of(raw: &[f64], norm_sq: f64) -> Result<Self> {
+        if let Some(bad) = raw.iter().find(|v| !v.is_finite()) {
+            return Err(crate::Error::Numerical(format!("the CPU SVD returned a singular value of {bad}")));
+        }
+        let sum: f64 = raw.iter().map(|v| v * v).sum();
+        if (sum - norm_sq).abs() > 1e-10 * norm_sq {
+            return Err(crate::Error::Numerical(format!(
+                "the CPU SVD lost part of the spectrum: Σσ² = {sum:e}, but ‖A‖_F² = {norm_sq:e}"
+            )));
+        }
+        let mut order: Vec<usize> = (0..raw.len()).collect();
+        // Stable: equal values keep the solver's order.
+        order.sort_by(|&i, &j| raw[j].abs().total_cmp(&raw[i].abs()));
+        let source = order
+            .into_iter()
+            .map(|index| TripletSource { index, sign: if raw[index] < 0.0 { -1.0 } else { 1.0 } })
+            .collect();
+        Ok(CanonicalSpectrum { source, raw: raw.to_vec() })
     }
-    if (sum - norm_sq).abs() > 1e-10 * norm_sq {
-        return Err(crate::Error::Numerical(format!(
-            "the CPU SVD lost part of the spectrum: Σσ² = {sum:e}, but ‖A‖_F² = {norm_sq:e}"
-        )));
+
+    /// Whether the solver's output is already canonical (nothing to permute or negate).
+    pub fn is_identity(&self) -> bool {
+        self.source.iter().enumerate().all(|(p, t)| t.index == p && t.sign > 0.0)
     }
-    Ok(())
+
+    /// The singular values, non-negative and non-increasing.
+    pub fn values(&self) -> Vec<f64> {
+        self.source.iter().map(|t| t.sign * self.raw[t.index]).collect()
+    }
 }
 
 /// Device time of each phase of one reconstruction, milliseconds (CUDA events on a GPU).

@@ -256,6 +256,11 @@ impl Engine {
     /// write each finished image's `outputs`, ticking `progress`. `device` is what opened the
     /// engine (its `--gpu`, and for several GPUs the options each opens with). The first error of
     /// any thread stops the others and is returned.
+    ///
+    /// Engines hand results over a bounded channel and block while it is full; the CPU engine
+    /// does so from rayon's global pool. The encoders therefore never use that pool: each image's
+    /// files are written on a pool of the encoders' own, whose threads block on nothing but
+    /// their own work, so the consumer of the channel always makes progress.
     pub fn run(
         &self,
         device: &DeviceArgs,
@@ -265,6 +270,11 @@ impl Engine {
         progress: &ProgressBar,
     ) -> anyhow::Result<JobRun> {
         let encoders = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let encoding = rayon::ThreadPoolBuilder::new()
+            .num_threads(encoders)
+            .thread_name(|i| format!("svd-encode-{i}"))
+            .build()
+            .context("cannot start the encoding threads")?;
         // Bounded: when encoding falls behind, the engines wait instead of piling up reconstructions.
         let (sender, receiver) = sync_channel::<ImageResult>(encoders);
         let receiver = Mutex::new(receiver);
@@ -282,7 +292,7 @@ impl Engine {
                             continue;
                         }
                         let start = Instant::now();
-                        match outputs.write(&result) {
+                        match encoding.install(|| outputs.write(&result)) {
                             Ok(()) => {
                                 result.times.encode_ms = start.elapsed().as_secs_f64() * 1e3;
                                 reports

@@ -539,12 +539,19 @@ pub fn factor_cpu(image: &JobImage, options: &JobOptions, par: Par) -> Result<Im
         Default::default(),
     )
     .map_err(|e| Error::Numerical(format!("{name}: the CPU SVD did not converge: {e:?}")))?;
-    let s: Vec<f64> = s.column_vector().iter().copied().collect();
+    let raw: Vec<f64> = s.column_vector().iter().copied().collect();
     let norm_sq: f64 = a.iter().map(|v| v * v).sum();
-    crate::svd::check_spectrum(&s, norm_sq).map_err(|e| match e {
+    let canonical = crate::svd::CanonicalSpectrum::of(&raw, norm_sq).map_err(|e| match e {
         Error::Numerical(what) => Error::Numerical(format!("{name}: {what}")),
         e => e,
     })?;
+    let s = canonical.values();
+    // Aᵀ = V·diag(s)·Uᵀ: the sign of a triplet goes with `u` (U's columns), as in `thin_svd`.
+    if !canonical.is_identity() {
+        let source = &canonical.source;
+        v = Mat::from_fn(cols, r, |i, p| v[(i, source[p].index)]);
+        u = Mat::from_fn(rows, r, |i, p| source[p].sign * u[(i, source[p].index)]);
+    }
     let svd_ms = start.elapsed().as_secs_f64() * 1e3;
 
     let start = Instant::now();

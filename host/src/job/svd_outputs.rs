@@ -24,8 +24,9 @@ pub struct Outputs<'a> {
 }
 
 impl Outputs<'_> {
-    /// Writes one image's files: every rank's and the mosaic at once (one task each on rayon's
-    /// threads; PNG encoding is the slow part).
+    /// Writes one image's files: every rank's and the mosaic at once (one task each on the rayon
+    /// pool it is called in; PNG encoding is the slow part). The job calls it on a pool of its
+    /// encoders' own, never on one whose threads may block on the encoders ([`crate::svd_engine::Engine::run`]).
     pub fn write(&self, result: &ImageResult) -> Result<()> {
         let (ranks, mosaic) = rayon::join(
             || result.ranks.par_iter().try_for_each(|rank| self.write_rank(result, rank)),
