@@ -23,10 +23,8 @@ macro_rules! wgmma_asm {
         )
     };
 }
-#[cfg(target_arch = "nvptx64")]
-use wgmma_asm;
 
-/// [`wgmma_asm`] with `A` from four registers (tf32 bits of the fragment, [`wgmma_m64_a_coords`]).
+/// `wgmma_asm!` with `A` from four registers (tf32 bits of the fragment, [`wgmma_m64_a_coords`]).
 #[cfg(target_arch = "nvptx64")]
 macro_rules! wgmma_rs_asm {
     ($acc:ident, $a:expr, $b:expr, $add:expr, $shape:literal, [$first:literal $($i:literal)*]) => {
