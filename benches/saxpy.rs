@@ -1,10 +1,16 @@
 //! SAXPY bandwidth: `cargo bench --bench saxpy` (needs a GPU). Reports the event-timed kernel
 //! time and the achieved bandwidth (12 bytes per element: read x, read y, write y).
 
-use kernel_suite::bench::{Stats, Table};
+use kernel_suite::bench::{self, Stats, Table};
 use kernel_suite::{Device, LaunchConfig};
+use std::process::ExitCode;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    bench::run(measure)
+}
+
+/// Times the kernel on three sizes and prints the table.
+fn measure() -> anyhow::Result<()> {
     let device = Device::gpu(0)?;
     println!("device: {}", device.describe());
     let mut table = Table::new(&["n", "median ms", "min ms", "max ms", "GB/s"]);

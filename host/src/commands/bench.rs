@@ -1,7 +1,22 @@
 //! Helpers for the benchmark programs in `benches/` (`cargo bench --bench <family>`): statistics
-//! over event-timed runs and a markdown table, so every family reports the same way.
+//! over event-timed runs, a markdown table, so every family reports the same way, and [`run`] for
+//! their `main`.
 
 use std::fmt::Write as _;
+use std::process::ExitCode;
+
+/// Runs a benchmark program's body: on error (no GPU, a failed launch) prints `error: <message>`
+/// (an `anyhow` error's causes joined by `: `) on one line, without a backtrace, and exits with
+/// status 1.
+pub fn run<E: std::fmt::Display>(body: impl FnOnce() -> Result<(), E>) -> ExitCode {
+    match body() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// Summary of repeated timings, milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
