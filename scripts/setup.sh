@@ -7,8 +7,9 @@
 #     ptxas and the CUDA headers from NVIDIA's PyPI wheels, unpacked once per machine (in
 #     ${XDG_CACHE_HOME:-~/.cache}/rust-gpu-kernels, shared by every project made from this suite)
 #     and linked as a toolkit-like directory in .cache/cuda/root.
-#  3. A libcuda.so to link against: the installed driver's, else Debian's libcuda1 (non-free). On a
-#     machine without a GPU it loads, and the programs report "no GPU" at run time.
+#  3. A libcuda.so to link against: the installed driver's, else Debian's libcuda1 (non-free; while
+#     another package manager holds apt's lock, it waits and says so). On a machine without a GPU it
+#     loads, and the programs report "no GPU" at run time.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,6 +22,40 @@ linker_toolchain=$(sed -n 's/^const LINKER_TOOLCHAIN: &str = "\(.*\)";/\1/p' "$r
 
 say() { echo "setup: $*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# apt's and dpkg's locks: another package manager (unattended-upgrades, a second setup) may hold one.
+apt_locks=(/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock /var/cache/apt/archives/lock)
+# The first of them that a process holds, as "PATH (process PID, NAME)"; nothing when all are free.
+apt_lock_holder() {
+  as_root python3 -c '
+import fcntl, os, struct, sys
+for path in sys.argv[1:]:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        continue
+    query = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    kind, _, _, _, pid = struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_GETLK, query))
+    os.close(fd)
+    if kind != fcntl.F_UNLCK:
+        try:
+            name = open(f"/proc/{pid}/comm").read().strip()
+        except OSError:
+            name = "?"
+        print(f"{path} (process {pid}, {name})")
+        break
+' "${apt_locks[@]}"
+}
+# Waits while another package manager holds apt's or dpkg's locks, saying so; gives up after 10 minutes.
+wait_for_apt() {
+  local holder waited=0
+  while holder=$(apt_lock_holder) && [ -n "$holder" ]; do
+    [ "$waited" -gt 0 ] || say "waiting for another package manager to finish: $holder holds the lock"
+    [ "$waited" -lt 600 ] || { say "gave up after 10 minutes: $holder still holds the lock"; exit 1; }
+    sleep 5
+    waited=$((waited + 5))
+  done
+}
 
 # 1. Rust toolchains (rustup reads rust-toolchain.toml in the repository root).
 (cd "$root" && rustup toolchain install >/dev/null 2>&1) || (cd "$root" && rustup toolchain install)
@@ -70,8 +105,11 @@ Suites: $VERSION_CODENAME
 Components: contrib non-free
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
-  as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends libcuda1 >/dev/null
+  wait_for_apt
+  as_root apt-get -o DPkg::Lock::Timeout=600 update -qq
+  wait_for_apt
+  as_root env DEBIAN_FRONTEND=noninteractive \
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends libcuda1 >/dev/null
   libcuda=$(find_libcuda)
   [ -n "$libcuda" ] || { say "libcuda1 did not provide libcuda.so.1"; exit 1; }
 fi
