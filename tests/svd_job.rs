@@ -413,3 +413,38 @@ fn canonical_spectrum_sorts_and_negates_without_changing_the_decomposition() {
     let nan = CanonicalSpectrum::of(&[1.0, f64::NAN], 1.0).unwrap_err();
     assert!(nan.to_string().contains("NaN"), "{nan}");
 }
+
+/// A file is written whole or not at all: a writer that fails halfway leaves the earlier file and
+/// no temporary file, a finished one replaces it with the usual permissions, and a destination
+/// that cannot be replaced (a folder) is an error naming it, again with nothing left behind.
+#[test]
+fn files_are_written_whole_or_not_at_all() {
+    use kernel_suite::image_io::{save_gray8, write_atomically};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("atomic");
+    let listing = || {
+        let mut names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names
+    };
+    let path = dir.join("a.bin");
+    std::fs::write(&path, b"old").unwrap();
+    let plain = std::fs::metadata(&path).unwrap().permissions().mode();
+    let err = write_atomically(&path, |file| {
+        file.write_all(&[7; 100_000])?;
+        Err(std::io::Error::other("disk full"))
+    })
+    .unwrap_err();
+    assert_eq!(err.to_string(), "disk full");
+    assert_eq!(std::fs::read(&path).unwrap(), b"old");
+    assert_eq!(listing(), ["a.bin"]);
+    write_atomically(&path, |file| file.write_all(b"new")).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"new");
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode(), plain);
+    assert_eq!(listing(), ["a.bin"]);
+    std::fs::create_dir(dir.join("b.png")).unwrap();
+    let err = save_gray8(&dir.join("b.png"), &[0, 255], 2, 1).unwrap_err().to_string();
+    assert!(err.contains("b.png") && err.contains("cannot write PNG"), "{err}");
+    assert_eq!(listing(), ["a.bin", "b.png"]);
+}

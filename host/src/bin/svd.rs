@@ -12,6 +12,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use kernel_suite::Startup;
 use kernel_suite::cli::{self, DeviceArgs, Target};
+use kernel_suite::image_io;
 use kernel_suite::svd::Variant;
 use kernel_suite::svd_batch;
 use kernel_suite::svd_engine::{Engine, GpuList, Shard, Source, StartupReport};
@@ -222,7 +223,8 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
             startup: run.startup,
             results: &results,
         };
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+        let json = serde_json::to_string_pretty(&report)?;
+        image_io::write_atomically(path, |file| file.write_all(json.as_bytes()))
             .with_context(|| format!("cannot write {}", path.display()))?;
         println!("report: {}", path.display());
     }

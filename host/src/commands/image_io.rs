@@ -1,5 +1,6 @@
 //! Grayscale images as `ndarray` arrays: loading (PNG/JPEG, converted to luma in `[0, 1]`) and
-//! saving as 8-bit PNG, encoded with fast settings ([`encode_png`]).
+//! saving as 8-bit PNG, encoded with fast settings ([`encode_png`]) and written whole or not at all
+//! ([`write_atomically`]).
 //!
 //! Arrays are row-major `(rows, cols)` = `(height, width)`: element `[[y, x]]` is the pixel in row
 //! `y` (from the top) and column `x`.
@@ -8,6 +9,8 @@ use crate::error::{Error, Result, ensure};
 use image::ImageEncoder;
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use ndarray::{Array2, ArrayView2};
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// How values outside `[0, 1]` become bytes when saving.
@@ -81,11 +84,38 @@ pub fn save_gray_in_range(path: &Path, image: ArrayView2<f32>, range: (f32, f32)
     save_gray8(path, &to_gray8_in_range(image, range), w, h)
 }
 
-/// Saves row-major 8-bit gray pixels (`width × height`) as PNG (see [`encode_png`]).
+/// Saves row-major 8-bit gray pixels (`width × height`) as PNG (see [`encode_png`]), through
+/// [`write_atomically`]: a file under `path`'s name is always a whole PNG.
 pub fn save_gray8(path: &Path, pixels: &[u8], width: usize, height: usize) -> Result<()> {
     let png = encode_png(pixels, width as u32, height as u32, PixelFormat::Gray8)?;
-    std::fs::write(path, png)
+    write_atomically(path, |file| file.write_all(&png))
         .map_err(|e| Error::File { path: path.to_path_buf(), message: format!("cannot write PNG: {e}") })
+}
+
+/// Writes a file whole or not at all: `write` fills a new file of a temporary name in `path`'s
+/// folder (`.<file name>.<random>.tmp`, hidden), which is then renamed to `path` — one step on
+/// the same file system, replacing any earlier file. A process killed at any moment therefore
+/// leaves under `path` either the earlier file or the complete new one, never a partial file
+/// that a reader (or a resumed job) would take for finished; at worst a temporary file remains.
+/// The temporary file is removed if `write` or the rename fails. The new file gets the usual
+/// permissions (`0o666` less the umask), as a file created in place would. Not synced to disk:
+/// the guarantee is against the process stopping, not the machine losing power.
+pub fn write_atomically<E: From<std::io::Error>>(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
+    let file = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)?;
+    let mut writer = BufWriter::new(file);
+    write(&mut writer)?;
+    let file = writer.into_inner().map_err(|e| e.into_error())?;
+    file.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// Pixel layout of an image to encode.

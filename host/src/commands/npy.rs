@@ -4,17 +4,18 @@
 
 use crate::error::{Error, Result};
 use ndarray::{Array, ArrayBase, Data, Dimension};
-use ndarray_npy::{ReadableElement, WritableElement};
+use ndarray_npy::{ReadableElement, WritableElement, WriteNpyExt};
 use std::path::Path;
 
-/// Writes `array` to `path`.
+/// Writes `array` to `path`, whole or not at all ([`crate::image_io::write_atomically`]): a
+/// reader never finds a truncated array under that name.
 pub fn write<A, S, D>(path: &Path, array: &ArrayBase<S, D>) -> Result<()>
 where
     A: WritableElement,
     S: Data<Elem = A>,
     D: Dimension,
 {
-    ndarray_npy::write_npy(path, array).map_err(|e| file_error(path, e))
+    crate::image_io::write_atomically(path, |file| array.write_npy(file)).map_err(|e| file_error(path, e))
 }
 
 /// Reads the array of element type `A` and dimension `D` that `path` holds.

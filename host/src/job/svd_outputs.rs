@@ -161,10 +161,15 @@ impl From<ImageResult> for ImageReport {
     }
 }
 
-/// `report.csv`: one row per image and rank (the `csv` crate quotes names that need it).
+/// `report.csv`: one row per image and rank (the `csv` crate quotes names that need it), written
+/// whole or not at all ([`image_io::write_atomically`]).
 pub fn write_csv(path: &Path, results: &[ImageReport]) -> Result<()> {
-    let file_error = |e: csv::Error| Error::File { path: path.to_path_buf(), message: e.to_string() };
-    let mut csv = csv::Writer::from_path(path).map_err(file_error)?;
+    image_io::write_atomically(path, |file| csv_rows(file, results))
+        .map_err(|e: csv::Error| Error::File { path: path.to_path_buf(), message: e.to_string() })
+}
+
+fn csv_rows(file: &mut dyn std::io::Write, results: &[ImageReport]) -> csv::Result<()> {
+    let mut csv = csv::Writer::from_writer(file);
     csv.write_record([
         "name",
         "rows",
@@ -175,8 +180,7 @@ pub fn write_csv(path: &Path, results: &[ImageReport]) -> Result<()> {
         "sigma_1",
         "frobenius_norm",
         "check_error",
-    ])
-    .map_err(file_error)?;
+    ])?;
     for r in results {
         let sigma_1 = number(r.singular_values.first().copied().unwrap_or(0.0));
         for k in &r.ranks {
@@ -190,11 +194,10 @@ pub fn write_csv(path: &Path, results: &[ImageReport]) -> Result<()> {
                 sigma_1.clone(),
                 number(r.frobenius_norm),
                 k.check_error.map_or(String::new(), number),
-            ])
-            .map_err(file_error)?;
+            ])?;
         }
     }
-    csv.flush().map_err(|e| Error::File { path: path.to_path_buf(), message: e.to_string() })
+    Ok(csv.flush()?)
 }
 
 /// A number for the CSV: exact (shortest round trip), in exponent form when small or large.
