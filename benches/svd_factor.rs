@@ -1,4 +1,5 @@
-//! GPU SVD benchmarks (GPU only): `cargo bench --bench svd_factor`.
+//! GPU SVD benchmarks (GPU only): `cargo bench --bench svd_factor` (`-- --one-image`: only the
+//! single images' table).
 //!
 //! Batches of the workloads (64 × 256², 16 × 1024², 8 × 2048², one 4096²) of procedural
 //! photo-like images, `k = 50` (256 for 4096²): the device time of the whole factorisation
@@ -8,7 +9,7 @@
 
 use kernel_suite::bench::{Stats, Table};
 use kernel_suite::svd::thin_svd;
-use kernel_suite::svd_factor::{self, launch_f32_to_f64};
+use kernel_suite::svd_factor::{self, SmallSolver, launch_f32_to_f64};
 use kernel_suite::{Device, workload};
 
 fn main() -> anyhow::Result<()> {
@@ -43,7 +44,9 @@ fn main() -> anyhow::Result<()> {
             (1, 4096, 256),
         ]
     };
-    for &(count, size, k) in workloads {
+    // The device time of `factor` with the small problems where `solver` says (None: its default):
+    // median and min of the runs after the first, the last run's factors and the first image.
+    let time = |count: usize, size: usize, k: usize, solver: Option<SmallSolver>| -> anyhow::Result<_> {
         let images: Vec<_> = (0..count)
             .map(|i| workload::procedural_image(i as u64, size, size).mapv(|v| v as f32 / 255.0))
             .collect();
@@ -56,17 +59,25 @@ fn main() -> anyhow::Result<()> {
         let mut last = None;
         for _ in 0..if profile { 2 } else { 6 } {
             let t0 = device.mark()?;
-            let f = svd_factor::factor(&device, &a, (size, size), count, k)?;
+            let f = match solver {
+                Some(solver) => svd_factor::factor_with(&device, &a, (size, size), count, k, solver)?,
+                None => svd_factor::factor(&device, &a, (size, size), count, k)?,
+            };
             let t1 = device.mark()?;
             times.push(device.elapsed_ms(&t0, &t1)?);
             last = Some(f);
         }
-        let f = last.expect("six runs");
-        let reference = thin_svd(images[0].view())?;
+        let first = images.into_iter().next().expect("at least one image");
+        Ok((Stats::of(&times[1..]), last.expect("six runs"), first))
+    };
+    // `--one-image`: only the table of single images below.
+    let one_image = std::env::args().any(|a| a == "--one-image");
+    for &(count, size, k) in workloads.iter().filter(|_| !one_image) {
+        let (st, f, first) = time(count, size, k, None)?;
+        let reference = thin_svd(first.view())?;
         let err =
             f.singular_values[0].iter().zip(&reference.s).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max)
                 / reference.s[0];
-        let st = Stats::of(&times[1..]);
         table.row(&[
             format!("{count} × {size}²"),
             k.to_string(),
@@ -78,8 +89,30 @@ fn main() -> anyhow::Result<()> {
         ]);
     }
     print!("{}", table.render());
-    if let Some(report) = device.profile_report()? {
-        print!("{report}");
+    if profile {
+        if let Some(report) = device.profile_report()? {
+            print!("{report}");
+        }
+        return Ok(());
     }
+    // One image of a large subspace: the Ritz problem on the host or by block Jacobi on the device
+    // (the Cholesky factorisations are on the device either way).
+    println!("\n## One image, b > 118: the Ritz problem's solver (device time, median of 5)\n");
+    let mut table =
+        Table::new(&["workload", "k", "solver", "iterations (Rayleigh–Ritz)", "median ms", "min ms"]);
+    for &(size, k) in &[(512, 100), (2048, 256), (4096, 100), (4096, 256)] {
+        for solver in [SmallSolver::Host, SmallSolver::DeviceBlocked] {
+            let (st, f, _) = time(1, size, k, Some(solver))?;
+            table.row(&[
+                format!("1 × {size}²"),
+                k.to_string(),
+                format!("{solver:?}"),
+                format!("{} ({})", f.iterations, f.rayleigh_ritz_steps),
+                format!("{:.2}", st.median_ms),
+                format!("{:.2}", st.min_ms),
+            ]);
+        }
+    }
+    print!("{}", table.render());
     Ok(())
 }

@@ -478,3 +478,117 @@ fn a_large_batch_comes_back_whole_and_in_place() {
         }
     }
 }
+
+/// `R⁻¹` for `W = RᵀR` by the blocked device Cholesky (several panels in the simulator, whose
+/// panels are 16 rows) on matrices whose answer is known exactly — `W` formed from an upper
+/// triangular `R` with a unit diagonal and entries of 0 or ±1/256 above it (well conditioned, and
+/// `RᵀR` exact in f64) — and
+/// on Gram matrices of random bases against faer's Cholesky and triangular solve; a numerically
+/// dependent column (a repeated one) against the one-block kernel, which floors its pivot the same
+/// way. Batches of three images, sizes around the panels and the GEMM tile, `w` and `rinv`
+/// poisoned first.
+#[test]
+fn the_blocked_cholesky_inverts_the_factor_on_any_size() {
+    use kernel_suite::svd_factor::{blocked_cholesky_inverse, cholesky_panel_rows};
+    let exact_factor = |seed: u64, b: usize| {
+        let mut rng = common::rng(seed);
+        faer::Mat::<f64>::from_fn(b, b, |i, j| match i.cmp(&j) {
+            std::cmp::Ordering::Equal => 1.0,
+            std::cmp::Ordering::Less => f64::from(rng.random_range(-1i32..=1)) / 256.0,
+            std::cmp::Ordering::Greater => 0.0,
+        })
+    };
+    let gram_of_random = |seed: u64, b: usize| {
+        let mut rng = common::rng(seed);
+        let x = faer::Mat::<f64>::from_fn(2 * b + 9, b, |_, _| rng.random_range(-1.0..1.0));
+        x.transpose() * &x
+    };
+    let to_vec = |m: &faer::Mat<f64>| -> Vec<f64> {
+        (0..m.nrows()).flat_map(|i| (0..m.ncols()).map(move |j| (i, j))).map(|(i, j)| m[(i, j)]).collect()
+    };
+    for device in common::devices("the_blocked_cholesky_inverts_the_factor_on_any_size") {
+        let gpu = device.backend() == kernel_suite::Backend::Gpu;
+        let sizes: &[usize] = if gpu { &[5, 64, 65, 120, 200, 512, 1000] } else { &[5, 16, 37, 64, 70] };
+        let nb = cholesky_panel_rows(&device);
+        for &b in sizes {
+            let images = 3;
+            // Image 0: W = RᵀR exactly; images 1 and 2: Gram matrices of random bases.
+            let r_exact = exact_factor(b as u64, b);
+            let grams = [
+                r_exact.transpose() * &r_exact,
+                gram_of_random(b as u64 + 1, b),
+                gram_of_random(b as u64 + 2, b),
+            ];
+            let host: Vec<f64> = grams.iter().flat_map(to_vec).collect();
+            let mut w = device.upload(&host).unwrap();
+            let mut rinv = device.upload(&vec![f64::NAN; images * b * b]).unwrap();
+            // SAFETY: the buffers live until the download below waits for the queue.
+            unsafe {
+                blocked_cholesky_inverse(&device, device.queue(), &mut w, &mut rinv, b, images).unwrap()
+            };
+            let got = device.download(&rinv).unwrap();
+            let label = format!("b = {b} (panels of {nb}) on {}", device.describe());
+            for (img, gram) in grams.iter().enumerate() {
+                let got = &got[img * b * b..(img + 1) * b * b];
+                let want = match img {
+                    0 => r_exact.clone(),
+                    _ => gram.llt(faer::Side::Lower).unwrap().L().transpose().to_owned(),
+                };
+                let mut want_inv = faer::Mat::<f64>::identity(b, b);
+                faer::linalg::triangular_solve::solve_upper_triangular_in_place(
+                    want.as_ref(),
+                    want_inv.as_mut(),
+                    faer::Par::Seq,
+                );
+                let scale = want_inv.norm_max();
+                for i in 0..b {
+                    for j in 0..b {
+                        let (g, e) = (got[i * b + j], want_inv[(i, j)]);
+                        if i > j {
+                            assert_eq!(g, 0.0, "{label}, image {img}: R⁻¹({i}, {j}) below the diagonal");
+                        } else {
+                            assert!(
+                                (g - e).abs() <= 1e-10 * scale,
+                                "{label}, image {img}: R⁻¹({i}, {j}) = {g}, want {e}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // A repeated column: its pivot is floored, as the one-block kernel floors it.
+        let b = 37;
+        let mut rng = common::rng(77);
+        let mut x = faer::Mat::<f64>::from_fn(60, b, |_, _| rng.random_range(-1.0..1.0));
+        for i in 0..60 {
+            x[(i, 20)] = x[(i, 3)];
+        }
+        let gram = to_vec(&(x.transpose() * &x));
+        let mut w = device.upload(&gram).unwrap();
+        let mut rinv = device.upload(&vec![f64::NAN; b * b]).unwrap();
+        let mut one_block = device.upload(&vec![f64::NAN; b * b]).unwrap();
+        let mut scratch = device.alloc::<f64>(kernels::svd_factor::eigen_scratch(b as u32) as usize).unwrap();
+        let w_copy = device.upload(&gram).unwrap();
+        // SAFETY: as above.
+        unsafe {
+            blocked_cholesky_inverse(&device, device.queue(), &mut w, &mut rinv, b, 1).unwrap();
+            device
+                .launch(
+                    &kernels::svd_factor::CHOLESKY_INVERSE,
+                    kernel_suite::LaunchConfig {
+                        grid: kernel_suite::Dim3::x(1),
+                        block: kernel_suite::Dim3::x(64),
+                        shared_bytes: 8,
+                    },
+                    (&w_copy, b as u32, &mut scratch, &mut one_block),
+                )
+                .unwrap();
+        }
+        let (got, want) = (device.download(&rinv).unwrap(), device.download(&one_block).unwrap());
+        let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(scale > 1e5, "the repeated column's pivot was floored: max |R⁻¹| = {scale:e}");
+        for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+            assert!((g - e).abs() <= 1e-6 * scale, "repeated column: R⁻¹[{i}] = {g}, one block {e}");
+        }
+    }
+}

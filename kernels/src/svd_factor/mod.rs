@@ -17,8 +17,8 @@
 //!
 //! This file holds the operand layouts, the batched GEMM and the one-pass kernels (conversions, the
 //! starting subspace, sums of squares); `eigensolver.rs` the one-block Jacobi solver and its work
-//! space, `ritz.rs` the Rayleigh–Ritz step and the next basis, `block_jacobi.rs` the solver for
-//! subspaces too large for one block.
+//! space, `ritz.rs` the Rayleigh–Ritz step and the next basis, `block_jacobi.rs` the eigensolver
+//! and `blocked_cholesky.rs` the Cholesky QR step for subspaces too large for one block.
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use gpu_std::math::{self, Float};
@@ -62,7 +62,7 @@ pub const GEMM_TILE_K: u32 = 16;
 pub const GEMM_THREADS: u32 = 256;
 /// Shared-memory row length (f64) of a stage: one more than the tile, so that the column-wise
 /// stores of a transposed operand hit different banks.
-const GEMM_LD: usize = GEMM_TILE as usize + 1;
+pub(crate) const GEMM_LD: usize = GEMM_TILE as usize + 1;
 /// Dynamic shared memory of the GEMM kernels, bytes: one stage of each operand, f64 (the kernel
 /// allocates them in this order).
 pub const GEMM_SHARED_BYTES: u32 = shared::Layout::new()
@@ -273,9 +273,11 @@ pub const NULL_THRESHOLD: f64 = 1e-12;
 pub const PIVOT_FLOOR: f64 = 1e-12;
 
 mod block_jacobi;
+mod blocked_cholesky;
 mod eigensolver;
 mod ritz;
 
 pub use block_jacobi::*;
+pub use blocked_cholesky::*;
 pub use eigensolver::*;
 pub use ritz::*;

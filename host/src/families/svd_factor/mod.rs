@@ -25,8 +25,8 @@ use gemm::{gemm, gemm_to_f32, operand};
 pub use passes::{
     finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums, starting_basis,
 };
-pub use small::{BlockJacobi, SmallSolver};
-use small::{cholesky_inverse_host, ritz_eigen_host};
+use small::ritz_eigen_host;
+pub use small::{BlockJacobi, SmallSolver, blocked_cholesky_inverse, cholesky_panel_rows};
 
 /// Residual tolerance of the iteration: each of the `k` leading Ritz pairs must satisfy
 /// `‖G·v − θ·v‖ ≤ TOLERANCE·√(θ₁·θ)`. Since an eigenvalue lies within the residual of a Ritz
@@ -231,18 +231,20 @@ pub fn factor_with(
             (&q0, &mut qy, r as u32, b as u32, (r * 2 * b) as u32),
         )?;
     }
-    // R⁻¹ of the Gram matrix in `gram`, on the device or the host.
-    let cholesky = |gram: &Buffer<f64>, scratch: &mut Buffer<f64>, rinv: &mut Buffer<f64>| -> Result<()> {
-        match solver {
-            // SAFETY: as above.
-            SmallSolver::Device => unsafe {
-                device.launch_on(q, &kf::CHOLESKY_INVERSE, jacobi_cfg, (gram, b as u32, scratch, rinv))
-            },
-            SmallSolver::DeviceBlocked | SmallSolver::Host => {
-                device.upload_into(rinv, &cholesky_inverse_host(&device.download(gram)?, b, images))
+    // R⁻¹ of the Gram matrix in `gram` (which it may overwrite), on the device.
+    let cholesky =
+        |gram: &mut Buffer<f64>, scratch: &mut Buffer<f64>, rinv: &mut Buffer<f64>| -> Result<()> {
+            match solver {
+                // SAFETY: as above.
+                SmallSolver::Device => unsafe {
+                    device.launch_on(q, &kf::CHOLESKY_INVERSE, jacobi_cfg, (&*gram, b as u32, scratch, rinv))
+                },
+                // SAFETY: as above.
+                SmallSolver::DeviceBlocked | SmallSolver::Host => unsafe {
+                    blocked_cholesky_inverse(device, q, gram, rinv, b, images)
+                },
             }
-        }
-    };
+        };
 
     // Two passes of Cholesky QR on the columns in Q's place (`qy`'s left half → `vw`'s left half
     // → back): each forms the Gram matrix, inverts its Cholesky factor and multiplies.

@@ -1,5 +1,6 @@
 //! The small `b × b` problems of each iteration — the Ritz pairs and the Cholesky QR of the next
-//! basis — on the device (one block per image, or block Jacobi over several) or on the host.
+//! basis — on the device (one block per image; block Jacobi and the blocked Cholesky over several)
+//! or, for the Ritz pairs of a few images, on the host.
 
 use crate::error::{Error, Result};
 use crate::{Buffer, Device, Dim3, LaunchConfig};
@@ -15,14 +16,14 @@ pub enum SmallSolver {
     /// fits ([`kernels::svd_factor::jacobi_shared_bytes`]; `b ≤ 118` on an H100, so `k ≤ 59`).
     Device,
     /// The Ritz pairs on the device by block Jacobi (several blocks per image, [`BlockJacobi`]),
-    /// the Cholesky factorisations on the host: the default for larger subspaces of batches that
-    /// give every multiprocessor a pair of blocks.
+    /// the Cholesky factorisations by [`blocked_cholesky_inverse`]: the default for larger
+    /// subspaces of batches that give every multiprocessor a pair of blocks.
     DeviceBlocked,
-    /// On the host (faer's symmetric eigensolver and a Cholesky factorisation, images in
-    /// parallel), the matrices copied each way once per Rayleigh–Ritz step: the default for
-    /// larger subspaces of a few images, where the block Jacobi's rounds of a few blocks each
-    /// leave the GPU idle (a 200 × 200 problem: 2.4 ms on one core of the H100's host, 14 ms by
-    /// block Jacobi).
+    /// The Ritz pairs on the host (faer's symmetric eigensolver, images in parallel), the
+    /// matrices copied each way once per Rayleigh–Ritz step; the Cholesky factorisations by
+    /// [`blocked_cholesky_inverse`]: the default for larger subspaces of a few images, where the
+    /// block Jacobi's rounds of a few blocks each leave the GPU idle (a 200 × 200 problem: 2.4 ms
+    /// on one core of the H100's host, 14 ms by block Jacobi).
     Host,
 }
 
@@ -239,64 +240,79 @@ pub(super) fn ritz_eigen_host(t: &[f64], b: usize, images: usize) -> Result<[Vec
     Ok(out)
 }
 
-/// The host's [`kf::cholesky_inverse`] (same input, output and pivot floors): per image `R⁻¹`
-/// (`b × b`, row-major) for the Gram matrix `w = RᵀR` (`b × b`, upper triangle read). Images in
-/// parallel; each by faer's Cholesky factorisation and triangular solve (`R⁻¹ = (L⁻¹)ᵀ`), or where
-/// a pivot falls below its floor by [`floored_cholesky_inverse`].
-pub(super) fn cholesky_inverse_host(w: &[f64], b: usize, images: usize) -> Vec<f64> {
-    w.par_chunks(b * b)
-        .take(images)
-        .flat_map_iter(|w| {
-            let gram = Mat::<f64>::from_fn(b, b, |i, j| w[i.min(j) * b + i.max(j)]);
-            let factor = gram.llt(faer::Side::Lower).ok().filter(|llt| {
-                let l = llt.L();
-                (0..b).all(|j| l[(j, j)] * l[(j, j)] > kf::PIVOT_FLOOR * gram[(j, j)])
-            });
-            match factor {
-                Some(llt) => {
-                    let mut l_inv = Mat::<f64>::identity(b, b);
-                    faer::linalg::triangular_solve::solve_lower_triangular_in_place(
-                        llt.L(),
-                        l_inv.as_mut(),
-                        faer::Par::Seq,
-                    );
-                    (0..b * b).map(|i| l_inv[(i % b, i / b)]).collect()
-                }
-                None => floored_cholesky_inverse(w, b),
-            }
-        })
-        .collect()
+/// Panel rows of [`blocked_cholesky_inverse`]: 64 on a GPU (a panel is one GEMM tile); 16 in
+/// the simulator, so that its tests on small matrices take several panels.
+pub fn cholesky_panel_rows(device: &Device) -> usize {
+    match device.backend() {
+        crate::Backend::Gpu => kf::CHOLESKY_PANEL_MAX as usize,
+        _ => 16,
+    }
 }
 
-/// [`kf::cholesky_inverse`]'s algorithm for one image on the host: a right-looking Cholesky
-/// factorisation with floored pivots, then `R⁻¹` by back substitution (row-major `b × b`).
-fn floored_cholesky_inverse(w: &[f64], b: usize) -> Vec<f64> {
-    let mut w = w.to_vec();
-    let diagonal: Vec<f64> = (0..b).map(|j| w[j * b + j]).collect();
-    for j in 0..b {
-        let (done, trailing) = w.split_at_mut((j + 1) * b);
-        let row_j = &mut done[j * b..];
-        let pivot = row_j[j].max(kf::PIVOT_FLOOR * diagonal[j]).max(f64::MIN_POSITIVE).sqrt();
-        row_j[j] = pivot;
-        row_j[j + 1..].iter_mut().for_each(|v| *v /= pivot);
-        for (i, row) in trailing.chunks_mut(b).enumerate() {
-            let r = j + 1 + i;
-            let wjr = row_j[r];
-            for c in r..b {
-                row[c] -= wjr * row_j[c];
+/// Cholesky QR's small step for any `b`, on the device over many blocks
+/// (`kernels::svd_factor::blocked_cholesky`): per image, `rinv = R⁻¹` (`b × b`, row-major, upper
+/// triangular) for the Gram matrix `w = RᵀR` (`b × b`, row-major, upper triangle read), pivots
+/// floored as [`kf::cholesky_inverse`] floors them. `w`'s upper triangle is overwritten with `R`.
+/// Queued on `queue`: `3·⌈b/nb⌉ − 1` launches ([`cholesky_panel_rows`]), each for every image,
+/// and no wait.
+///
+/// # Safety
+/// The buffers must live until the queue reaches the launches (as for [`Device::launch_on`]).
+pub unsafe fn blocked_cholesky_inverse(
+    device: &Device,
+    queue: &crate::Queue,
+    w: &mut Buffer<f64>,
+    rinv: &mut Buffer<f64>,
+    b: usize,
+    images: usize,
+) -> Result<()> {
+    let len = images * b * b;
+    crate::error::ensure(b > 0 && images > 0 && w.len() >= len && rinv.len() >= len, || {
+        format!(
+            "blocked Cholesky of {images} matrices of {b} × {b}: buffers of {} and {} values",
+            w.len(),
+            rinv.len()
+        )
+    })?;
+    let nb = cholesky_panel_rows(device);
+    let panels = b.div_ceil(nb);
+    let config = |blocks: usize| LaunchConfig {
+        grid: Dim3 { x: blocks as u32, y: 1, z: images as u32 },
+        block: Dim3::x(kf::BLOCKED_CHOLESKY_THREADS),
+        shared_bytes: kf::BLOCKED_CHOLESKY_SHARED_BYTES,
+    };
+    let (b32, nb32) = (b as u32, nb as u32);
+    for panel in 0..panels {
+        let right = b - (b.min((panel + 1) * nb));
+        // SAFETY: forwarded from the caller; the kernels index through checked slices, each
+        // image's `b²` values inside the buffers (checked above).
+        unsafe {
+            device.launch_on(
+                queue,
+                &kf::CHOLESKY_DIAGONAL_BLOCK,
+                config(1),
+                (&mut *w, &mut *rinv, b32, nb32, panel as u32),
+            )?;
+            if right > 0 {
+                device.launch_on(
+                    queue,
+                    &kf::CHOLESKY_ROW_PANEL,
+                    config(right.div_ceil(kf::GEMM_TILE as usize)),
+                    (&mut *w, &*rinv, b32, nb32, panel as u32),
+                )?;
             }
         }
     }
-    let mut rinv = vec![0.0; b * b];
-    for c in 0..b {
-        for r in (0..=c).rev() {
-            let row = &w[r * b..(r + 1) * b];
-            let mut acc = if r == c { 1.0 } else { 0.0 };
-            for l in r + 1..=c {
-                acc -= row[l] * rinv[l * b + c];
-            }
-            rinv[r * b + c] = acc / row[r];
+    for panel in 0..panels {
+        // SAFETY: as above.
+        unsafe {
+            device.launch_on(
+                queue,
+                &kf::TRIANGULAR_INVERSE_COLUMN,
+                config(panels),
+                (&*w, &mut *rinv, b32, nb32, panel as u32),
+            )?;
         }
     }
-    rinv
+    Ok(())
 }

@@ -1,0 +1,400 @@
+//! Cholesky QR's small step for subspaces of any size, over many blocks: `R⁻¹` for `W = RᵀR`
+//! (`b × b` per image) by panels of `nb` rows, so that no step needs the whole matrix in one
+//! block's shared memory and the host never takes part.
+//!
+//! Per panel `p` (rows and columns `p·nb .. p·nb + len`), left-looking, in `W`'s own upper
+//! triangle (row panel `p` of `W` is read for the last time where row panel `p` of `R` is
+//! written):
+//! 1. [`cholesky_diagonal_block`], one block per image: the Schur complement
+//!    `S = W_pp − R_{<p,p}ᵀ·R_{<p,p}`, its Cholesky factor `R_pp` (pivots floored as in
+//!    [`cholesky_inverse`](super::cholesky_inverse)) and `R_pp⁻¹`, which is the diagonal block of
+//!    `R⁻¹`;
+//! 2. [`cholesky_row_panel`], a block per 64 columns right of the panel and image:
+//!    `R_pj = R_pp⁻ᵀ·(W_pj − R_{<p,p}ᵀ·R_{<p,j})`.
+//!
+//! Then per column panel `j`, [`triangular_inverse_column`], a block per row panel and image:
+//! `X_ij = −(Σ_{i ≤ q < j} X_iq·R_qj)·X_jj` above the diagonal and zeros below, `X = R⁻¹`.
+//!
+//! A launch of `b = 512` in panels of 64 is 8 + 7 + 8 launches; every one serves all images.
+//! Each block's products go through the 64 × 64 output tile of the batched GEMM (256 threads,
+//! 4 × 4 outputs each, stages of 16 along the inner dimension in shared memory).
+
+use super::{GEMM_LD, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, PIVOT_FLOOR};
+use gpu_std::math;
+use gpu_std::shared::{self, DynamicShared};
+use gpu_std::{kernel, thread};
+
+/// Largest panel: one output tile.
+pub const CHOLESKY_PANEL_MAX: u32 = GEMM_TILE;
+
+/// Threads per block of the blocked Cholesky kernels.
+pub const BLOCKED_CHOLESKY_THREADS: u32 = GEMM_THREADS;
+
+/// Row length (f64) of the 64 × 64 tile a block keeps in shared memory: odd, as the GEMM's.
+const TILE_LD: usize = GEMM_LD;
+
+/// Dynamic shared memory of the blocked Cholesky kernels, bytes: the two GEMM stages, a 64 × 64
+/// tile and 64 values (the kernels allocate them in this order).
+pub const BLOCKED_CHOLESKY_SHARED_BYTES: u32 = shared::Layout::new()
+    .array::<f64>(GEMM_TILE_K as usize * GEMM_LD)
+    .array::<f64>(GEMM_TILE_K as usize * GEMM_LD)
+    .array::<f64>(GEMM_TILE as usize * TILE_LD)
+    .array::<f64>(GEMM_TILE as usize)
+    .bytes_u32();
+
+/// The shared memory of one block: the GEMM's two stages, a tile and a vector.
+struct Space {
+    a_stage: DynamicShared<f64>,
+    b_stage: DynamicShared<f64>,
+    tile: DynamicShared<f64>,
+    vector: DynamicShared<f64>,
+}
+
+impl Space {
+    #[inline(always)]
+    fn new() -> Space {
+        let mut smem = shared::Allocator::new();
+        Space {
+            a_stage: smem.array::<f64>(GEMM_TILE_K as usize * GEMM_LD),
+            b_stage: smem.array::<f64>(GEMM_TILE_K as usize * GEMM_LD),
+            tile: smem.array::<f64>(GEMM_TILE as usize * TILE_LD),
+            vector: smem.array::<f64>(GEMM_TILE as usize),
+        }
+    }
+
+    /// Element `(i, j)` of the tile (`i, j < 64`; no other thread writes it meanwhile).
+    #[inline(always)]
+    unsafe fn at(&self, i: u32, j: u32) -> f64 {
+        self.tile.read(i as usize * TILE_LD + j as usize)
+    }
+
+    /// Writes element `(i, j)` of the tile (`i, j < 64`; no other thread accesses it meanwhile).
+    #[inline(always)]
+    unsafe fn set(&self, i: u32, j: u32, value: f64) {
+        self.tile.write(i as usize * TILE_LD + j as usize, value)
+    }
+}
+
+/// This thread's 4 × 4 outputs of a 64 × 64 tile: rows `ty + 16·r`, columns `tx + 16·s`.
+#[inline(always)]
+fn outputs() -> (u32, u32) {
+    let tid = thread::thread_idx_x();
+    (tid % 16, tid / 16)
+}
+
+/// `Σ_{p ∈ depth} a(i, p)·b(p, j)` for the `rows × cols` corner of a 64 × 64 tile, this thread's
+/// 4 × 4 part ([`outputs`]); zero outside `rows × cols`. Called by every thread of the block (it
+/// waits at barriers). `a` is read along `i` and `b` along `j` by consecutive threads.
+#[inline(always)]
+unsafe fn tile_product(
+    space: &Space,
+    a: impl Fn(u32, u32) -> f64,
+    b: impl Fn(u32, u32) -> f64,
+    (rows, cols): (u32, u32),
+    (start, end): (u32, u32),
+) -> [[f64; 4]; 4] {
+    const TILE: u32 = GEMM_TILE;
+    const TK: u32 = GEMM_TILE_K;
+    let tid = thread::thread_idx_x();
+    let (tx, ty) = outputs();
+    let mut acc = [[0.0f64; 4]; 4];
+    let mut p0 = start;
+    while p0 < end {
+        for q in 0..(TILE * TK / GEMM_THREADS) {
+            let idx = tid + GEMM_THREADS * q;
+            let (i, p) = (idx % TILE, idx / TILE);
+            let v = if i < rows && p0 + p < end { a(i, p0 + p) } else { 0.0 };
+            space.a_stage.write(p as usize * GEMM_LD + i as usize, v);
+            let (p, j) = (idx / TILE, idx % TILE);
+            let v = if j < cols && p0 + p < end { b(p0 + p, j) } else { 0.0 };
+            space.b_stage.write(p as usize * GEMM_LD + j as usize, v);
+        }
+        thread::sync_threads();
+        for p in 0..TK as usize {
+            let mut av = [0.0f64; 4];
+            let mut bv = [0.0f64; 4];
+            for r in 0..4 {
+                av[r] = space.a_stage.read(p * GEMM_LD + ty as usize + 16 * r);
+                bv[r] = space.b_stage.read(p * GEMM_LD + tx as usize + 16 * r);
+            }
+            for r in 0..4 {
+                for s in 0..4 {
+                    acc[r][s] = math::fma(av[r], bv[s], acc[r][s]);
+                }
+            }
+        }
+        thread::sync_threads();
+        p0 += TK;
+    }
+    acc
+}
+
+/// Panel `panel`'s first row and its length (`nb`, or what is left of `b`).
+#[inline(always)]
+fn panel_span(b: u32, nb: u32, panel: u32) -> (u32, u32) {
+    let start = panel * nb;
+    (start, nb.min(b - start))
+}
+
+/// Step 1 of panel `panel` (module docs), one block per image (`blockIdx.z`), 256 threads,
+/// [`BLOCKED_CHOLESKY_SHARED_BYTES`]. `w` and `rinv` are `b × b` row-major per image, `b²`
+/// apart; `nb ≤ 64`. Reads rows `< panel·nb` of `R` and the panel's diagonal block of `W` from
+/// `w`; writes `R_pp` there (upper triangle) and `R_pp⁻¹` into `rinv`'s diagonal block (zeros
+/// below its diagonal).
+#[kernel]
+pub fn cholesky_diagonal_block(w: &mut [f64], rinv: &mut [f64], b: u32, nb: u32, panel: u32) {
+    let z = thread::block_idx_z() as usize;
+    let bu = b as usize;
+    let mut w = w.sub(z * bu * bu, bu * bu);
+    let mut rinv = rinv.sub(z * bu * bu, bu * bu);
+    let (start, len) = panel_span(b, nb, panel);
+    let space = Space::new();
+    let (tid, (tx, ty)) = (thread::thread_idx_x(), outputs());
+    let at = |i: u32, j: u32| i as usize * bu + j as usize;
+    // S = W_pp − R_{<p,p}ᵀ·R_{<p,p} into the tile; W's diagonal (for the floors) into the vector.
+    let acc = {
+        let w = w.as_slice();
+        // SAFETY: every thread calls it.
+        unsafe {
+            tile_product(
+                &space,
+                #[inline(always)]
+                |i, q| w[at(q, start + i)],
+                #[inline(always)]
+                |q, j| w[at(q, start + j)],
+                (len, len),
+                (0, start),
+            )
+        }
+    };
+    for (r, row) in acc.iter().enumerate() {
+        let i = ty + 16 * r as u32;
+        for (s, &product) in row.iter().enumerate() {
+            let j = tx + 16 * s as u32;
+            if i < len && j < len && i <= j {
+                // SAFETY: i, j < 64; one thread per element.
+                unsafe { space.set(i, j, w[at(start + i, start + j)] - product) };
+            }
+        }
+    }
+    if tid < len {
+        // SAFETY: tid < 64; one thread per element.
+        unsafe { space.vector.write(tid as usize, w[at(start + tid, start + tid)]) };
+    }
+    thread::sync_threads();
+    // Right-looking Cholesky of the tile, one barrier per step, as `cholesky_inverse`.
+    let pivot = |j: u32| -> f64 {
+        // SAFETY: j < len ≤ 64, written before the last barrier.
+        unsafe { space.at(j, j).max(PIVOT_FLOOR * space.vector.read(j as usize)).max(f64::MIN_POSITIVE) }
+    };
+    for j in 0..len {
+        let inv = 1.0 / pivot(j);
+        let mut e = tid;
+        let trailing = len - j - 1;
+        while e < trailing * trailing {
+            let (r, c) = (j + 1 + e / trailing, j + 1 + e % trailing);
+            if r <= c {
+                // SAFETY: r, c < len; each (r, c) of this step is written by one thread, and row
+                // j, which all read, by none.
+                unsafe { space.set(r, c, space.at(r, c) - space.at(j, r) * inv * space.at(j, c)) };
+            }
+            e += GEMM_THREADS;
+        }
+        thread::sync_threads();
+    }
+    // The pivots' square roots replace the floors in the vector; R_pp = the tile's rows scaled
+    // by them, written to `w`.
+    if tid < len {
+        let root = math::sqrt(pivot(tid));
+        // SAFETY: tid < 64; only this thread reads or writes the element now.
+        unsafe { space.vector.write(tid as usize, root) };
+    }
+    thread::sync_threads();
+    let mut e = tid;
+    while e < len * len {
+        let (r, c) = (e / len, e % len);
+        if r <= c {
+            // SAFETY: r, c < 64; one thread per element, the vector read-only now.
+            unsafe {
+                let root = space.vector.read(r as usize);
+                let value = if r == c { root } else { space.at(r, c) / root };
+                space.set(r, c, value);
+                w[at(start + r, start + c)] = value;
+            }
+        }
+        e += GEMM_THREADS;
+    }
+    thread::sync_threads();
+    // R_pp⁻¹ by back substitution, a column per thread (it reads only what it wrote of `rinv`).
+    let mut c = tid;
+    while c < len {
+        let mut r = c + 1;
+        while r > 0 {
+            r -= 1;
+            let mut sum = if r == c { 1.0 } else { 0.0 };
+            for l in r + 1..=c {
+                // SAFETY: r, l < 64, read-only now.
+                sum -= unsafe { space.at(r, l) } * rinv[at(start + l, start + c)];
+            }
+            // SAFETY: as above.
+            rinv[at(start + r, start + c)] = sum / unsafe { space.at(r, r) };
+        }
+        for r in c + 1..len {
+            rinv[at(start + r, start + c)] = 0.0;
+        }
+        c += GEMM_THREADS;
+    }
+}
+
+/// Step 2 of panel `panel` (module docs): a block per 64 columns right of the panel
+/// (`blockIdx.x`) and image (`blockIdx.z`), 256 threads, [`BLOCKED_CHOLESKY_SHARED_BYTES`];
+/// layouts as [`cholesky_diagonal_block`], which must have run for this panel.
+#[kernel]
+pub fn cholesky_row_panel(w: &mut [f64], rinv: &[f64], b: u32, nb: u32, panel: u32) {
+    let z = thread::block_idx_z() as usize;
+    let bu = b as usize;
+    let mut w = w.sub(z * bu * bu, bu * bu);
+    let rinv = rinv.sub(z * bu * bu, bu * bu);
+    let (start, len) = panel_span(b, nb, panel);
+    let first = start + len + thread::block_idx_x() * GEMM_TILE;
+    if first >= b {
+        return;
+    }
+    let cols = GEMM_TILE.min(b - first);
+    let space = Space::new();
+    let (tx, ty) = outputs();
+    let at = |i: u32, j: u32| i as usize * bu + j as usize;
+    let acc = {
+        let w = w.as_slice();
+        // SAFETY: every thread of the block calls it (the early return is per block).
+        unsafe {
+            tile_product(
+                &space,
+                #[inline(always)]
+                |i, q| w[at(q, start + i)],
+                #[inline(always)]
+                |q, j| w[at(q, first + j)],
+                (len, cols),
+                (0, start),
+            )
+        }
+    };
+    // T = W_pj − R_{<p,p}ᵀ·R_{<p,j} into the tile.
+    for (r, row) in acc.iter().enumerate() {
+        let i = ty + 16 * r as u32;
+        for (s, &product) in row.iter().enumerate() {
+            let j = tx + 16 * s as u32;
+            if i < len && j < cols {
+                // SAFETY: i, j < 64; one thread per element.
+                unsafe { space.set(i, j, w[at(start + i, first + j)] - product) };
+            }
+        }
+    }
+    thread::sync_threads();
+    // R_pj = R_pp⁻ᵀ·T: (R_pp⁻ᵀ)(i, l) = rinv(start + l, start + i), zero for l > i.
+    // SAFETY: every thread calls it; the tile is only read in it (its elements below 64 and
+    // written before the barrier above).
+    let acc = unsafe {
+        tile_product(
+            &space,
+            #[inline(always)]
+            |i, l| if l <= i { rinv[at(start + l, start + i)] } else { 0.0 },
+            // The tile: l, j < 64, written before the barrier above.
+            #[inline(always)]
+            |l, j| space.at(l, j),
+            (len, cols),
+            (0, len),
+        )
+    };
+    for (r, row) in acc.iter().enumerate() {
+        let i = ty + 16 * r as u32;
+        for (s, &value) in row.iter().enumerate() {
+            let j = tx + 16 * s as u32;
+            if i < len && j < cols {
+                w[at(start + i, first + j)] = value;
+            }
+        }
+    }
+}
+
+/// Column panel `panel` of `X = R⁻¹` (module docs): a block per row panel (`blockIdx.x`) and image
+/// (`blockIdx.z`), 256 threads, [`BLOCKED_CHOLESKY_SHARED_BYTES`]. `w` holds `R` (upper
+/// triangle, every panel factored), `rinv` the diagonal blocks of `X` and its column panels left
+/// of this one; the blocks above this panel's diagonal block are computed, those below set to 0.
+#[kernel]
+pub fn triangular_inverse_column(w: &[f64], rinv: &mut [f64], b: u32, nb: u32, panel: u32) {
+    let z = thread::block_idx_z() as usize;
+    let bu = b as usize;
+    let w = w.sub(z * bu * bu, bu * bu);
+    let mut rinv = rinv.sub(z * bu * bu, bu * bu);
+    let (col0, cols) = panel_span(b, nb, panel);
+    let row_panel = thread::block_idx_x();
+    if row_panel * nb >= b || row_panel == panel {
+        return;
+    }
+    let (row0, rows) = panel_span(b, nb, row_panel);
+    let at = |i: u32, j: u32| i as usize * bu + j as usize;
+    if row_panel > panel {
+        let mut e = thread::thread_idx_x();
+        while e < rows * cols {
+            rinv[at(row0 + e / cols, col0 + e % cols)] = 0.0;
+            e += GEMM_THREADS;
+        }
+        return;
+    }
+    let space = Space::new();
+    let (tx, ty) = outputs();
+    // Σ_{row0 ≤ q < col0} X(i, q)·R(q, j) into the tile.
+    let acc = {
+        let x = rinv.as_slice();
+        // SAFETY: every thread of the block calls it (the early returns are per block).
+        unsafe {
+            tile_product(
+                &space,
+                #[inline(always)]
+                |i, q| x[at(row0 + i, q)],
+                #[inline(always)]
+                |q, j| w[at(q, col0 + j)],
+                (rows, cols),
+                (row0, col0),
+            )
+        }
+    };
+    for (r, row) in acc.iter().enumerate() {
+        let i = ty + 16 * r as u32;
+        for (s, &value) in row.iter().enumerate() {
+            let j = tx + 16 * s as u32;
+            if i < rows && j < cols {
+                // SAFETY: i, j < 64; one thread per element.
+                unsafe { space.set(i, j, value) };
+            }
+        }
+    }
+    thread::sync_threads();
+    // X_ij = −tile·X_jj (X_jj upper triangular: zero for l > j).
+    let acc = {
+        let x = rinv.as_slice();
+        // SAFETY: every thread calls it; the tile is only read in it.
+        unsafe {
+            tile_product(
+                &space,
+                // The tile: i, l < 64, written before the barrier above.
+                #[inline(always)]
+                |i, l| space.at(i, l),
+                #[inline(always)]
+                |l, j| if l <= j { x[at(col0 + l, col0 + j)] } else { 0.0 },
+                (rows, cols),
+                (0, cols),
+            )
+        }
+    };
+    for (r, row) in acc.iter().enumerate() {
+        let i = ty + 16 * r as u32;
+        for (s, &value) in row.iter().enumerate() {
+            let j = tx + 16 * s as u32;
+            if i < rows && j < cols {
+                rinv[at(row0 + i, col0 + j)] = -value;
+            }
+        }
+    }
+}
