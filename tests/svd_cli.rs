@@ -1,4 +1,5 @@
-//! The `svd` command: outputs per image and rank, reports, sharding, and one-line errors.
+//! The `svd` command: outputs per image and rank, reports, sharding, one-line errors, and images
+//! that fail without stopping the job (exit status 3).
 
 mod common;
 
@@ -6,12 +7,19 @@ use kernel_suite::npy;
 use std::path::{Path, PathBuf};
 
 fn run_svd(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let (status, stdout, stderr) = svd_status(dir, args);
+    (status == 0, stdout, stderr)
+}
+
+/// Runs `svd` in `dir`: its exit status, stdout and stderr.
+fn svd_status(dir: &Path, args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(common::bin("svd", env!("CARGO_BIN_EXE_svd")))
         .current_dir(dir)
         .args(args)
         .output()
         .unwrap();
-    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    let code = out.status.code().expect("an exit status, not a signal");
+    (code, String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -42,15 +50,27 @@ fn image_folder(dir: &Path) -> PathBuf {
     folder
 }
 
-/// The CSV's rows after the header, split into fields.
+/// The CSV's rows after the header, split into fields (by the `csv` crate: error messages may
+/// hold commas).
 fn csv_rows(path: &Path) -> Vec<Vec<String>> {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut lines = text.lines();
+    let mut reader = csv::Reader::from_path(path).unwrap();
     assert_eq!(
-        lines.next().unwrap(),
-        "name,rows,cols,k,relative_error,eckart_young_bound,sigma_1,frobenius_norm,check_error"
+        reader.headers().unwrap().iter().collect::<Vec<_>>(),
+        [
+            "name",
+            "rows",
+            "cols",
+            "k",
+            "relative_error",
+            "eckart_young_bound",
+            "sigma_1",
+            "frobenius_norm",
+            "check_error",
+            "status",
+            "error"
+        ]
     );
-    lines.map(|l| l.split(',').map(String::from).collect()).collect()
+    reader.records().map(|r| r.unwrap().iter().map(String::from).collect()).collect()
 }
 
 #[test]
@@ -171,23 +191,16 @@ fn bad_input_exits_with_one_error_line() {
     let dir = scratch("bad");
     let folder = image_folder(&dir);
     std::fs::create_dir_all(dir.join("empty")).unwrap();
-    std::fs::create_dir_all(dir.join("broken")).unwrap();
-    std::fs::copy(folder.join("a.png"), dir.join("broken/a.png")).unwrap();
-    std::fs::write(dir.join("broken/text.png"), b"not an image at all").unwrap();
-    std::fs::write(dir.join("zero.png"), b"").unwrap();
     std::fs::create_dir_all(dir.join("twice")).unwrap();
     std::fs::copy(folder.join("a.png"), dir.join("twice/a.png")).unwrap();
     for (args, expected) in [
         (vec!["--size", "16", "--ranks", "0"], "--ranks: rank 0 is not allowed"),
         (vec!["--size", "16", "--ranks", "17"], "shepp-logan (16×16): rank k = 17 is outside 1..=16"),
-        (vec!["images", "--ranks", "28"], "b (50×25): rank k = 28 is outside 1..=25"),
         (vec!["images", "--shard", "2/2"], "--shard \"2/2\": expected I/N with 0 ≤ I < N"),
         (vec!["images", "--shard", "x"], "--shard \"x\": expected I/N"),
         (vec!["images", "--shard", "1/0"], "--shard \"1/0\": expected I/N"),
         (vec!["images", "--gpus", "0,1"], "--gpus needs --device gpu or auto"),
         (vec!["images", "--batch-images", "0"], "--batch-images must be at least 1"),
-        (vec!["broken", "--ranks", "2"], "broken/text.png: not a readable PNG/JPEG image"),
-        (vec!["zero.png"], "zero.png: not a readable PNG/JPEG image"),
         (vec!["missing.png"], "missing.png: no such file or directory"),
         (vec!["empty"], "empty: no PNG or JPEG files in this directory"),
         (vec!["images", "twice"], "have the same name"),
@@ -198,6 +211,141 @@ fn bad_input_exits_with_one_error_line() {
         let lines: Vec<&str> = stderr.lines().collect();
         assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
         assert!(lines[0].starts_with("error: ") && lines[0].contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+/// `dir/mixed`: the test folder's images, then `text.png` (not an image) and `trunc.png` (the first
+/// half of a PNG's bytes), in name order.
+fn mixed_folder(dir: &Path) -> PathBuf {
+    let folder = image_folder(dir);
+    let mixed = dir.join("mixed");
+    std::fs::create_dir_all(&mixed).unwrap();
+    for (name, _, _) in IMAGES {
+        std::fs::copy(folder.join(format!("{name}.png")), mixed.join(format!("{name}.png"))).unwrap();
+    }
+    std::fs::write(mixed.join("text.png"), b"not an image at all").unwrap();
+    let png = std::fs::read(folder.join("a.png")).unwrap();
+    std::fs::write(mixed.join("trunc.png"), &png[..png.len() / 2]).unwrap();
+    mixed
+}
+
+/// Files an image left in `out` (its reconstructions, .npy files, mosaic), sorted.
+fn outputs_of(out: &Path, name: &str) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|f| f.strip_prefix(name).is_some_and(|rest| rest.starts_with('-')))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn bad_images_are_reported_and_every_other_image_done_with_exit_status_3() {
+    let dir = scratch("mixed");
+    mixed_folder(&dir);
+    let (status, stdout, stderr) = svd_status(
+        &dir,
+        &["mixed", "--ranks", "5,2", "--device", "cpu", "--out-dir", "out", "--json", "report.json"],
+    );
+    assert_eq!(status, 3, "stdout: {stdout}\nstderr: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{stderr}");
+    for bad in
+        ["mixed/text.png: not a readable PNG/JPEG image", "mixed/trunc.png: not a readable PNG/JPEG image"]
+    {
+        assert_eq!(
+            lines.iter().filter(|l| l.starts_with("error: ") && l.contains(bad)).count(),
+            1,
+            "{stderr}"
+        );
+    }
+    assert!(
+        lines[2].starts_with("error: 2 of 5 image(s) failed; the 3 done are in out/report.csv"),
+        "{stderr}"
+    );
+    assert!(stdout.trim_end().ends_with("summary: 3 of 5 image(s) done, 2 failed"), "{stdout}");
+    let out = dir.join("out");
+    for (name, w, h) in IMAGES {
+        assert_eq!(outputs_of(&out, name), [format!("{name}-k2.png"), format!("{name}-k5.png")]);
+        for k in [2, 5] {
+            let png = image::open(out.join(format!("{name}-k{k}.png"))).unwrap();
+            assert_eq!((png.width(), png.height()), (w as u32, h as u32), "{name} k={k}");
+        }
+    }
+    assert!(outputs_of(&out, "text").is_empty() && outputs_of(&out, "trunc").is_empty());
+    let rows = csv_rows(&out.join("report.csv"));
+    let names: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(names, ["a", "a", "b", "b", "c", "c", "text", "trunc"]);
+    for row in &rows[..6] {
+        assert_eq!(row[9..], ["ok", ""], "{row:?}");
+        assert!(row[4].parse::<f64>().unwrap() > 0.0, "{row:?}");
+    }
+    for row in &rows[6..] {
+        assert_eq!(row[1..10], ["", "", "", "", "", "", "", "", "failed"], "{row:?}");
+        assert!(row[10].contains(&format!("mixed/{}.png: not a readable PNG/JPEG image", row[0])), "{row:?}");
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!((report["images"].as_u64(), report["failed"].as_u64()), (Some(3), Some(2)));
+    let results = report["results"].as_array().unwrap();
+    let statuses: Vec<(&str, &str)> =
+        results.iter().map(|r| (r["name"].as_str().unwrap(), r["status"].as_str().unwrap())).collect();
+    assert_eq!(statuses, [("a", "ok"), ("b", "ok"), ("c", "ok"), ("text", "failed"), ("trunc", "failed")]);
+    assert!(results[4]["error"].as_str().unwrap().contains("trunc.png: not a readable PNG/JPEG image"));
+    assert_eq!(results[0]["ranks"].as_array().unwrap().len(), 2);
+
+    // An image too small for the ranks fails the same way; so does a lone unreadable file.
+    let (status, _, stderr) =
+        svd_status(&dir, &["images", "--ranks", "28", "--device", "cpu", "--out-dir", "big"]);
+    assert_eq!(status, 3, "{stderr}");
+    assert!(stderr.lines().next().unwrap().contains("b (50×25): rank k = 28 is outside 1..=25"), "{stderr}");
+    let names: Vec<String> =
+        csv_rows(&dir.join("big/report.csv")).into_iter().map(|r| r[0].clone() + &r[9]).collect();
+    assert_eq!(names, ["aok", "bfailed", "cok"]);
+    std::fs::write(dir.join("zero.png"), b"").unwrap();
+    let (status, stdout, stderr) = svd_status(&dir, &["zero.png", "--device", "cpu", "--out-dir", "zero"]);
+    assert_eq!(status, 3, "{stderr}");
+    assert!(stderr.starts_with("error: zero.png: not a readable PNG/JPEG image"), "{stderr}");
+    assert!(stdout.contains("summary: 0 of 1 image(s) done, 1 failed"), "{stdout}");
+}
+
+/// With --fail-fast the job stops at the first failure: the images before it are done and
+/// reported, none after it is started, and the exit status is 3.
+#[test]
+fn fail_fast_stops_at_the_first_failure_with_a_report_of_what_completed() {
+    let dir = scratch("fail-fast");
+    let folder = dir.join("images");
+    std::fs::create_dir_all(&folder).unwrap();
+    for i in 0..10 {
+        let path = folder.join(format!("img{i}.png"));
+        if i == 3 {
+            std::fs::write(path, b"not an image").unwrap();
+        } else {
+            let pixels: Vec<u8> = common::random_vec(&mut common::rng(i), 24 * 20, 0.0, 255.0)
+                .into_iter()
+                .map(|v| v as u8)
+                .collect();
+            kernel_suite::image_io::save_gray8(&path, &pixels, 24, 20).unwrap();
+        }
+    }
+    let (status, stdout, stderr) =
+        svd_status(&dir, &["images", "--ranks", "3", "--device", "cpu", "--fail-fast", "--out-dir", "out"]);
+    assert_eq!(status, 3, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stderr.contains("img3.png: not a readable PNG/JPEG image"), "{stderr}");
+    assert!(
+        stderr.contains("1 of 10 image(s) failed; stopped at the first failure (--fail-fast)"),
+        "{stderr}"
+    );
+    let rows: Vec<(String, String)> =
+        csv_rows(&dir.join("out/report.csv")).into_iter().map(|r| (r[0].clone(), r[9].clone())).collect();
+    let expected: Vec<(String, String)> =
+        [("img0", "ok"), ("img1", "ok"), ("img2", "ok"), ("img3", "failed")]
+            .map(|(n, s)| (n.to_string(), s.to_string()))
+            .into();
+    assert_eq!(rows, expected);
+    for i in 0..10 {
+        assert_eq!(dir.join(format!("out/img{i}-k3.png")).is_file(), i < 3, "img{i}");
     }
 }
 

@@ -5,12 +5,14 @@ mod common;
 
 use kernel_suite::svd::{reconstruct_reference, relative_error, thin_svd};
 use kernel_suite::svd_job::{
-    ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, decode_into_queue, factor_cpu, run_cpu,
+    FailedImage, ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, Screen, decode_into_queue,
+    factor_cpu, run_cpu,
 };
 use kernel_suite::{npy, svd::Variant};
 use ndarray::Array2;
 use rand::Rng;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 fn options(ranks: &[usize], check: bool) -> JobOptions {
     JobOptions {
@@ -226,7 +228,7 @@ fn decode_into_queue_keeps_8_bit_images_as_bytes_and_names_bad_files() {
     std::fs::write(dir.join("bad.png"), b"not an image").unwrap();
     let names = ["gray", "deep", "rgb", "bad", "missing"];
     let paths: Vec<_> = names.iter().map(|n| dir.join(format!("{n}.png"))).enumerate().collect();
-    let queue = decode_into_queue(paths);
+    let queue = decode_into_queue(paths).unwrap();
     let mut seen = vec![false; names.len()];
     let mut errors = Vec::new();
     while let Some(item) = queue.next() {
@@ -299,7 +301,8 @@ fn the_queue_yields_images_in_index_order_and_batches_whole() {
     for index in [3usize, 0, 4, 1, 2, 6, 5] {
         sender.send(Ok(float(index, &format!("img{index}"), random(index as u64, 4, 3)))).unwrap();
     }
-    sender.send(Err(kernel_suite::Error::InvalidInput("bad.png: not an image".into()))).unwrap();
+    let error = kernel_suite::Error::InvalidInput("bad.png: not an image".into());
+    sender.send(Err(FailedImage { index: 7, name: "bad".into(), error })).unwrap();
     drop(sender);
     let queue = ImageQueue::new(receiver);
     let indices = |batch: Vec<JobImage>| batch.iter().map(|i| i.index).collect::<Vec<_>>();
@@ -307,11 +310,110 @@ fn the_queue_yields_images_in_index_order_and_batches_whole() {
     let joins = |image: &JobImage, batch: &[JobImage]| batch.len() < 3 && image.index != 4;
     assert_eq!(indices(queue.next_batch(joins).unwrap().unwrap()), vec![0, 1, 2]);
     assert_eq!(indices(queue.next_batch(joins).unwrap().unwrap()), vec![3]);
-    // Images 4, 5 and 6, then the error that followed them in the channel: it ends the batch that
+    // Images 4, 5 and 6, then the failed image 7: unscreened, its error ends the batch that
     // reached it (the job stops on it).
     let error = queue.next_batch(joins).unwrap().unwrap_err();
     assert!(error.to_string().contains("bad.png"), "{error}");
     assert!(queue.next_batch(joins).is_none() && queue.next().is_none());
+}
+
+/// A queue of images 0..10 where 2 and 6 failed to decode and 4 is too small for rank 3, screened
+/// with `fail_fast`; also returns the stop flag and the names of the failures reported.
+fn screened_queue(fail_fast: bool) -> (ImageQueue, Arc<AtomicBool>, Arc<Mutex<Vec<String>>>) {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    for index in [1usize, 0, 2, 3, 5, 4, 6, 7, 8, 9] {
+        let name = format!("img{index}");
+        let item = match index {
+            2 | 6 => {
+                let error = kernel_suite::Error::InvalidInput(format!("{name}.png: not an image"));
+                Err(FailedImage { index, name, error })
+            }
+            4 => Ok(float(index, &name, random(4, 2, 8))),
+            _ => Ok(float(index, &name, random(index as u64, 4, 3))),
+        };
+        sender.send(item).unwrap();
+    }
+    drop(sender);
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let reported = Arc::clone(&failures);
+    let screen = Screen {
+        max_rank: 3,
+        fail_fast,
+        stop: Arc::clone(&stop),
+        failed: Box::new(move |failed: FailedImage| {
+            reported.lock().unwrap().push(format!("{} {}: {}", failed.index, failed.name, failed.error));
+            Ok(())
+        }),
+    };
+    (ImageQueue::new(receiver).screened(screen), stop, failures)
+}
+
+/// A screened queue reports each failed image once, in index order, and hands the engines only the
+/// others: failures drop out of a batch without ending it. With `fail_fast` it hands out nothing
+/// after the first failure, and a stop ends it at once.
+#[test]
+fn a_screened_queue_reports_failures_and_skips_them() {
+    let indices = |batch: Vec<JobImage>| batch.iter().map(|i| i.index).collect::<Vec<_>>();
+    let (queue, _, failures) = screened_queue(false);
+    let joins = |_: &JobImage, batch: &[JobImage]| batch.len() < 3;
+    assert_eq!(indices(queue.next_batch(joins).unwrap().unwrap()), [0, 1, 3]);
+    // The batch looked one image past its last, and that one (4) failed too.
+    assert_eq!(failures.lock().unwrap().len(), 2);
+    assert_eq!(indices(queue.next_batch(joins).unwrap().unwrap()), [5, 7, 8]);
+    assert_eq!(queue.next().unwrap().unwrap().index, 9);
+    assert!(queue.next().is_none());
+    assert_eq!(
+        *failures.lock().unwrap(),
+        [
+            "2 img2: invalid input: img2.png: not an image",
+            "4 img4: invalid input: img4 (2×8): rank k = 3 is outside 1..=2 (min(rows, cols) of the image)",
+            "6 img6: invalid input: img6.png: not an image",
+        ]
+    );
+
+    let (queue, _, failures) = screened_queue(true);
+    assert_eq!(indices(queue.next_batch(joins).unwrap().unwrap()), [0, 1]);
+    assert!(queue.next_batch(joins).is_none() && queue.next().is_none());
+    assert_eq!(failures.lock().unwrap().len(), 1);
+
+    let (queue, stop, failures) = screened_queue(false);
+    assert_eq!(queue.next().unwrap().unwrap().index, 0);
+    stop.store(true, Ordering::SeqCst);
+    assert!(queue.next_batch(joins).is_none() && queue.next().is_none());
+    assert!(failures.lock().unwrap().is_empty());
+}
+
+/// The CPU engine on a screened queue computes exactly the images the screen lets through, and a
+/// failure the screen cannot record stops it with that error.
+#[test]
+fn run_cpu_on_a_screened_queue_computes_the_good_images() {
+    let (queue, _, failures) = screened_queue(false);
+    let done = Mutex::new(Vec::new());
+    let sink = |r: ImageResult| {
+        done.lock().unwrap().push(r.index);
+        Ok(())
+    };
+    run_cpu(&queue, &options(&[1, 3], false), &sink).unwrap();
+    let mut done = done.into_inner().unwrap();
+    done.sort_unstable();
+    assert_eq!(done, [0, 1, 3, 5, 7, 8, 9]);
+    assert_eq!(failures.lock().unwrap().len(), 3);
+
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let error = kernel_suite::Error::InvalidInput("a.png: not an image".into());
+    sender.send(Err(FailedImage { index: 0, name: "a".into(), error })).unwrap();
+    sender.send(Ok(float(1, "b", random(1, 4, 4)))).unwrap();
+    drop(sender);
+    let screen = Screen {
+        max_rank: 1,
+        fail_fast: false,
+        stop: Arc::new(AtomicBool::new(false)),
+        failed: Box::new(|_| Err(kernel_suite::Error::InvalidInput("report.csv: disk full".into()))),
+    };
+    let sink = |_: ImageResult| -> kernel_suite::Result<()> { panic!("no image after the failure") };
+    let err = run_cpu(&ImageQueue::new(receiver).screened(screen), &options(&[1], false), &sink).unwrap_err();
+    assert_eq!(err.to_string(), "invalid input: report.csv: disk full");
 }
 
 /// Exactly rank-deficient images, whose singular values are known: faer returns those of the null

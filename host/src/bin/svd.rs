@@ -15,13 +15,15 @@ use kernel_suite::cli::{self, DeviceArgs, Target};
 use kernel_suite::image_io;
 use kernel_suite::svd::Variant;
 use kernel_suite::svd_batch;
-use kernel_suite::svd_engine::{Engine, GpuList, Shard, Source, StartupReport};
-use kernel_suite::svd_job::{JobOptions, Keep, StageTimes};
-use kernel_suite::svd_outputs::{ImageReport, Outputs, write_csv};
+use kernel_suite::svd_engine::{Engine, GpuList, PHANTOM, Shard, Source, StartupReport};
+use kernel_suite::svd_job::{JobOptions, Keep, Screen, StageTimes, check_size};
+use kernel_suite::svd_outputs::{ImageEntry, ImageReport, Journal, Outputs};
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 /// Up to this many images, the command prints each image's per-rank table; above, a summary and a
@@ -36,7 +38,13 @@ const FEW: usize = 4;
     after_help = "Outputs (in --out-dir): <name>-k<k>.png per image and rank (clamped to [0, 1]), with --npy \
 also <name>-k<k>.npy (float32) and <name>-s.npy (the leading singular values, float64), with --mosaic \
 <name>-mosaic.png, and report.csv (report-<I>-of-<N>.csv with --shard I/N): name, rows, cols, k, \
-relative_error, eckart_young_bound, sigma_1, frobenius_norm, check_error.
+relative_error, eckart_young_bound, sigma_1, frobenius_norm, check_error, status (ok or failed), error.
+
+An image that cannot be read, decoded or factored for the ranks does not stop the job: it is named on \
+stderr and in the report (status failed), and every other image is done.
+
+Exit status: 0 every image done; 1 the job could not run or a file could not be written (one error \
+line); 3 some images failed (the others are done, as the report says).
 
 Job arrays split a folder with no coordinator: every task runs the same command with its own shard, e.g. \
 in a Slurm array (#SBATCH --array=0-15)
@@ -80,6 +88,10 @@ struct Args {
     /// difference.
     #[arg(long)]
     check: bool,
+    /// Stop at the first image that fails (exit status 3): the images under way are finished and
+    /// reported, no further one is started. Default: report it and go on.
+    #[arg(long)]
+    fail_fast: bool,
     /// Take only every N-th image of the input list, starting at the I-th (0 ≤ I < N), e.g.
     /// --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
     #[arg(long, value_name = "I/N")]
@@ -104,7 +116,10 @@ struct JobReport<'a> {
     variant: Variant,
     ranks: &'a [usize],
     shard: Option<Shard>,
+    /// Images done.
     images: usize,
+    /// Images that failed.
+    failed: usize,
     pixels: u64,
     /// From the engines' start to the last output written, ms.
     job_ms: f64,
@@ -117,15 +132,26 @@ struct JobReport<'a> {
     stages: StageTimes,
     max_check_error: Option<f64>,
     startup: Vec<StartupReport>,
-    results: &'a [ImageReport],
+    /// Every image in index order, with its `status` (`ok` or `failed`).
+    results: &'a [ImageEntry],
 }
+
+/// Exit status when some images failed (the others done): distinct from 1, the job not run or
+/// stopped by an error, as rsync's "partial transfer".
+const PARTIAL: u8 = 3;
 
 fn main() -> ExitCode {
     let command_start = Instant::now();
-    cli::run(|| run(command_start))
+    let mut status = None;
+    let code = cli::run(|| {
+        status = Some(run(command_start)?);
+        Ok(())
+    });
+    status.unwrap_or(code)
 }
 
-fn run(command_start: Instant) -> anyhow::Result<()> {
+/// Runs the job; returns the exit status when it ran to its end.
+fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     let args = Args::parse();
     ensure!(!args.ranks.contains(&0), "--ranks: rank 0 is not allowed (ranks start at 1)");
     let mut ranks = args.ranks.clone();
@@ -145,13 +171,43 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
     let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
     let gpus = args.gpus.as_deref().map(GpuList::parse).transpose()?;
     let (source, total) = Source::collect(&args.inputs, args.size, shard)?;
+    let max_rank = *ranks.last().expect("ranks checked non-empty");
+    if args.inputs.is_empty() {
+        check_size(PHANTOM, (args.size, args.size), max_rank)?;
+    }
     if let Some(dir) = args.json.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty()) {
         ensure!(dir.is_dir(), "--json: directory {} does not exist", dir.display());
     }
     std::fs::create_dir_all(&args.out_dir)
         .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
+    let report_name = match shard {
+        Some(s) => format!("report-{}-of-{}.csv", s.index, s.count),
+        None => "report.csv".into(),
+    };
+    let journal = Arc::new(Journal::new(&args.out_dir.join(report_name)));
+    let progress = if source.len() > FEW && std::io::stderr().is_terminal() {
+        ProgressBar::new(source.len() as u64).with_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} images {elapsed} (eta {eta})")
+                .expect("template"),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    let screen = Screen {
+        max_rank,
+        fail_fast: args.fail_fast,
+        stop: Arc::new(AtomicBool::new(false)),
+        failed: Box::new({
+            let (journal, progress) = (Arc::clone(&journal), progress.clone());
+            move |failed| {
+                progress.suspend(|| eprintln!("error: {}", failed.error));
+                progress.inc(1);
+                journal.failed(&failed)
+            }
+        }),
+    };
     // Decoding starts before the device opens, so the first images are ready when it is.
-    let queue = source.queue();
+    let queue = source.queue(screen)?;
     let (engine, count_ms) = Engine::open(&args.device, gpus)?;
     let batch_images = args.batch_images.unwrap_or(svd_batch::BATCH_IMAGES);
     let options = JobOptions { ranks, check: args.check, variant: args.variant, batch_images, keep };
@@ -163,15 +219,6 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
         None => format!("{} image(s)", source.len()),
     };
     println!("device: {label}; variant: {}; {images}; ranks {:?}", args.variant.name(), options.ranks);
-
-    let progress = if source.len() > FEW && std::io::stderr().is_terminal() {
-        ProgressBar::new(source.len() as u64).with_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} images {elapsed} (eta {eta})")
-                .expect("template"),
-        )
-    } else {
-        ProgressBar::hidden()
-    };
     let outputs = Outputs {
         dir: &args.out_dir,
         png: !args.no_images,
@@ -179,19 +226,27 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
         mosaic: mosaic && !args.no_images,
         original: &|index| source.original(index),
     };
-    let run = engine.run(&args.device, &queue, &options, &outputs, &progress)?;
-    progress.finish_and_clear();
-    drop(queue);
-    let mut results = run.reports;
-    results.sort_by_key(|r| r.index);
-
-    let report_name = match shard {
-        Some(s) => format!("report-{}-of-{}.csv", s.index, s.count),
-        None => "report.csv".into(),
+    let done = |report| {
+        journal.done(report)?;
+        progress.inc(1);
+        Ok(())
     };
-    let csv_path = args.out_dir.join(report_name);
-    write_csv(&csv_path, &results)?;
+    let run = engine.run(&args.device, &queue, &options, &outputs, &done)?;
+    progress.finish_and_clear();
+    // The queue's screen holds the other reference to the journal.
+    drop(queue);
+    let journal = Arc::into_inner(journal).expect("the queue, and with it its screen, is dropped");
+    let csv_path = journal.path().to_path_buf();
+    let entries = journal.finish()?;
     let job_ms = run.job_start.elapsed().as_secs_f64() * 1e3;
+    let results: Vec<ImageReport> = entries
+        .iter()
+        .filter_map(|e| match e {
+            ImageEntry::Ok(report) => Some(report.clone()),
+            ImageEntry::Failed { .. } => None,
+        })
+        .collect();
+    let failed = entries.len() - results.len();
 
     print_results(&results, &options, &outputs);
     println!("report: {}", csv_path.display());
@@ -214,6 +269,7 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
             ranks: &options.ranks,
             shard,
             images: results.len(),
+            failed,
             pixels,
             job_ms,
             startup_ms,
@@ -221,7 +277,7 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
             stages,
             max_check_error,
             startup: run.startup,
-            results: &results,
+            results: &entries,
         };
         let json = serde_json::to_string_pretty(&report)?;
         image_io::write_atomically(path, |file| file.write_all(json.as_bytes()))
@@ -249,7 +305,22 @@ fn run(command_start: Instant) -> anyhow::Result<()> {
     if let Engine::One(device) = engine {
         args.device.print_profile(&Target::Kernels(device))?;
     }
-    Ok(())
+    let of = source.len();
+    println!("summary: {} of {of} image(s) done, {failed} failed", results.len());
+    if failed == 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let stopped = if args.fail_fast && results.len() + failed < of {
+        "; stopped at the first failure (--fail-fast)"
+    } else {
+        ""
+    };
+    eprintln!(
+        "error: {failed} of {of} image(s) failed{stopped}; the {} done are in {}",
+        results.len(),
+        csv_path.display()
+    );
+    Ok(ExitCode::from(PARTIAL))
 }
 
 fn startup_total(s: &Startup) -> f64 {
@@ -258,6 +329,9 @@ fn startup_total(s: &Startup) -> f64 {
 
 /// Per image its table (a few images) or per rank a summary over the images (many).
 fn print_results(results: &[ImageReport], options: &JobOptions, outputs: &Outputs) {
+    if results.is_empty() {
+        return;
+    }
     if results.len() <= FEW {
         for r in results {
             let t = &r.times;

@@ -6,11 +6,10 @@
 
 use crate::cli::{DeviceArgs, DeviceChoice, Target};
 use crate::svd_batch::run_gpu;
-use crate::svd_job::{self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, Sink, run_cpu};
+use crate::svd_job::{self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, Screen, Sink, run_cpu};
 use crate::svd_outputs::{ImageReport, Outputs};
 use crate::{Device, GpuOptions, Startup, device::gpu_count, svd};
 use anyhow::{Context, anyhow, bail, ensure};
-use indicatif::ProgressBar;
 use ndarray::Array2;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -69,6 +68,9 @@ impl GpuList {
         Ok(GpuList::Some(ordinals))
     }
 }
+
+/// The default image's name, that of its outputs.
+pub const PHANTOM: &str = "shepp-logan";
 
 /// Where the job's images come from.
 pub enum Source {
@@ -151,17 +153,18 @@ impl Source {
         }
     }
 
-    /// The queue of the job's images: decoded on a background pool for files, so the first
-    /// images are ready when the device is open.
-    pub fn queue(&self) -> ImageQueue {
-        match self {
+    /// The queue of the job's images, screened by `screen`: decoded on a background pool for
+    /// files, so the first images are ready when the device is open.
+    pub fn queue(&self, screen: Screen) -> crate::Result<ImageQueue> {
+        let queue = match self {
             Source::Phantom(image) => ImageQueue::from_images(vec![JobImage {
                 index: 0,
-                name: "shepp-logan".into(),
+                name: PHANTOM.into(),
                 pixels: Pixels::Float(image.clone()),
             }]),
-            Source::Files(files) => svd_job::decode_into_queue(files.iter().cloned().enumerate().collect()),
-        }
+            Source::Files(files) => svd_job::decode_into_queue(files.iter().cloned().enumerate().collect())?,
+        };
+        Ok(queue.screened(screen))
     }
 }
 
@@ -185,10 +188,12 @@ pub struct StartupReport {
     pub startup: Startup,
 }
 
+/// Where [`Engine::run`] hands each image's report once its outputs are written (from an encoder
+/// thread); an error it returns stops the job.
+pub type Done<'a> = &'a (dyn Fn(ImageReport) -> anyhow::Result<()> + Sync);
+
 /// What [`Engine::run`] returns.
 pub struct JobRun {
-    /// One report per image, in the order they finished.
-    pub reports: Vec<ImageReport>,
     /// Each GPU's start-up, by GPU index.
     pub startup: Vec<StartupReport>,
     /// When the first engine started (after its device opened).
@@ -253,9 +258,10 @@ impl Engine {
     }
 
     /// Runs the job: the engine(s) take the images of `queue`, and encoder threads (one per core)
-    /// write each finished image's `outputs`, ticking `progress`. `device` is what opened the
-    /// engine (its `--gpu`, and for several GPUs the options each opens with). The first error of
-    /// any thread stops the others and is returned.
+    /// write each finished image's `outputs`, then hand its report to `done`. `device` is what
+    /// opened the engine (its `--gpu`, and for several GPUs the options each opens with). The
+    /// first error of any thread (an engine's, a file that cannot be written, `done`'s) stops the
+    /// others and is returned; images that fail in a screened queue are no error here.
     ///
     /// Engines hand results over a bounded channel and block while it is full; the CPU engine
     /// does so from rayon's global pool. The encoders therefore never use that pool: each image's
@@ -267,7 +273,7 @@ impl Engine {
         queue: &ImageQueue,
         options: &JobOptions,
         outputs: &Outputs,
-        progress: &ProgressBar,
+        done: Done,
     ) -> anyhow::Result<JobRun> {
         let encoders = std::thread::available_parallelism().map_or(1, |n| n.get());
         let encoding = rayon::ThreadPoolBuilder::new()
@@ -279,7 +285,6 @@ impl Engine {
         let (sender, receiver) = sync_channel::<ImageResult>(encoders);
         let receiver = Mutex::new(receiver);
         let failure = Failure::default();
-        let reports = Mutex::new(Vec::new());
         let startups = Mutex::new(Vec::new());
         let starts = Mutex::new(Vec::new());
         std::thread::scope(|scope| {
@@ -292,16 +297,14 @@ impl Engine {
                             continue;
                         }
                         let start = Instant::now();
-                        match encoding.install(|| outputs.write(&result)) {
-                            Ok(()) => {
-                                result.times.encode_ms = start.elapsed().as_secs_f64() * 1e3;
-                                reports
-                                    .lock()
-                                    .expect("no panics while holding the lock")
-                                    .push(ImageReport::from(result));
-                                progress.inc(1);
-                            }
-                            Err(e) => failure.record(e.into()),
+                        let written =
+                            encoding.install(|| outputs.write(&result)).map_err(anyhow::Error::from);
+                        let reported = written.and_then(|()| {
+                            result.times.encode_ms = start.elapsed().as_secs_f64() * 1e3;
+                            done(ImageReport::from(result))
+                        });
+                        if let Err(e) = reported {
+                            failure.record(e);
                         }
                     }
                 });
@@ -369,7 +372,7 @@ impl Engine {
             starts.into_inner().expect("no poisoned lock").into_iter().min().unwrap_or_else(Instant::now);
         let mut startup = startups.into_inner().expect("no poisoned lock");
         startup.sort_by_key(|s| s.gpu);
-        Ok(JobRun { reports: reports.into_inner().expect("no poisoned lock"), startup, job_start })
+        Ok(JobRun { startup, job_start })
     }
 }
 

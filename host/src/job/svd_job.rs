@@ -6,7 +6,9 @@
 //!
 //! Feeding a job: [`decode_into_queue`] decodes files on a background thread pool into a bounded
 //! channel (memory stays bounded however large the folder); [`ImageQueue::from_images`] queues
-//! images already in memory. Tests: `tests/svd_job.rs`.
+//! images already in memory. A job's queue is [`ImageQueue::screened`]: images that cannot be
+//! taken ([`FailedImage`]) are reported and never reach an engine, and the queue can be stopped.
+//! Tests: `tests/svd_job.rs`.
 
 use crate::error::{Error, Result, ensure};
 use faer::diag::Diag;
@@ -68,6 +70,42 @@ pub struct JobImage {
     /// The pixels.
     pub pixels: Pixels,
 }
+
+/// An image the job cannot take: its file unreadable or not a decodable image, or the image unfit
+/// for the job's ranks.
+#[derive(Debug)]
+pub struct FailedImage {
+    /// [`JobImage::index`] it would have had.
+    pub index: usize,
+    /// [`JobImage::name`] it would have had.
+    pub name: String,
+    /// Why (naming the file or the image).
+    pub error: Error,
+}
+
+/// What the producers of a queue send: an image, or why the image of that index failed. Both
+/// carry the index, so the queue keeps its order either way.
+pub type Decoded = std::result::Result<JobImage, FailedImage>;
+
+/// What the job's queue does with images it cannot take, and when it stops
+/// ([`ImageQueue::screened`]).
+pub struct Screen {
+    /// The job's largest rank: an image with fewer rows or columns fails in the queue
+    /// ([`check_size`]), before any engine sees it.
+    pub max_rank: usize,
+    /// Hand out nothing more after the first failure (`--fail-fast`).
+    pub fail_fast: bool,
+    /// Once set (by a signal handler), hand out nothing more: the engines finish what they have
+    /// and return.
+    pub stop: Arc<AtomicBool>,
+    /// Told of each failed image once, in index order, from the engine thread that met it. An
+    /// error it returns (the failure could not be recorded) is handed to that engine instead, and
+    /// the queue stops.
+    pub failed: FailureHook,
+}
+
+/// [`Screen::failed`].
+pub type FailureHook = Box<dyn Fn(FailedImage) -> Result<()> + Send + Sync>;
 
 /// What to compute for every image.
 #[derive(Debug, Clone)]
@@ -208,12 +246,16 @@ pub struct ImageResult {
 }
 
 /// The job's images, decoded by producer threads and taken by one or more engines (one per GPU).
-/// Thread-safe; yields `None` once every image has been taken.
+/// Thread-safe; yields `None` once every image has been taken, or once it is stopped.
 ///
 /// Images come out in the order of their [`JobImage::index`], whatever order the decoders finish
 /// in, and [`ImageQueue::next_batch`] forms each batch whole: batches are then the same in every
 /// run and on any number of GPUs, and so are the results (the GPU engine iterates a batch until
 /// all its images have converged, so an image's last bits depend on its batch).
+///
+/// Failures: a plain queue hands a failed image to the engine as its error, which ends the job; a
+/// [`ImageQueue::screened`] one reports it to its [`Screen`] and goes on with the next image, so
+/// engines only ever see images they can factor.
 ///
 /// Dropping the queue closes the channel: producers blocked on a full channel then stop.
 ///
@@ -224,38 +266,40 @@ pub struct ImageResult {
 pub struct ImageQueue {
     incoming: Mutex<InOrder>,
     decode_ms: DecodeTimes,
+    screen: Option<Screen>,
+    /// Set when a screened queue stops for good (`--fail-fast`, or a failure it could not report).
+    closed: AtomicBool,
 }
 
 /// The producers' channel, read back in image order.
 struct InOrder {
-    receiver: Receiver<Result<JobImage>>,
+    receiver: Receiver<Decoded>,
     /// The index handed out next.
     next: usize,
-    /// Images that arrived before their turn.
-    early: BTreeMap<usize, JobImage>,
+    /// Images (and failures) that arrived before their turn.
+    early: BTreeMap<usize, Decoded>,
 }
 
 impl InOrder {
-    fn next(&mut self) -> Option<Result<JobImage>> {
+    fn next(&mut self) -> Option<Decoded> {
         loop {
-            if let Some(image) = self.early.remove(&self.next) {
+            if let Some(item) = self.early.remove(&self.next) {
                 self.next += 1;
-                return Some(Ok(image));
+                return Some(item);
             }
             match self.receiver.recv() {
-                Ok(Ok(image)) if image.index == self.next => {
+                Ok(item) if index_of(&item) == self.next => {
                     self.next += 1;
-                    return Some(Ok(image));
+                    return Some(item);
                 }
-                Ok(Ok(image)) => {
-                    self.early.insert(image.index, image);
+                Ok(item) => {
+                    self.early.insert(index_of(&item), item);
                 }
-                Ok(Err(e)) => return Some(Err(e)),
                 // The producers are done: what is left, in order (indices need not be contiguous).
                 Err(_) => {
-                    let (index, image) = self.early.pop_first()?;
+                    let (index, item) = self.early.pop_first()?;
                     self.next = index + 1;
-                    return Some(Ok(image));
+                    return Some(item);
                 }
             }
         }
@@ -264,7 +308,14 @@ impl InOrder {
     /// Returns `image` to the front of the queue.
     fn put_back(&mut self, image: JobImage) {
         self.next = self.next.min(image.index);
-        self.early.insert(image.index, image);
+        self.early.insert(image.index, Ok(image));
+    }
+}
+
+fn index_of(item: &Decoded) -> usize {
+    match item {
+        Ok(image) => image.index,
+        Err(failed) => failed.index,
     }
 }
 
@@ -273,9 +324,20 @@ type DecodeTimes = Arc<Mutex<HashMap<usize, f64>>>;
 
 impl ImageQueue {
     /// Wraps the receiving end of the producers' channel.
-    pub fn new(receiver: Receiver<Result<JobImage>>) -> Self {
+    pub fn new(receiver: Receiver<Decoded>) -> Self {
         let incoming = InOrder { receiver, next: 0, early: BTreeMap::new() };
-        ImageQueue { incoming: Mutex::new(incoming), decode_ms: DecodeTimes::default() }
+        ImageQueue {
+            incoming: Mutex::new(incoming),
+            decode_ms: DecodeTimes::default(),
+            screen: None,
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// This queue, handing failed images to `screen` instead of the engines, and stopping as it
+    /// says.
+    pub fn screened(self, screen: Screen) -> Self {
+        ImageQueue { screen: Some(screen), ..self }
     }
 
     /// A queue holding `images` (already in memory: generated images, tests), in order.
@@ -287,26 +349,27 @@ impl ImageQueue {
         Self::new(receiver)
     }
 
-    /// The next decoded image in index order (or a decode error), `None` when the producers are
-    /// done.
+    /// The next decoded image in index order (or a failed one's error, unscreened), `None` when
+    /// the producers are done or the queue has stopped.
     pub fn next(&self) -> Option<Result<JobImage>> {
-        self.incoming.lock().expect("no panics while holding the lock").next()
+        self.take(&mut self.incoming.lock().expect("no panics while holding the lock"))
     }
 
     /// The next images in index order that `joins(image, batch so far)` accepts after the first,
     /// taken at once (another engine's batch cannot interleave); the first image refused stays at
-    /// the front of the queue. `None` when the producers are done; a decode error ends the batch
-    /// and is returned.
+    /// the front of the queue. `None` when the producers are done or the queue has stopped; a
+    /// failed image's error (unscreened) ends the batch and is returned. A screened queue drops
+    /// failed images from the batch, and a stop ends the batch with the images taken so far.
     pub fn next_batch(
         &self,
         mut joins: impl FnMut(&JobImage, &[JobImage]) -> bool,
     ) -> Option<Result<Vec<JobImage>>> {
         let mut incoming = self.incoming.lock().expect("no panics while holding the lock");
-        let mut batch = match incoming.next()? {
+        let mut batch = match self.take(&mut incoming)? {
             Ok(first) => vec![first],
             Err(e) => return Some(Err(e)),
         };
-        while let Some(image) = incoming.next() {
+        while let Some(image) = self.take(&mut incoming) {
             match image {
                 Ok(image) if joins(&image, &batch) => batch.push(image),
                 Ok(image) => {
@@ -317,6 +380,36 @@ impl ImageQueue {
             }
         }
         Some(Ok(batch))
+    }
+
+    /// The next image for an engine: failures go to the screen (or to the engine, unscreened),
+    /// and nothing once stopped.
+    fn take(&self, incoming: &mut InOrder) -> Option<Result<JobImage>> {
+        loop {
+            let stopped = self.screen.as_ref().is_some_and(|s| s.stop.load(Ordering::SeqCst));
+            if stopped || self.closed.load(Ordering::SeqCst) {
+                return None;
+            }
+            let failed = match (incoming.next()?, &self.screen) {
+                (Err(failed), None) => return Some(Err(failed.error)),
+                (Err(failed), Some(_)) => failed,
+                (Ok(image), Some(screen)) => {
+                    match check_size(&image.name, image.pixels.dim(), screen.max_rank) {
+                        Ok(()) => return Some(Ok(image)),
+                        Err(error) => FailedImage { index: image.index, name: image.name, error },
+                    }
+                }
+                (Ok(image), None) => return Some(Ok(image)),
+            };
+            let screen = self.screen.as_ref().expect("failures reach here only when screened");
+            let recorded = (screen.failed)(failed);
+            if screen.fail_fast || recorded.is_err() {
+                self.closed.store(true, Ordering::SeqCst);
+            }
+            if let Err(e) = recorded {
+                return Some(Err(e));
+            }
+        }
     }
 
     /// The decode time of image `index` recorded by the producer, removed from the queue's
@@ -363,21 +456,20 @@ pub fn image_name(path: &Path) -> String {
 /// A background thread runs a dedicated rayon pool (one thread per core, so it never waits on
 /// engines that block the global pool); the channel holds at most two images per decoding thread,
 /// so a huge folder never sits in memory at once. A file that cannot be read or decoded is queued
-/// as an error naming the file ([`decode_file`]). Each image's decode time is recorded in the queue
-/// ([`ImageQueue::take_decode_ms`]). Dropping the queue stops the producers.
-pub fn decode_into_queue(paths: Vec<(usize, PathBuf)>) -> ImageQueue {
+/// as a [`FailedImage`] whose error names the file ([`decode_file`]). Each image's decode time is
+/// recorded in the queue ([`ImageQueue::take_decode_ms`]). Dropping the queue stops the
+/// producers. Fails only if the decoding threads cannot start.
+pub fn decode_into_queue(paths: Vec<(usize, PathBuf)>) -> Result<ImageQueue> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(paths.len().max(1));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("svd-decode-{i}"))
+        .build()
+        .map_err(|e| Error::InvalidInput(format!("cannot start the decoding threads: {e}")))?;
     let (sender, receiver) = sync_channel(2 * threads);
     let queue = ImageQueue::new(receiver);
     let decode_ms = Arc::clone(&queue.decode_ms);
     std::thread::spawn(move || {
-        let pool = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
-            Ok(pool) => pool,
-            Err(e) => {
-                let _ = sender.send(Err(Error::InvalidInput(format!("cannot start decoding threads: {e}"))));
-                return;
-            }
-        };
         let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
         pool.scope(|scope| {
@@ -388,13 +480,13 @@ pub fn decode_into_queue(paths: Vec<(usize, PathBuf)>) -> ImageQueue {
                             break;
                         };
                         let start = Instant::now();
-                        let item = decode_file(path).map(|pixels| JobImage {
-                            index: *index,
-                            name: image_name(path),
-                            pixels,
-                        });
+                        let (index, name) = (*index, image_name(path));
+                        let item = match decode_file(path) {
+                            Ok(pixels) => Ok(JobImage { index, name, pixels }),
+                            Err(error) => Err(FailedImage { index, name, error }),
+                        };
                         let ms = start.elapsed().as_secs_f64() * 1e3;
-                        decode_ms.lock().expect("no panics while holding the lock").insert(*index, ms);
+                        decode_ms.lock().expect("no panics while holding the lock").insert(index, ms);
                         if sender.send(item).is_err() {
                             // The queue was dropped: nobody takes images any more.
                             stop.store(true, Ordering::Relaxed);
@@ -404,7 +496,7 @@ pub fn decode_into_queue(paths: Vec<(usize, PathBuf)>) -> ImageQueue {
             }
         });
     });
-    queue
+    Ok(queue)
 }
 
 /// Checks `options` as every engine needs them: at least one rank, ascending without repeats,
@@ -421,20 +513,27 @@ pub fn check_options(options: &JobOptions) -> Result<()> {
 /// Checks that `image` can be factored for `options` (not empty, `max(ranks) ≤ min(rows, cols)`);
 /// the error names the image. Engines call it before any work on the image.
 pub fn check_image(image: &JobImage, options: &JobOptions) -> Result<()> {
-    let (rows, cols) = image.pixels.dim();
-    let name = &image.name;
+    check_size(&image.name, image.pixels.dim(), options.ranks.last().copied().unwrap_or(0))
+}
+
+/// Checks that image `name` of `(rows, cols)` pixels can be factored up to rank `max_rank`: not
+/// empty, and `max_rank ≤ min(rows, cols)`. [`check_image`] for an image not yet (or never)
+/// decoded: the queue's screen, the default phantom before the job starts.
+pub fn check_size(name: &str, (rows, cols): (usize, usize), max_rank: usize) -> Result<()> {
     ensure(rows > 0 && cols > 0, || format!("{name}: cannot factor an empty {rows} × {cols} image"))?;
-    let k = options.ranks.last().copied().unwrap_or(0);
     let r = rows.min(cols);
-    ensure(k <= r, || {
-        format!("{name} ({rows}×{cols}): rank k = {k} is outside 1..={r} (min(rows, cols) of the image)")
+    ensure(max_rank <= r, || {
+        format!(
+            "{name} ({rows}×{cols}): rank k = {max_rank} is outside 1..={r} (min(rows, cols) of the image)"
+        )
     })
 }
 
 /// The CPU engine, parallel across images: takes images from `queue` as long as one of rayon's
 /// global threads is free for it, computes each on rayon's pool with [`factor_cpu`] and hands the
-/// result to `sink` (from the pool's threads). The first error (a decode error from the queue, a bad
-/// image, or the sink's) stops taking images and is returned once the running ones are done.
+/// result to `sink` (from the pool's threads). The first error (a failed image from an unscreened
+/// queue, a bad image, or the sink's) stops taking images and is returned once the running ones are
+/// done; a screened queue's failures never reach it, and a stopped queue ends it likewise.
 ///
 /// At most one image per thread is in progress, so memory stays bounded. An image that takes the
 /// last free thread is factored sequentially (`Par::Seq`: with many images, cores go to images);

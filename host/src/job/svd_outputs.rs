@@ -1,13 +1,15 @@
 //! What the `svd` job writes: per image, each rank's reconstruction (PNG and/or `.npy`), the
-//! singular values (`.npy`) and a labelled mosaic; for the job, `report.csv`.
+//! singular values (`.npy`) and a labelled mosaic; for the job, `report.csv`, kept by a
+//! [`Journal`] of every image's [`ImageEntry`] (done or failed).
 
 use crate::error::{Error, Result};
 use crate::image_io::{self, Scaling};
-use crate::svd_job::{ImageResult, RankResult, Reconstruction, StageTimes};
+use crate::svd_job::{FailedImage, ImageResult, RankResult, Reconstruction, StageTimes};
 use crate::{npy, plot};
 use ndarray::{Array2, s};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// Where and what to write for each finished image.
 pub struct Outputs<'a> {
@@ -161,43 +163,133 @@ impl From<ImageResult> for ImageReport {
     }
 }
 
-/// `report.csv`: one row per image and rank (the `csv` crate quotes names that need it), written
-/// whole or not at all ([`image_io::write_atomically`]).
-pub fn write_csv(path: &Path, results: &[ImageReport]) -> Result<()> {
-    image_io::write_atomically(path, |file| csv_rows(file, results))
-        .map_err(|e: csv::Error| Error::File { path: path.to_path_buf(), message: e.to_string() })
+/// One image of the job, as reported: done, or failed and why.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum ImageEntry {
+    /// Factored, and every output written.
+    Ok(ImageReport),
+    /// Not factored ([`FailedImage`]); nothing written for it.
+    Failed {
+        /// Position in the job.
+        index: usize,
+        /// File stem.
+        name: String,
+        /// Why, naming the file or the image.
+        error: String,
+    },
 }
 
-fn csv_rows(file: &mut dyn std::io::Write, results: &[ImageReport]) -> csv::Result<()> {
-    let mut csv = csv::Writer::from_writer(file);
-    csv.write_record([
-        "name",
-        "rows",
-        "cols",
-        "k",
-        "relative_error",
-        "eckart_young_bound",
-        "sigma_1",
-        "frobenius_norm",
-        "check_error",
-    ])?;
-    for r in results {
-        let sigma_1 = number(r.singular_values.first().copied().unwrap_or(0.0));
-        for k in &r.ranks {
-            csv.write_record([
-                r.name.clone(),
-                r.rows.to_string(),
-                r.cols.to_string(),
-                k.k.to_string(),
-                number(k.relative_error),
-                number(k.eckart_young_bound),
-                sigma_1.clone(),
-                number(r.frobenius_norm),
-                k.check_error.map_or(String::new(), number),
-            ])?;
+impl ImageEntry {
+    /// Position in the job.
+    pub fn index(&self) -> usize {
+        match self {
+            ImageEntry::Ok(report) => report.index,
+            ImageEntry::Failed { index, .. } => *index,
         }
     }
-    Ok(csv.flush()?)
+
+    /// Its rows of `report.csv` ([`CSV_HEADER`]): one per rank when done, one with the error when
+    /// failed.
+    fn rows(&self) -> Vec<[String; 11]> {
+        match self {
+            ImageEntry::Ok(r) => {
+                let sigma_1 = number(r.singular_values.first().copied().unwrap_or(0.0));
+                let row = |k: &RankReport| {
+                    [
+                        r.name.clone(),
+                        r.rows.to_string(),
+                        r.cols.to_string(),
+                        k.k.to_string(),
+                        number(k.relative_error),
+                        number(k.eckart_young_bound),
+                        sigma_1.clone(),
+                        number(r.frobenius_norm),
+                        k.check_error.map_or(String::new(), number),
+                        "ok".into(),
+                        String::new(),
+                    ]
+                };
+                r.ranks.iter().map(row).collect()
+            }
+            ImageEntry::Failed { name, error, .. } => {
+                let mut row: [String; 11] = Default::default();
+                row[0].clone_from(name);
+                row[9] = "failed".into();
+                row[10].clone_from(error);
+                vec![row]
+            }
+        }
+    }
+}
+
+/// The columns of `report.csv`. `status` is `ok` (then `error` is empty) or `failed` (then only
+/// `name` and `error` are filled).
+pub const CSV_HEADER: [&str; 11] = [
+    "name",
+    "rows",
+    "cols",
+    "k",
+    "relative_error",
+    "eckart_young_bound",
+    "sigma_1",
+    "frobenius_norm",
+    "check_error",
+    "status",
+    "error",
+];
+
+/// The job's report as it goes: every image's [`ImageEntry`] as it comes (from encoder and
+/// engine threads), and at the end `report.csv` in index order.
+pub struct Journal {
+    path: PathBuf,
+    entries: Mutex<Vec<ImageEntry>>,
+}
+
+impl Journal {
+    /// A journal whose report goes to `path`.
+    pub fn new(path: &Path) -> Journal {
+        Journal { path: path.to_path_buf(), entries: Mutex::new(Vec::new()) }
+    }
+
+    /// Where the report goes.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Records an image whose outputs are all written.
+    pub fn done(&self, report: ImageReport) -> Result<()> {
+        self.record(ImageEntry::Ok(report))
+    }
+
+    /// Records an image that failed.
+    pub fn failed(&self, failed: &FailedImage) -> Result<()> {
+        let (index, name, error) = (failed.index, failed.name.clone(), failed.error.to_string());
+        self.record(ImageEntry::Failed { index, name, error })
+    }
+
+    fn record(&self, entry: ImageEntry) -> Result<()> {
+        self.entries.lock().expect("no panics while holding the lock").push(entry);
+        Ok(())
+    }
+
+    /// Writes `report.csv` in index order, whole or not at all ([`image_io::write_atomically`]),
+    /// and returns the entries in that order.
+    pub fn finish(self) -> Result<Vec<ImageEntry>> {
+        let mut entries = self.entries.into_inner().expect("no panics while holding the lock");
+        entries.sort_by_key(ImageEntry::index);
+        image_io::write_atomically(&self.path, |file| {
+            let mut csv = csv::Writer::from_writer(file);
+            csv.write_record(CSV_HEADER)?;
+            for row in entries.iter().flat_map(ImageEntry::rows) {
+                csv.write_record(row)?;
+            }
+            csv.flush()?;
+            Ok(())
+        })
+        .map_err(|e: csv::Error| Error::File { path: self.path.clone(), message: e.to_string() })?;
+        Ok(entries)
+    }
 }
 
 /// A number for the CSV: exact (shortest round trip), in exponent form when small or large.
