@@ -154,21 +154,52 @@ fn compile_kernels(
         format!("-Clink-arg={}", libdevice.display()),
         "-Alinker_messages".to_string(),
     ];
+    let mut cmd = nested_cargo(root, "rustc", target_dir);
+    cmd.args(["--lib", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core", "--crate-type", "cdylib"])
+        .env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
+    let output = cmd.output().map_err(|e| format!("could not run cargo for the kernels: {e}"))?;
+    if !output.status.success() {
+        // The outer build compiles `kernels/` for the host too and reports its errors there: repeat
+        // the compiler's messages only when the host build of the same code passes (code under
+        // `#[cfg(target_arch = "nvptx64")]`, a backend or link error).
+        if !compiles_for_host(root, target_dir) {
+            return Err("the GPU kernels in kernels/ do not compile (the compiler's messages are those \
+                        cargo shows for the `kernels` crate)"
+                .to_string());
+        }
+        return Err(format!(
+            "the GPU kernels in kernels/ failed to compile for nvptx64-nvidia-cuda ({cpu}):\n\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let ptx = target_dir.join("nvptx64-nvidia-cuda/release/kernels.ptx");
+    if ptx.is_file() { Ok(ptx) } else { Err(format!("the kernel build wrote no {}", ptx.display())) }
+}
+
+/// Whether `kernels/` passes `cargo check` for the host, in `target_dir` (whose proc macros the
+/// NVPTX build has already compiled).
+fn compiles_for_host(root: &Path, target_dir: &Path) -> bool {
+    let mut cmd = nested_cargo(root, "check", target_dir);
+    cmd.args(["--lib", "--target", &env::var("HOST").unwrap()]);
+    cmd.output().is_ok_and(|output| output.status.success())
+}
+
+/// `cargo SUBCOMMAND` of the release build of `kernels/` in `target_dir`, quiet, without the outer
+/// build's settings (clippy's wrapper, host flags, its target).
+fn nested_cargo(root: &Path, subcommand: &str, target_dir: &Path) -> Command {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
-        .args(["rustc", "--manifest-path", "kernels/Cargo.toml", "--release", "--lib"])
-        .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core", "--crate-type", "cdylib"])
+        .args([subcommand, "--manifest-path", "kernels/Cargo.toml", "--release"])
         .arg("--target-dir")
         .arg(target_dir)
         .args(["--color", "never", "--quiet"])
         .args(["--config", "profile.release.lto=\"fat\""])
         .args(["--config", "profile.release.panic=\"abort\""])
-        .args(["--config", "profile.release.codegen-units=1"])
-        .env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
-    // The outer build's settings (clippy's wrapper, host flags, its target) are not the kernels'.
+        .args(["--config", "profile.release.codegen-units=1"]);
     for var in [
         "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
         "CARGO_BUILD_RUSTFLAGS",
         "RUSTC_WRAPPER",
         "RUSTC_WORKSPACE_WRAPPER",
@@ -178,15 +209,7 @@ fn compile_kernels(
     ] {
         cmd.env_remove(var);
     }
-    let output = cmd.output().map_err(|e| format!("could not run cargo for the kernels: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "the GPU kernels in kernels/ failed to compile for nvptx64-nvidia-cuda ({cpu}):\n\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    let ptx = target_dir.join("nvptx64-nvidia-cuda/release/kernels.ptx");
-    if ptx.is_file() { Ok(ptx) } else { Err(format!("the kernel build wrote no {}", ptx.display())) }
+    cmd
 }
 
 /// One kernel's resources as `ptxas -v` reports them.
