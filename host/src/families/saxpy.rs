@@ -1,6 +1,6 @@
 //! SAXPY (`y ← a·x + y`): safe wrapper of `kernels::saxpy` and its CPU reference.
 //!
-//! Device code: `kernels/src/saxpy.rs`; tests: `tests/saxpy.rs`; command: `cargo run --bin saxpy`.
+//! Device code: `kernels/src/saxpy.rs`; tests: `tests/saxpy.rs`; benchmark: `benches/saxpy.rs`.
 
 use crate::error::{Result, ensure};
 use crate::profile::Work;
