@@ -10,7 +10,8 @@
 use kernel_suite::bench::{Stats, Table};
 use kernel_suite::svd::thin_svd;
 use kernel_suite::svd_factor::{self, SmallSolver, launch_f32_to_f64};
-use kernel_suite::{Device, workload};
+use kernel_suite::{Device, Dim3, LaunchConfig, workload};
+use kernels::svd_factor::{self as kf, Layout};
 
 fn main() -> anyhow::Result<()> {
     let device = Device::gpu(0)?;
@@ -95,6 +96,49 @@ fn main() -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    // The iteration's f64 products, FMA against tensor cores: the Gram matrix of one 4096² image,
+    // and G·Q with b = 512 (4096² at k = 256) and b = 104 (16 × 1024² at k = 50).
+    println!("\n## f64 GEMM kernels (device time, median of 10 after 1 warm-up)\n");
+    let mut table = Table::new(&["product", "kernel", "median ms", "TFLOP/s"]);
+    for &(label, (m, n, k), images, symmetric) in &[
+        ("Gram AᵀA, 1 × 4096²", (4096, 4096, 4096), 1, true),
+        ("G·Q, 4096 × 4096 · 512", (4096, 512, 4096), 1, false),
+        ("G·Q, 16 × 1024 × 1024 · 104", (1024, 104, 1024), 16, false),
+    ] {
+        let a = device.upload(&vec![0.5f64; images * m * k])?;
+        let b = device.upload(&vec![0.25f64; images * k * n])?;
+        let mut c = device.alloc::<f64>(images * m * n)?;
+        let la = Layout::row_major(k as u32, (m * k) as u32);
+        let lb = Layout::row_major(n as u32, (k * n) as u32);
+        let lc = Layout::row_major(n as u32, (m * n) as u32);
+        let cfg = LaunchConfig {
+            grid: Dim3 { x: n.div_ceil(64) as u32, y: m.div_ceil(64) as u32, z: images as u32 },
+            block: Dim3::x(kf::GEMM_THREADS),
+            shared_bytes: kf::GEMM_SHARED_BYTES,
+        };
+        let flops = 2.0 * (images * m * n * k) as f64 * if symmetric { 0.5 } else { 1.0 };
+        for (name, kernel) in [("FMA", &kf::GEMM_F64_TO_F64), ("tensor cores", &kf::GEMM_F64_MMA_TO_F64)] {
+            let mut times = Vec::new();
+            for _ in 0..11 {
+                let t0 = device.mark()?;
+                let none: Option<&kernel_suite::Buffer<f64>> = None;
+                let args =
+                    (&a, la, &b, lb, &mut c, lc, none, 0u32, m as u32, n as u32, k as u32, symmetric as u32);
+                // SAFETY: the layouts lie inside the buffers, which outlive the wait below.
+                unsafe { device.launch(kernel, cfg, args)? };
+                let t1 = device.mark()?;
+                times.push(device.elapsed_ms(&t0, &t1)?);
+            }
+            let st = Stats::of(&times[1..]);
+            table.row(&[
+                label.to_string(),
+                name.to_string(),
+                format!("{:.3}", st.median_ms),
+                format!("{:.1}", flops / st.median_ms / 1e9),
+            ]);
+        }
+    }
+    print!("{}", table.render());
     // One image of a large subspace: the Ritz problem on the host or by block Jacobi on the device
     // (the Cholesky factorisations are on the device either way).
     println!("\n## One image, b > 118: the Ritz problem's solver (device time, median of 5)\n");

@@ -592,3 +592,153 @@ fn the_blocked_cholesky_inverts_the_factor_on_any_size() {
         }
     }
 }
+
+/// A GEMM kernel with an f64 result: its argument tuple.
+type GemmKernel = gpu_std::KernelFn<(
+    gpu_std::Slice<f64>,
+    kernels::svd_factor::Layout,
+    gpu_std::Slice<f64>,
+    kernels::svd_factor::Layout,
+    gpu_std::SliceMut<f64>,
+    kernels::svd_factor::Layout,
+    gpu_std::Slice<f64>,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+)>;
+
+/// The GEMM on the f64 tensor cores against the FMA GEMM and against exact answers: integer
+/// operands (every product and sum exact in f64, so both kernels must give the exact integers),
+/// then random ones (equal to rounding); odd sizes past one tile, transposed and strided
+/// operands, a batch of two with column scales, a symmetric product, and the f32 result.
+#[test]
+fn the_tensor_core_gemm_matches_the_fma_gemm_and_exact_products() {
+    use kernel_suite::{Dim3, LaunchConfig};
+    use kernels::svd_factor::{self as kf, Layout};
+    let (m, n, k, images) = (70usize, 67usize, 53usize, 2usize);
+    let config = |m: usize, n: usize| LaunchConfig {
+        grid: Dim3 { x: n.div_ceil(64) as u32, y: m.div_ceil(64) as u32, z: images as u32 },
+        block: Dim3::x(kf::GEMM_THREADS),
+        shared_bytes: kf::GEMM_SHARED_BYTES,
+    };
+    for device in common::devices("the_tensor_core_gemm_matches_the_fma_gemm_and_exact_products") {
+        for integers in [true, false] {
+            let mut rng = common::rng(if integers { 1 } else { 2 });
+            let mut draw = |len: usize| -> Vec<f64> {
+                (0..len)
+                    .map(|_| {
+                        if integers {
+                            f64::from(rng.random_range(-9i32..=9))
+                        } else {
+                            rng.random_range(-1.0..1.0)
+                        }
+                    })
+                    .collect()
+            };
+            // A stored transposed (k × m per image), B row-major with a padded row (n + 3).
+            let (a, b, scale) = (draw(images * k * m), draw(images * k * (n + 3)), draw(images * n));
+            let la = Layout::row_major(m as u32, (k * m) as u32).transposed();
+            let lb = Layout::row_major((n + 3) as u32, (k * (n + 3)) as u32);
+            let lc = Layout::row_major(n as u32, (m * n) as u32);
+            let at = |z: usize, i: usize, p: usize| a[z * k * m + p * m + i];
+            let bt = |z: usize, p: usize, j: usize| b[z * k * (n + 3) + p * (n + 3) + j];
+            let exact: Vec<f64> = (0..images * m * n)
+                .map(|e| {
+                    let (z, i, j) = (e / (m * n), e / n % m, e % n);
+                    (0..k).map(|p| at(z, i, p) * bt(z, p, j)).sum::<f64>() * scale[z * n + j]
+                })
+                .collect();
+            let (da, db, ds) =
+                (device.upload(&a).unwrap(), device.upload(&b).unwrap(), device.upload(&scale).unwrap());
+            let run = |kernel: &GemmKernel| -> Vec<f64> {
+                let mut c = device.upload(&vec![f64::NAN; images * m * n]).unwrap();
+                // SAFETY: the layouts lie inside the buffers; the download waits for the queue.
+                unsafe {
+                    device
+                        .launch(
+                            kernel,
+                            config(m, n),
+                            (
+                                &da,
+                                la,
+                                &db,
+                                lb,
+                                &mut c,
+                                lc,
+                                Some(&ds),
+                                n as u32,
+                                m as u32,
+                                n as u32,
+                                k as u32,
+                                0u32,
+                            ),
+                        )
+                        .unwrap();
+                }
+                device.download(&c).unwrap()
+            };
+            let (mma, fma) = (run(&kf::GEMM_F64_MMA_TO_F64), run(&kf::GEMM_F64_TO_F64));
+            let label = format!("integers: {integers}, on {}", device.describe());
+            for (e, ((&x, &y), &want)) in mma.iter().zip(&fma).zip(&exact).enumerate() {
+                let tolerance = if integers { 0.0 } else { 1e-13 };
+                assert!(
+                    (x - want).abs() <= tolerance && (y - want).abs() <= tolerance,
+                    "{label}: C[{e}] = {x} (mma), {y} (fma), want {want}"
+                );
+            }
+        }
+        // A symmetric Gram matrix XᵀX (upper blocks computed, mirrored), and the f32 result.
+        let (r, rows) = (70usize, 45usize);
+        let mut rng = common::rng(3);
+        let x: Vec<f64> = (0..images * rows * r).map(|_| f64::from(rng.random_range(-5i32..=5))).collect();
+        let lx = Layout::row_major(r as u32, (rows * r) as u32);
+        let lg = Layout::row_major(r as u32, (r * r) as u32);
+        let dx = device.upload(&x).unwrap();
+        let mut gram = device.upload(&vec![f64::NAN; images * r * r]).unwrap();
+        let mut single = device.upload(&vec![f32::NAN; images * r * r]).unwrap();
+        // SAFETY: as above.
+        unsafe {
+            let none: Option<&kernel_suite::Buffer<f64>> = None;
+            let args = (
+                &dx,
+                lx.transposed(),
+                &dx,
+                lx,
+                &mut gram,
+                lg,
+                none,
+                0u32,
+                r as u32,
+                r as u32,
+                rows as u32,
+                1u32,
+            );
+            device.launch(&kf::GEMM_F64_MMA_TO_F64, config(r, r), args).unwrap();
+            let args = (
+                &dx,
+                lx.transposed(),
+                &dx,
+                lx,
+                &mut single,
+                lg,
+                none,
+                0u32,
+                r as u32,
+                r as u32,
+                rows as u32,
+                0u32,
+            );
+            device.launch(&kf::GEMM_F64_MMA_TO_F32, config(r, r), args).unwrap();
+        }
+        let (gram, single) = (device.download(&gram).unwrap(), device.download(&single).unwrap());
+        for e in 0..images * r * r {
+            let (z, i, j) = (e / (r * r), e / r % r, e % r);
+            let want: f64 =
+                (0..rows).map(|p| x[z * rows * r + p * r + i] * x[z * rows * r + p * r + j]).sum();
+            assert_eq!(gram[e], want, "Gram ({z}, {i}, {j}) on {}", device.describe());
+            assert_eq!(single[e], want as f32, "f32 Gram ({z}, {i}, {j}) on {}", device.describe());
+        }
+    }
+}

@@ -1,6 +1,6 @@
-//! The batched f64 GEMMs of the iteration (`kernels::svd_factor`'s tiled kernels): operands read
-//! through a [`Layout`](kernels::svd_factor::Layout) (transposed, strided, per image), their spans
-//! checked before a launch.
+//! The batched f64 GEMMs of the iteration (`kernels::svd_factor`'s tiled kernels, on the f64
+//! tensor cores on a GPU): operands read through a [`Layout`](kernels::svd_factor::Layout)
+//! (transposed, strided, per image), their spans checked before a launch.
 
 use crate::error::{Result, ensure};
 use crate::profile::Work;
@@ -70,8 +70,17 @@ pub(super) unsafe fn gemm(
     images: usize,
     symmetric: bool,
 ) -> Result<()> {
+    let kernel = if tensor_cores(device) { &kf::GEMM_F64_MMA_TO_F64 } else { &kf::GEMM_F64_TO_F64 };
     // SAFETY: forwarded from the caller.
-    unsafe { gemm_into(device, queue, &kf::GEMM_F64_TO_F64, operands, c, scale, dims, images, symmetric) }
+    unsafe { gemm_into(device, queue, kernel, operands, c, scale, dims, images, symmetric) }
+}
+
+/// Whether the GEMMs run on the f64 tensor cores ([`kf::gemm_f64_mma_to`]): on a GPU (every
+/// supported one, sm_80 and newer, has them). The simulator runs the FMA kernels, whose results
+/// agree to rounding, since it simulates a warp's `mma` through a gather of all its lanes; the
+/// tensor-core kernels are tested there against them on their own (`tests/svd_factor.rs`).
+fn tensor_cores(device: &Device) -> bool {
+    device.backend() == crate::Backend::Gpu
 }
 
 /// [`gemm`] with an f32 result.
@@ -87,8 +96,9 @@ pub(super) unsafe fn gemm_to_f32(
     dims: (usize, usize, usize),
     images: usize,
 ) -> Result<()> {
+    let kernel = if tensor_cores(device) { &kf::GEMM_F64_MMA_TO_F32 } else { &kf::GEMM_F64_TO_F32 };
     // SAFETY: forwarded from the caller.
-    unsafe { gemm_into(device, queue, &kf::GEMM_F64_TO_F32, operands, c, scale, dims, images, false) }
+    unsafe { gemm_into(device, queue, kernel, operands, c, scale, dims, images, false) }
 }
 
 /// [`gemm`] with the result type of `kernel`; every operand's layout checked against its buffer.
