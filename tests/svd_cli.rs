@@ -162,9 +162,10 @@ fn mosaics_on_request_and_no_pngs_with_no_images() {
     let (ok, stdout, stderr) =
         run_svd(&dir, &["images", "--ranks", "3", "--no-images", "--device", "cpu", "--out-dir", "bare"]);
     assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
-    let written: Vec<_> =
+    let mut written: Vec<_> =
         std::fs::read_dir(dir.join("bare")).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(written, ["report.csv"]);
+    written.sort();
+    assert_eq!(written, ["report.csv", "report.options.json"]);
 }
 
 #[test]
@@ -391,4 +392,126 @@ fn the_cpu_path_never_hangs_on_a_large_folder() {
             assert_eq!(pngs.count(), 2 * count, "threads {threads}");
         }
     }
+}
+
+/// `dir/<name>` with `count` 8-bit PNGs of `w` × `h` noise, `img000.png` on.
+fn noise_folder(dir: &Path, name: &str, count: usize, (w, h): (usize, usize)) -> PathBuf {
+    let folder = dir.join(name);
+    std::fs::create_dir_all(&folder).unwrap();
+    for i in 0..count {
+        let noise = common::random_vec(&mut common::rng(5000 + i as u64), w * h, 0.0, 255.0);
+        let pixels: Vec<u8> = noise.iter().map(|v| *v as u8).collect();
+        kernel_suite::image_io::save_gray8(&folder.join(format!("img{i:03}.png")), &pixels, w, h).unwrap();
+    }
+    folder
+}
+
+/// `svd` started in `dir` with `args`, its output discarded.
+fn spawn_svd(dir: &Path, args: &[&str]) -> std::process::Child {
+    std::process::Command::new(common::bin("svd", env!("CARGO_BIN_EXE_svd")))
+        .current_dir(dir)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until `report` lists at least `rows` rows (polling), or panics after 60 s.
+fn wait_for_rows(report: &Path, rows: usize) {
+    let start = std::time::Instant::now();
+    while std::fs::read_to_string(report).map_or(0, |t| t.lines().count().saturating_sub(1)) < rows {
+        assert!(start.elapsed().as_secs() < 60, "{} never reached {rows} rows", report.display());
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// The files of `dir` by name (hidden temporary files apart), each with its bytes.
+fn files_of(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| !name.starts_with('.'))
+        .map(|name| (name.clone(), std::fs::read(dir.join(&name)).unwrap()))
+        .collect()
+}
+
+/// A job killed (SIGKILL) partway leaves only whole files under final names and a report of
+/// complete images; run again with --resume it does only the rest (an image whose output was
+/// deleted meanwhile included), and ends with the files and report of a run never interrupted.
+/// Other options make --resume start over.
+#[test]
+fn a_killed_job_resumed_ends_as_an_uninterrupted_run() {
+    let dir = scratch("resume");
+    let count = 400;
+    noise_folder(&dir, "many", count, (64, 48));
+    let args = |out: &'static str| ["many", "--ranks", "3,10", "--npy", "--device", "cpu", "--out-dir", out];
+    let (ok, _, stderr) = run_svd(&dir, &args("whole"));
+    assert!(ok, "{stderr}");
+    let whole = files_of(&dir.join("whole"));
+    assert_eq!(whole.len(), 5 * count + 2);
+
+    let killed = dir.join("killed");
+    let mut child = spawn_svd(&dir, &args("killed"));
+    wait_for_rows(&killed.join("report.csv"), 10);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let rows = csv_rows(&killed.join("report.csv"));
+    let listed: std::collections::BTreeSet<String> = rows.iter().map(|r| r[0].clone()).collect();
+    assert!(rows.len() >= 10 && listed.len() < count, "{} rows: the job was not stopped partway", rows.len());
+    assert_eq!(rows.len(), 2 * listed.len(), "each image listed once, with both ranks");
+    for (name, bytes) in files_of(&killed) {
+        if name.ends_with(".png") {
+            let png = image::load_from_memory(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!((png.width(), png.height()), (64, 48), "{name}");
+        } else if name.ends_with(".npy") {
+            assert_eq!(bytes.len(), whole[&name].len(), "{name}: not whole");
+        }
+    }
+    for name in &listed {
+        for file in [format!("{name}-k3.png"), format!("{name}-k10.npy"), format!("{name}-s.npy")] {
+            assert!(killed.join(&file).is_file(), "{file} of a listed image");
+        }
+    }
+    let gone = listed.iter().next().unwrap().clone();
+    std::fs::remove_file(killed.join(format!("{gone}-k10.png"))).unwrap();
+
+    let (ok, stdout, stderr) = run_svd(&dir, &[&args("killed")[..], &["--resume"]].concat());
+    assert!(ok, "{stderr}");
+    let resumed = listed.len() - 1;
+    assert!(
+        stdout.contains(&format!("{count} image(s), {resumed} done by an earlier run (--resume)")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "summary: {count} of {count} image(s) done ({resumed} by an earlier run), 0 failed"
+        )),
+        "{stdout}"
+    );
+    assert_eq!(
+        files_of(&killed),
+        whole,
+        "the resumed job's files and report differ from the uninterrupted run's"
+    );
+    let names: Vec<String> = csv_rows(&killed.join("report.csv")).into_iter().map(|r| r[0].clone()).collect();
+    let expected: Vec<String> =
+        (0..count).flat_map(|i| [format!("img{i:03}"), format!("img{i:03}")]).collect();
+    assert_eq!(names, expected);
+
+    // Resumed again, nothing is left to do; with other ranks, everything is done again.
+    let (ok, stdout, _) = run_svd(&dir, &[&args("killed")[..], &["--resume"]].concat());
+    assert!(ok && stdout.contains(&format!("done ({count} by an earlier run), 0 failed")), "{stdout}");
+    assert_eq!(files_of(&killed), whole);
+    let (ok, stdout, stderr) = run_svd(
+        &dir,
+        &["many", "--ranks", "3", "--npy", "--device", "cpu", "--out-dir", "killed", "--resume"],
+    );
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("killed/report.csv has other options")
+            && stderr.contains("every image is done again"),
+        "{stderr}"
+    );
+    assert!(stdout.contains(&format!("summary: {count} of {count} image(s) done, 0 failed")), "{stdout}");
 }

@@ -11,6 +11,7 @@ use kernel_suite::svd_job::{
 use kernel_suite::{npy, svd::Variant};
 use ndarray::Array2;
 use rand::Rng;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -549,4 +550,59 @@ fn files_are_written_whole_or_not_at_all() {
     let err = save_gray8(&dir.join("b.png"), &[0, 255], 2, 1).unwrap_err().to_string();
     assert!(err.contains("b.png") && err.contains("cannot write PNG"), "{err}");
     assert_eq!(listing(), ["a.bin", "b.png"]);
+}
+
+/// The journal appends each image's rows as it is recorded (before any `finish`), and `--resume`
+/// trusts exactly the images of such a report that are complete: every rank `ok` and every
+/// output in place, with the same options. A failed image, one whose file is missing, and a row
+/// cut short are done again; an image's index is its place in the job as now listed.
+#[test]
+fn resume_keeps_only_complete_images_of_the_same_options() {
+    use kernel_suite::svd_outputs::{ImageEntry, ImageReport, Journal, Outputs, job_options, resumable};
+    let dir = scratch("resumable");
+    let original = |_: usize| -> kernel_suite::Result<Array2<f32>> { unreachable!("no mosaic") };
+    let outputs = Outputs { dir: &dir, png: true, npy: false, mosaic: false, original: &original };
+    let job = JobOptions { keep: Keep::Nothing, ..options(&[2, 5], false) };
+    let fingerprint = job_options(&job, &outputs);
+    let report = dir.join("report.csv");
+    let journal = Journal::create(&report, &fingerprint, Vec::new(), (0..4).collect(), false).unwrap();
+    for (index, name) in [(0, "a"), (2, "c"), (3, "d")] {
+        let result =
+            factor_cpu(&float(index, name, random(index as u64, 9, 7)), &job, faer::Par::Seq).unwrap();
+        journal.done(ImageReport::from(result)).unwrap();
+    }
+    let error = kernel_suite::Error::InvalidInput("b.png: not an image".into());
+    journal.failed(&FailedImage { index: 1, name: "b".into(), error }).unwrap();
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert_eq!(text.lines().count(), 1 + 2 + 1 + 2 + 2, "{text}");
+    assert!(text.contains("\nb,,,,,,,,,failed,invalid input: b.png: not an image\n"), "{text}");
+    for file in ["a-k2.png", "a-k5.png", "c-k2.png", "d-k2.png", "d-k5.png", "b-k2.png", "b-k5.png"] {
+        std::fs::write(dir.join(file), b"whole").unwrap();
+    }
+    // An image whose rows were being appended when the process died.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&report)
+        .unwrap()
+        .write_all(b"e,9,7,2,0.5,0.5,1.0,2")
+        .unwrap();
+    for file in ["e-k2.png", "e-k5.png"] {
+        std::fs::write(dir.join(file), b"whole").unwrap();
+    }
+    let names: Vec<String> = ["new", "d", "c", "b", "a", "e"].map(String::from).into();
+    let entries = resumable(&report, &fingerprint, &names, &job.ranks, &outputs).unwrap();
+    let kept: Vec<(usize, String)> = entries
+        .iter()
+        .map(|e| match e {
+            ImageEntry::Resumed { index, name, rows } => {
+                assert_eq!(rows.len(), 2, "{name}");
+                (*index, name.clone())
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(kept, [(1, "d".to_string()), (4, "a".to_string())]);
+    let other = job_options(&JobOptions { check: true, ..job.clone() }, &outputs);
+    let why = resumable(&report, &other, &names, &job.ranks, &outputs).unwrap_err();
+    assert!(why.contains("report.csv has other options"), "{why}");
 }

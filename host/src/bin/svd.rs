@@ -17,8 +17,9 @@ use kernel_suite::svd::Variant;
 use kernel_suite::svd_batch;
 use kernel_suite::svd_engine::{Engine, GpuList, PHANTOM, Shard, Source, StartupReport};
 use kernel_suite::svd_job::{JobOptions, Keep, Screen, StageTimes, check_size};
-use kernel_suite::svd_outputs::{ImageEntry, ImageReport, Journal, Outputs};
+use kernel_suite::svd_outputs::{ImageEntry, ImageReport, Journal, Outputs, job_options, resumable};
 use serde::Serialize;
+use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -92,6 +93,12 @@ struct Args {
     /// reported, no further one is started. Default: report it and go on.
     #[arg(long)]
     fail_fast: bool,
+    /// Skip the images an earlier run of this job completed: those with `ok` rows for every rank
+    /// in the report of --out-dir and every output file in place, when the report's options
+    /// (report.options.json: ranks, --check, --variant, what is written) are these. A killed job
+    /// run again with --resume costs only what was left.
+    #[arg(long)]
+    resume: bool,
     /// Take only every N-th image of the input list, starting at the I-th (0 ≤ I < N), e.g.
     /// --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
     #[arg(long, value_name = "I/N")]
@@ -120,6 +127,8 @@ struct JobReport<'a> {
     images: usize,
     /// Images that failed.
     failed: usize,
+    /// Images skipped by `--resume`, done by an earlier run.
+    resumed: usize,
     pixels: u64,
     /// From the engines' start to the last output written, ms.
     job_ms: f64,
@@ -132,7 +141,8 @@ struct JobReport<'a> {
     stages: StageTimes,
     max_check_error: Option<f64>,
     startup: Vec<StartupReport>,
-    /// Every image in index order, with its `status` (`ok` or `failed`).
+    /// Every image in index order, with its `status` (`ok`, `failed`, or `resumed` with only its
+    /// index and name: its values are in report.csv).
     results: &'a [ImageEntry],
 }
 
@@ -159,7 +169,6 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     ranks.dedup();
     ensure!(!ranks.is_empty(), "--ranks: no ranks given");
     ensure!(args.batch_images != Some(0), "--batch-images must be at least 1");
-    let mosaic = args.mosaic || args.inputs.is_empty();
     // Only what is written comes back from the GPU: f32 for .npy files, else the PNGs' bytes.
     let keep = if args.npy {
         Keep::Float
@@ -170,7 +179,7 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     };
     let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
     let gpus = args.gpus.as_deref().map(GpuList::parse).transpose()?;
-    let (source, total) = Source::collect(&args.inputs, args.size, shard)?;
+    let (mut source, total) = Source::collect(&args.inputs, args.size, shard)?;
     let max_rank = *ranks.last().expect("ranks checked non-empty");
     if args.inputs.is_empty() {
         check_size(PHANTOM, (args.size, args.size), max_rank)?;
@@ -180,11 +189,53 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     }
     std::fs::create_dir_all(&args.out_dir)
         .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
-    let report_name = match shard {
+    let batch_images = args.batch_images.unwrap_or(svd_batch::BATCH_IMAGES);
+    let options = JobOptions { ranks, check: args.check, variant: args.variant, batch_images, keep };
+    let report_path = args.out_dir.join(match shard {
         Some(s) => format!("report-{}-of-{}.csv", s.index, s.count),
         None => "report.csv".into(),
+    });
+    let job = source.len();
+    let (fingerprint, earlier) = {
+        let original = |index| source.original(index);
+        let outputs = outputs(&args, &original);
+        let fingerprint = job_options(&options, &outputs);
+        let earlier = if args.resume && report_path.exists() {
+            resumable(&report_path, &fingerprint, &source.names(), &options.ranks, &outputs).unwrap_or_else(
+                |why| {
+                    eprintln!("note: --resume: {why}; every image is done again");
+                    Vec::new()
+                },
+            )
+        } else {
+            Vec::new()
+        };
+        (fingerprint, earlier)
     };
-    let journal = Arc::new(Journal::new(&args.out_dir.join(report_name)));
+    let skipped: HashSet<&str> = earlier
+        .iter()
+        .filter_map(|e| match e {
+            ImageEntry::Resumed { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    let positions = source.retain(|name| !skipped.contains(name));
+    let resumed = skipped.len();
+    // Decoding starts before the device opens, so the first images are ready when it is.
+    let queue = source.queue()?;
+    let (engine, count_ms) = Engine::open(&args.device, gpus)?;
+    let label = engine.describe();
+    let mut images = match shard {
+        Some(Shard { index, count }) => format!("{job} image(s): shard {index}/{count} of {total}"),
+        None => format!("{job} image(s)"),
+    };
+    if resumed > 0 {
+        images += &format!(", {resumed} done by an earlier run (--resume)");
+    }
+    println!("device: {label}; variant: {}; {images}; ranks {:?}", args.variant.name(), options.ranks);
+    // The report starts once the job can run: a job that cannot leaves the earlier report as it was.
+    let journal =
+        Arc::new(Journal::create(&report_path, &fingerprint, earlier, positions, args.json.is_some())?);
     let progress = if source.len() > FEW && std::io::stderr().is_terminal() {
         ProgressBar::new(source.len() as u64).with_style(
             ProgressStyle::with_template("{bar:30} {pos}/{len} images {elapsed} (eta {eta})")
@@ -193,7 +244,7 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     } else {
         ProgressBar::hidden()
     };
-    let screen = Screen {
+    let queue = queue.screened(Screen {
         max_rank,
         fail_fast: args.fail_fast,
         stop: Arc::new(AtomicBool::new(false)),
@@ -205,27 +256,9 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
                 journal.failed(&failed)
             }
         }),
-    };
-    // Decoding starts before the device opens, so the first images are ready when it is.
-    let queue = source.queue(screen)?;
-    let (engine, count_ms) = Engine::open(&args.device, gpus)?;
-    let batch_images = args.batch_images.unwrap_or(svd_batch::BATCH_IMAGES);
-    let options = JobOptions { ranks, check: args.check, variant: args.variant, batch_images, keep };
-    let label = engine.describe();
-    let images = match shard {
-        Some(Shard { index, count }) => {
-            format!("{} image(s): shard {index}/{count} of {total}", source.len())
-        }
-        None => format!("{} image(s)", source.len()),
-    };
-    println!("device: {label}; variant: {}; {images}; ranks {:?}", args.variant.name(), options.ranks);
-    let outputs = Outputs {
-        dir: &args.out_dir,
-        png: !args.no_images,
-        npy: args.npy,
-        mosaic: mosaic && !args.no_images,
-        original: &|index| source.original(index),
-    };
+    });
+    let original = |index| source.original(index);
+    let outputs = outputs(&args, &original);
     let done = |report| {
         journal.done(report)?;
         progress.inc(1);
@@ -236,20 +269,19 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     // The queue's screen holds the other reference to the journal.
     drop(queue);
     let journal = Arc::into_inner(journal).expect("the queue, and with it its screen, is dropped");
-    let csv_path = journal.path().to_path_buf();
     let entries = journal.finish()?;
     let job_ms = run.job_start.elapsed().as_secs_f64() * 1e3;
     let results: Vec<ImageReport> = entries
         .iter()
         .filter_map(|e| match e {
             ImageEntry::Ok(report) => Some(report.clone()),
-            ImageEntry::Failed { .. } => None,
+            _ => None,
         })
         .collect();
-    let failed = entries.len() - results.len();
+    let failed = entries.len() - results.len() - resumed;
 
     print_results(&results, &options, &outputs);
-    println!("report: {}", csv_path.display());
+    println!("report: {}", report_path.display());
     let mut stages = StageTimes::default();
     for r in &results {
         stages.add(&r.times);
@@ -270,6 +302,7 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
             shard,
             images: results.len(),
             failed,
+            resumed,
             pixels,
             job_ms,
             startup_ms,
@@ -305,23 +338,37 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     if let Engine::One(device) = engine {
         args.device.print_profile(&Target::Kernels(device))?;
     }
-    let of = source.len();
-    println!("summary: {} of {of} image(s) done, {failed} failed", results.len());
+    let done = results.len() + resumed;
+    let earlier = if resumed > 0 { format!(" ({resumed} by an earlier run)") } else { String::new() };
+    println!("summary: {done} of {job} image(s) done{earlier}, {failed} failed");
     if failed == 0 {
         return Ok(ExitCode::SUCCESS);
     }
-    let stopped = if args.fail_fast && results.len() + failed < of {
+    let stopped = if args.fail_fast && results.len() + failed < source.len() {
         "; stopped at the first failure (--fail-fast)"
     } else {
         ""
     };
     eprintln!(
-        "error: {failed} of {of} image(s) failed{stopped}; the {} done are in {}",
-        results.len(),
-        csv_path.display()
+        "error: {failed} of {job} image(s) failed{stopped}; the {done} done are in {}",
+        report_path.display()
     );
     Ok(ExitCode::from(PARTIAL))
 }
+
+/// What the job writes for each image, by the command line; `original` gives the mosaic's originals.
+fn outputs<'a>(args: &'a Args, original: &'a Original<'a>) -> Outputs<'a> {
+    Outputs {
+        dir: &args.out_dir,
+        png: !args.no_images,
+        npy: args.npy,
+        mosaic: (args.mosaic || args.inputs.is_empty()) && !args.no_images,
+        original,
+    }
+}
+
+/// [`Outputs::original`].
+type Original<'a> = dyn Fn(usize) -> kernel_suite::Result<ndarray::Array2<f32>> + Sync + 'a;
 
 fn startup_total(s: &Startup) -> f64 {
     s.init_ms + s.context_ms + s.module_load_ms

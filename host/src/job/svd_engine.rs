@@ -6,7 +6,7 @@
 
 use crate::cli::{DeviceArgs, DeviceChoice, Target};
 use crate::svd_batch::run_gpu;
-use crate::svd_job::{self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, Screen, Sink, run_cpu};
+use crate::svd_job::{self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, Sink, run_cpu};
 use crate::svd_outputs::{ImageReport, Outputs};
 use crate::{Device, GpuOptions, Startup, device::gpu_count, svd};
 use anyhow::{Context, anyhow, bail, ensure};
@@ -140,9 +140,31 @@ impl Source {
         }
     }
 
-    /// Whether there are none (a shard past the last file).
+    /// Whether there are none (a shard past the last file, or everything done by `--resume`).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The images' names (those of their outputs), in order.
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            Source::Phantom(_) => vec![PHANTOM.into()],
+            Source::Files(files) => files.iter().map(|f| svd_job::image_name(f)).collect(),
+        }
+    }
+
+    /// Keeps the images whose name `keep` accepts (`--resume` drops those done), and returns
+    /// where each kept image was: the [`crate::svd_outputs::Journal`]'s positions. The images
+    /// are numbered afresh from 0, so the queue's indices stay contiguous.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) -> Vec<usize> {
+        let kept: Vec<usize> =
+            self.names().iter().enumerate().filter(|(_, n)| keep(n)).map(|(i, _)| i).collect();
+        match self {
+            Source::Phantom(_) if kept.is_empty() => *self = Source::Files(Vec::new()),
+            Source::Phantom(_) => {}
+            Source::Files(files) => *files = kept.iter().map(|&i| files[i].clone()).collect(),
+        }
+        kept
     }
 
     /// The original pixels of image `index` (decoded again from its file), for the mosaic.
@@ -153,18 +175,18 @@ impl Source {
         }
     }
 
-    /// The queue of the job's images, screened by `screen`: decoded on a background pool for
-    /// files, so the first images are ready when the device is open.
-    pub fn queue(&self, screen: Screen) -> crate::Result<ImageQueue> {
-        let queue = match self {
+    /// The queue of the job's images: decoded on a background pool for files, so the first
+    /// images are ready when the device is open. The job screens it ([`ImageQueue::screened`])
+    /// once its report is started.
+    pub fn queue(&self) -> crate::Result<ImageQueue> {
+        Ok(match self {
             Source::Phantom(image) => ImageQueue::from_images(vec![JobImage {
                 index: 0,
                 name: PHANTOM.into(),
                 pixels: Pixels::Float(image.clone()),
             }]),
             Source::Files(files) => svd_job::decode_into_queue(files.iter().cloned().enumerate().collect())?,
-        };
-        Ok(queue.screened(screen))
+        })
     }
 }
 

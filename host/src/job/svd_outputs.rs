@@ -1,13 +1,17 @@
 //! What the `svd` job writes: per image, each rank's reconstruction (PNG and/or `.npy`), the
 //! singular values (`.npy`) and a labelled mosaic; for the job, `report.csv`, kept by a
-//! [`Journal`] of every image's [`ImageEntry`] (done or failed).
+//! [`Journal`] of every image's [`ImageEntry`] (done, failed, or done by an earlier run that
+//! `--resume` continues: [`resumable`]).
 
 use crate::error::{Error, Result};
 use crate::image_io::{self, Scaling};
-use crate::svd_job::{FailedImage, ImageResult, RankResult, Reconstruction, StageTimes};
+use crate::svd_job::{FailedImage, ImageResult, JobOptions, RankResult, Reconstruction, StageTimes};
 use crate::{npy, plot};
 use ndarray::{Array2, s};
 use rayon::prelude::*;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -38,22 +42,53 @@ impl Outputs<'_> {
         mosaic?;
         if self.npy {
             let s = &result.singular_values;
-            npy::write(&self.dir.join(format!("{}-s.npy", result.name)), &ndarray::ArrayView1::from(s))?;
+            npy::write(&self.spectrum_path(&result.name), &ndarray::ArrayView1::from(s))?;
         }
         Ok(())
+    }
+
+    /// Every file [`Outputs::write`] writes for image `name` at `ranks`: what `--resume` finds
+    /// in place before it skips the image.
+    pub fn files(&self, name: &str, ranks: &[usize]) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        for &k in ranks {
+            if self.png {
+                files.push(self.rank_path(name, k, "png"));
+            }
+            if self.npy {
+                files.push(self.rank_path(name, k, "npy"));
+            }
+        }
+        if self.npy {
+            files.push(self.spectrum_path(name));
+        }
+        if self.mosaic {
+            files.push(self.mosaic_path(name));
+        }
+        files
+    }
+
+    /// `<name>-k<k>.<extension>`.
+    fn rank_path(&self, name: &str, k: usize, extension: &str) -> PathBuf {
+        self.dir.join(format!("{name}-k{k}.{extension}"))
+    }
+
+    /// `<name>-s.npy`.
+    fn spectrum_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}-s.npy"))
     }
 
     /// One rank's reconstruction as PNG and/or `.npy`.
     fn write_rank(&self, result: &ImageResult, rank: &RankResult) -> Result<()> {
         let name = &result.name;
-        let png = self.dir.join(format!("{name}-k{}.png", rank.k));
+        let png = self.rank_path(name, rank.k, "png");
         match &rank.reconstruction {
             Reconstruction::Float(values) => {
                 if self.png {
                     image_io::save_grayscale(&png, values.view(), Scaling::Clamp)?;
                 }
                 if self.npy {
-                    npy::write(&self.dir.join(format!("{name}-k{}.npy", rank.k)), values)?;
+                    npy::write(&self.rank_path(name, rank.k, "npy"), values)?;
                 }
             }
             Reconstruction::Gray8(bytes) if self.png => {
@@ -178,6 +213,17 @@ pub enum ImageEntry {
         /// Why, naming the file or the image.
         error: String,
     },
+    /// Done by an earlier run of the job, skipped by `--resume` ([`resumable`]): its values are
+    /// its rows of `report.csv`, kept as they were.
+    Resumed {
+        /// Position in the job.
+        index: usize,
+        /// File stem.
+        name: String,
+        /// Its rows of the earlier `report.csv`.
+        #[serde(skip)]
+        rows: Vec<[String; 11]>,
+    },
 }
 
 impl ImageEntry {
@@ -185,7 +231,7 @@ impl ImageEntry {
     pub fn index(&self) -> usize {
         match self {
             ImageEntry::Ok(report) => report.index,
-            ImageEntry::Failed { index, .. } => *index,
+            ImageEntry::Failed { index, .. } | ImageEntry::Resumed { index, .. } => *index,
         }
     }
 
@@ -219,12 +265,13 @@ impl ImageEntry {
                 row[10].clone_from(error);
                 vec![row]
             }
+            ImageEntry::Resumed { rows, .. } => rows.clone(),
         }
     }
 }
 
 /// The columns of `report.csv`. `status` is `ok` (then `error` is empty) or `failed` (then only
-/// `name` and `error` are filled).
+/// `name` and `error` are filled); an image resumed from an earlier run keeps its `ok` rows.
 pub const CSV_HEADER: [&str; 11] = [
     "name",
     "rows",
@@ -239,57 +286,182 @@ pub const CSV_HEADER: [&str; 11] = [
     "error",
 ];
 
-/// The job's report as it goes: every image's [`ImageEntry`] as it comes (from encoder and
-/// engine threads), and at the end `report.csv` in index order.
+/// The job's report as it goes. Created at the start with the images an earlier run did
+/// ([`resumable`]), it writes `report.csv` with those and the options sidecar ([`options_path`]);
+/// then each image's rows are appended, in one write, once its outputs are all in place (or once
+/// it failed), so that after any stop — a kill included — the report lists exactly the images
+/// whose outputs are complete, each once (a failed image is listed too, and done again by
+/// `--resume`). At the end [`Journal::finish`] rewrites it in index order.
+///
+/// Indices: an image's [`crate::svd_job::JobImage::index`] is its place in this run's queue,
+/// which `--resume` shortens; the journal reports its place in the whole job instead.
 pub struct Journal {
     path: PathBuf,
-    entries: Mutex<Vec<ImageEntry>>,
+    /// The job position of each queue index.
+    positions: Vec<usize>,
+    /// Keep every singular value for the JSON report; without it, only σ₁ (for `report.csv`), so
+    /// the report's memory stays a few hundred bytes per image.
+    spectra: bool,
+    written: Mutex<Written>,
+}
+
+/// What a [`Journal`] has written so far.
+struct Written {
+    /// `report.csv`, opened for appending.
+    file: File,
+    entries: Vec<ImageEntry>,
 }
 
 impl Journal {
-    /// A journal whose report goes to `path`.
-    pub fn new(path: &Path) -> Journal {
-        Journal { path: path.to_path_buf(), entries: Mutex::new(Vec::new()) }
-    }
-
-    /// Where the report goes.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Starts the report at `path`: `report.csv` with `earlier` (the images a resumed job skips),
+    /// then `options` in its sidecar, then opens it for appending. `positions[i]` is the job
+    /// position of queue index `i`; `spectra` keeps every image's singular values (for `--json`).
+    pub fn create(
+        path: &Path,
+        options: &serde_json::Value,
+        earlier: Vec<ImageEntry>,
+        positions: Vec<usize>,
+        spectra: bool,
+    ) -> Result<Journal> {
+        let file_error = |path: &Path, message: String| Error::File { path: path.to_path_buf(), message };
+        write_report(path, &earlier)?;
+        let sidecar = options_path(path);
+        let json = serde_json::to_string_pretty(options).expect("options are JSON");
+        image_io::write_atomically(&sidecar, |file| file.write_all(json.as_bytes()))
+            .map_err(|e| file_error(&sidecar, e.to_string()))?;
+        let file = File::options()
+            .append(true)
+            .open(path)
+            .map_err(|e| file_error(path, format!("cannot append to the report: {e}")))?;
+        let written = Mutex::new(Written { file, entries: earlier });
+        Ok(Journal { path: path.to_path_buf(), positions, spectra, written })
     }
 
     /// Records an image whose outputs are all written.
-    pub fn done(&self, report: ImageReport) -> Result<()> {
+    pub fn done(&self, mut report: ImageReport) -> Result<()> {
+        report.index = self.positions[report.index];
+        if !self.spectra {
+            report.singular_values.truncate(1);
+        }
         self.record(ImageEntry::Ok(report))
     }
 
     /// Records an image that failed.
     pub fn failed(&self, failed: &FailedImage) -> Result<()> {
-        let (index, name, error) = (failed.index, failed.name.clone(), failed.error.to_string());
+        let (index, name, error) =
+            (self.positions[failed.index], failed.name.clone(), failed.error.to_string());
         self.record(ImageEntry::Failed { index, name, error })
     }
 
+    /// Appends the entry's rows to `report.csv` in one write (a process killed meanwhile leaves
+    /// them whole or absent) and keeps the entry.
     fn record(&self, entry: ImageEntry) -> Result<()> {
-        self.entries.lock().expect("no panics while holding the lock").push(entry);
+        let mut csv = csv::Writer::from_writer(Vec::new());
+        for row in entry.rows() {
+            csv.write_record(row).expect("writing to memory");
+        }
+        let bytes = csv.into_inner().expect("writing to memory");
+        let mut written = self.written.lock().expect("no panics while holding the lock");
+        written.file.write_all(&bytes).map_err(|e| Error::File {
+            path: self.path.clone(),
+            message: format!("cannot append to the report: {e}"),
+        })?;
+        written.entries.push(entry);
         Ok(())
     }
 
-    /// Writes `report.csv` in index order, whole or not at all ([`image_io::write_atomically`]),
+    /// Rewrites `report.csv` in index order, whole or not at all ([`image_io::write_atomically`]),
     /// and returns the entries in that order.
     pub fn finish(self) -> Result<Vec<ImageEntry>> {
-        let mut entries = self.entries.into_inner().expect("no panics while holding the lock");
+        let mut entries = self.written.into_inner().expect("no panics while holding the lock").entries;
         entries.sort_by_key(ImageEntry::index);
-        image_io::write_atomically(&self.path, |file| {
-            let mut csv = csv::Writer::from_writer(file);
-            csv.write_record(CSV_HEADER)?;
-            for row in entries.iter().flat_map(ImageEntry::rows) {
-                csv.write_record(row)?;
-            }
-            csv.flush()?;
-            Ok(())
-        })
-        .map_err(|e: csv::Error| Error::File { path: self.path.clone(), message: e.to_string() })?;
+        write_report(&self.path, &entries)?;
         Ok(entries)
     }
+}
+
+/// `report.csv` of `entries`, whole or not at all.
+fn write_report(path: &Path, entries: &[ImageEntry]) -> Result<()> {
+    image_io::write_atomically(path, |file| {
+        let mut csv = csv::Writer::from_writer(file);
+        csv.write_record(CSV_HEADER)?;
+        for row in entries.iter().flat_map(ImageEntry::rows) {
+            csv.write_record(row)?;
+        }
+        csv.flush()?;
+        Ok(())
+    })
+    .map_err(|e: csv::Error| Error::File { path: path.to_path_buf(), message: e.to_string() })
+}
+
+/// The sidecar of report `path` (`report.options.json` beside `report.csv`): the options its
+/// rows were computed with, which `--resume` compares with its own.
+pub fn options_path(path: &Path) -> PathBuf {
+    path.with_extension("options.json")
+}
+
+/// What `--resume` compares: everything that changes an image's rows or files.
+pub fn job_options(options: &JobOptions, outputs: &Outputs) -> serde_json::Value {
+    serde_json::json!({
+        "ranks": options.ranks,
+        "check": options.check,
+        "variant": options.variant,
+        "png": outputs.png,
+        "npy": outputs.npy,
+        "mosaic": outputs.mosaic,
+    })
+}
+
+/// The images of this job that an earlier run of it completed, which `--resume` skips: read from
+/// the earlier `report` (written as a [`Journal`] goes, so it lists only complete images) when
+/// its sidecar holds the same `options` ([`job_options`]); an image counts if every rank of
+/// `ranks` has an `ok` row and every file `outputs` writes for it is in place (outputs are renamed
+/// into place when complete, so a file there is whole). `names` are the job's images in order:
+/// an entry's index is its place there, and images no longer in the job are dropped. `Err` says
+/// why nothing can be resumed (no report, other options, a report this version does not read).
+pub fn resumable(
+    report: &Path,
+    options: &serde_json::Value,
+    names: &[String],
+    ranks: &[usize],
+    outputs: &Outputs,
+) -> std::result::Result<Vec<ImageEntry>, String> {
+    let sidecar = options_path(report);
+    let earlier: serde_json::Value = std::fs::read_to_string(&sidecar)
+        .map_err(|e| format!("{}: {e}", sidecar.display()))
+        .and_then(|text| serde_json::from_str(&text).map_err(|e| format!("{}: {e}", sidecar.display())))?;
+    if earlier != *options {
+        return Err(format!("{} has other options ({earlier})", report.display()));
+    }
+    let mut reader = csv::Reader::from_path(report).map_err(|e| format!("{}: {e}", report.display()))?;
+    let header = reader.headers().map_err(|e| format!("{}: {e}", report.display()))?;
+    if header.iter().ne(CSV_HEADER) {
+        return Err(format!("{}: not a report of this version (other columns)", report.display()));
+    }
+    let mut rows: HashMap<String, Vec<[String; 11]>> = HashMap::new();
+    for record in reader.records() {
+        // A row that does not parse was not written whole; its image is done again.
+        let Ok(record) = record else { continue };
+        let Ok(row) = <[String; 11]>::try_from(record.iter().map(String::from).collect::<Vec<_>>()) else {
+            continue;
+        };
+        rows.entry(row[0].clone()).or_default().push(row);
+    }
+    let complete = |name: &str, rows: &[[String; 11]]| {
+        let ks: Vec<&str> = rows.iter().map(|r| r[3].as_str()).collect();
+        rows.iter().all(|r| r[9] == "ok")
+            && ks.len() == ranks.len()
+            && ranks.iter().all(|k| ks.contains(&k.to_string().as_str()))
+            && outputs.files(name, ranks).iter().all(|f| f.is_file())
+    };
+    Ok(names
+        .iter()
+        .enumerate()
+        .filter_map(|(index, name)| {
+            let rows = rows.remove(name)?;
+            complete(name, &rows).then(|| ImageEntry::Resumed { index, name: name.clone(), rows })
+        })
+        .collect())
 }
 
 /// A number for the CSV: exact (shortest round trip), in exponent form when small or large.
