@@ -515,3 +515,55 @@ fn a_killed_job_resumed_ends_as_an_uninterrupted_run() {
     );
     assert!(stdout.contains(&format!("summary: {count} of {count} image(s) done, 0 failed")), "{stdout}");
 }
+
+/// SIGINT and SIGTERM stop a job gracefully: the images under way are finished, no other is
+/// started, and the command exits within 2 s with 130 or 143, its report listing exactly the
+/// images whose outputs are all written (in index order), and no temporary file left.
+#[test]
+fn a_signal_stops_the_job_with_a_report_of_every_complete_image() {
+    use wait_timeout::ChildExt;
+    let dir = scratch("signal");
+    let count = 400;
+    noise_folder(&dir, "many", count, (64, 48));
+    for (signal, status, name) in [(libc::SIGINT, 130, "SIGINT"), (libc::SIGTERM, 143, "SIGTERM")] {
+        let out = dir.join(name);
+        let mut child = spawn_svd(&dir, &["many", "--ranks", "3,10", "--device", "cpu", "--out-dir", name]);
+        wait_for_rows(&out.join("report.csv"), 10);
+        let sent = std::time::Instant::now();
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
+        let Some(exit) = child.wait_timeout(std::time::Duration::from_secs(2)).unwrap() else {
+            let _ = child.kill();
+            panic!("{name}: the job did not stop within 2 s");
+        };
+        let elapsed = sent.elapsed();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert_eq!(exit.code(), Some(status), "{name} after {elapsed:?}: {stderr}");
+        assert!(stderr.starts_with(&format!("stopped by {name}: ")), "{stderr}");
+        assert!(stderr.contains("run again with --resume for the rest"), "{stderr}");
+        let names: Vec<String> =
+            csv_rows(&out.join("report.csv")).into_iter().map(|r| r[0].clone()).collect();
+        let listed: Vec<String> = names.iter().step_by(2).cloned().collect();
+        assert!(listed.len() < count, "{name}: the job had finished before the signal");
+        let mut in_order = listed.clone();
+        in_order.sort();
+        assert_eq!(listed, in_order, "{name}: the report is in index order");
+        assert_eq!(names, listed.iter().flat_map(|n| [n.clone(), n.clone()]).collect::<Vec<_>>());
+        for i in 0..count {
+            let image = format!("img{i:03}");
+            let files = outputs_of(&out, &image);
+            if listed.contains(&image) {
+                assert_eq!(files, [format!("{image}-k10.png"), format!("{image}-k3.png")], "{name}");
+            } else {
+                assert!(files.is_empty(), "{name}: {image} has outputs {files:?} but no row");
+            }
+        }
+        let temporaries: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|f| f.starts_with('.'))
+            .collect();
+        assert!(temporaries.is_empty(), "{name}: {temporaries:?}");
+    }
+}

@@ -19,12 +19,14 @@ use kernel_suite::svd_engine::{Engine, GpuList, PHANTOM, Shard, Source, StartupR
 use kernel_suite::svd_job::{JobOptions, Keep, Screen, StageTimes, check_size};
 use kernel_suite::svd_outputs::{ImageEntry, ImageReport, Journal, Outputs, job_options, resumable};
 use serde::Serialize;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::flag;
 use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 /// Up to this many images, the command prints each image's per-rank table; above, a summary and a
@@ -45,7 +47,9 @@ An image that cannot be read, decoded or factored for the ranks does not stop th
 stderr and in the report (status failed), and every other image is done.
 
 Exit status: 0 every image done; 1 the job could not run or a file could not be written (one error \
-line); 3 some images failed (the others are done, as the report says).
+line); 3 some images failed (the others are done, as the report says); 130 or 143 stopped by SIGINT \
+(Ctrl-C) or SIGTERM: the images under way are finished, the report lists every complete image, and \
+--resume does the rest (a second signal exits at once).
 
 Job arrays split a folder with no coordinator: every task runs the same command with its own shard, e.g. \
 in a Slurm array (#SBATCH --array=0-15)
@@ -244,10 +248,11 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     } else {
         ProgressBar::hidden()
     };
+    let signal = on_signals()?;
     let queue = queue.screened(Screen {
         max_rank,
         fail_fast: args.fail_fast,
-        stop: Arc::new(AtomicBool::new(false)),
+        stop: Arc::clone(&signal.stop),
         failed: Box::new({
             let (journal, progress) = (Arc::clone(&journal), progress.clone());
             move |failed| {
@@ -341,6 +346,15 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     let done = results.len() + resumed;
     let earlier = if resumed > 0 { format!(" ({resumed} by an earlier run)") } else { String::new() };
     println!("summary: {done} of {job} image(s) done{earlier}, {failed} failed");
+    let received = signal.received.load(Ordering::SeqCst);
+    if received != 0 && results.len() + failed < source.len() {
+        let name = if received == SIGTERM as usize { "SIGTERM" } else { "SIGINT" };
+        eprintln!(
+            "stopped by {name}: {done} of {job} image(s) done, listed in {}; run again with --resume for the rest",
+            report_path.display()
+        );
+        return Ok(ExitCode::from(128 + received as u8));
+    }
     if failed == 0 {
         return Ok(ExitCode::SUCCESS);
     }
@@ -354,6 +368,29 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
         report_path.display()
     );
     Ok(ExitCode::from(PARTIAL))
+}
+
+/// What SIGINT and SIGTERM have done ([`on_signals`]).
+struct Signals {
+    /// Set by the first: the queue hands out no more images.
+    stop: Arc<AtomicBool>,
+    /// The last one received, 0 before any.
+    received: Arc<AtomicUsize>,
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM (a scheduler's stop) stop the job gracefully: the first sets the
+/// flags, so no image is started after it, the images under way are finished and written, the
+/// report is completed and the command exits with 128 + the signal (130, 143) — within about an
+/// image's (on the GPU, a batch's) time. A second signal, the first being set, exits at once
+/// with that status: its handler, registered before the flag's, sees the flag already set.
+fn on_signals() -> anyhow::Result<Signals> {
+    let signals = Signals { stop: Arc::default(), received: Arc::default() };
+    for signal in [SIGINT, SIGTERM] {
+        flag::register_conditional_shutdown(signal, 128 + signal, Arc::clone(&signals.stop))?;
+        flag::register_usize(signal, Arc::clone(&signals.received), signal as usize)?;
+        flag::register(signal, Arc::clone(&signals.stop))?;
+    }
+    Ok(signals)
 }
 
 /// What the job writes for each image, by the command line; `original` gives the mosaic's originals.
