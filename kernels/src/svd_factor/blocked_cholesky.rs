@@ -22,7 +22,7 @@
 use super::{GEMM_LD, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, PIVOT_FLOOR};
 use gpu_std::math;
 use gpu_std::shared::{self, DynamicShared};
-use gpu_std::{kernel, thread};
+use gpu_std::{kernel, thread, warp};
 
 /// Largest panel: one output tile.
 pub const CHOLESKY_PANEL_MAX: u32 = GEMM_TILE;
@@ -33,20 +33,23 @@ pub const BLOCKED_CHOLESKY_THREADS: u32 = GEMM_THREADS;
 /// Row length (f64) of the 64 × 64 tile a block keeps in shared memory: odd, as the GEMM's.
 const TILE_LD: usize = GEMM_LD;
 
-/// Dynamic shared memory of the blocked Cholesky kernels, bytes: the two GEMM stages, a 64 × 64
-/// tile and 64 values (the kernels allocate them in this order).
+/// Dynamic shared memory of the blocked Cholesky kernels, bytes: the two GEMM stages, two 64 × 64
+/// tiles and 64 values (the kernels allocate them in this order).
 pub const BLOCKED_CHOLESKY_SHARED_BYTES: u32 = shared::Layout::new()
     .array::<f64>(GEMM_TILE_K as usize * GEMM_LD)
     .array::<f64>(GEMM_TILE_K as usize * GEMM_LD)
     .array::<f64>(GEMM_TILE as usize * TILE_LD)
+    .array::<f64>(GEMM_TILE as usize * TILE_LD)
     .array::<f64>(GEMM_TILE as usize)
     .bytes_u32();
 
-/// The shared memory of one block: the GEMM's two stages, a tile and a vector.
+/// The shared memory of one block: the GEMM's two stages, a tile, a second one for the diagonal
+/// block's inverse, and a vector.
 struct Space {
     a_stage: DynamicShared<f64>,
     b_stage: DynamicShared<f64>,
     tile: DynamicShared<f64>,
+    inverse_tile: DynamicShared<f64>,
     vector: DynamicShared<f64>,
 }
 
@@ -58,6 +61,7 @@ impl Space {
             a_stage: smem.array::<f64>(GEMM_TILE_K as usize * GEMM_LD),
             b_stage: smem.array::<f64>(GEMM_TILE_K as usize * GEMM_LD),
             tile: smem.array::<f64>(GEMM_TILE as usize * TILE_LD),
+            inverse_tile: smem.array::<f64>(GEMM_TILE as usize * TILE_LD),
             vector: smem.array::<f64>(GEMM_TILE as usize),
         }
     }
@@ -72,6 +76,18 @@ impl Space {
     #[inline(always)]
     unsafe fn set(&self, i: u32, j: u32, value: f64) {
         self.tile.write(i as usize * TILE_LD + j as usize, value)
+    }
+
+    /// Element `(i, j)` of the inverse's tile (as [`Space::at`]).
+    #[inline(always)]
+    unsafe fn inverse(&self, i: u32, j: u32) -> f64 {
+        self.inverse_tile.read(i as usize * TILE_LD + j as usize)
+    }
+
+    /// Writes element `(i, j)` of the inverse's tile (as [`Space::set`]).
+    #[inline(always)]
+    unsafe fn set_inverse(&self, i: u32, j: u32, value: f64) {
+        self.inverse_tile.write(i as usize * TILE_LD + j as usize, value)
     }
 }
 
@@ -225,24 +241,39 @@ pub fn cholesky_diagonal_block(w: &mut [f64], rinv: &mut [f64], b: u32, nb: u32,
         e += GEMM_THREADS;
     }
     thread::sync_threads();
-    // R_pp⁻¹ by back substitution, a column per thread (it reads only what it wrote of `rinv`).
-    let mut c = tid;
-    while c < len {
-        let mut r = c + 1;
-        while r > 0 {
-            r -= 1;
-            let mut sum = if r == c { 1.0 } else { 0.0 };
-            for l in r + 1..=c {
-                // SAFETY: r, l < 64, read-only now.
-                sum -= unsafe { space.at(r, l) } * rinv[at(start + l, start + c)];
+    // R_pp⁻¹ by back substitution in shared memory, four threads per column (`tid / 4`) each
+    // summing every fourth term, combined by shuffles: rows from the last up, the same steps in
+    // every thread, so each shuffle has the whole warp.
+    let (c, part) = (tid / 4, tid % 4);
+    let mut r = len;
+    while r > 0 {
+        r -= 1;
+        let mut sum = 0.0;
+        if c < len && r < c {
+            let mut l = r + 1 + part;
+            while l <= c {
+                // SAFETY: r, l, c < 64; X(l, c) for l > r was written by this column's first
+                // thread before the warp barrier of an earlier step, R is read-only now.
+                sum += unsafe { space.at(r, l) * space.inverse(l, c) };
+                l += 4;
             }
-            // SAFETY: as above.
-            rinv[at(start + r, start + c)] = sum / unsafe { space.at(r, r) };
         }
-        for r in c + 1..len {
-            rinv[at(start + r, start + c)] = 0.0;
+        sum += warp::shfl_xor_sync(u32::MAX, sum, 1);
+        sum += warp::shfl_xor_sync(u32::MAX, sum, 2);
+        if c < len && part == 0 {
+            let identity = if r == c { 1.0 } else { 0.0 };
+            // SAFETY: r, c < 64; only this thread writes X(r, c).
+            unsafe { space.set_inverse(r, c, if r > c { 0.0 } else { (identity - sum) / space.at(r, r) }) };
         }
-        c += GEMM_THREADS;
+        warp::sync_warp(u32::MAX);
+    }
+    thread::sync_threads();
+    let mut e = tid;
+    while e < len * len {
+        let (r, c) = (e / len, e % len);
+        // SAFETY: r, c < 64, written before the barrier.
+        rinv[at(start + r, start + c)] = unsafe { space.inverse(r, c) };
+        e += GEMM_THREADS;
     }
 }
 

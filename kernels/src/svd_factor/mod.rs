@@ -346,17 +346,29 @@ pub fn f32_to_f64(src: &[f32], dst: &mut [f64]) {
     }
 }
 
-/// Starts every image's subspace: copies the orthonormal `r × b` basis `q0` (row-major) into the
-/// left half of each image's `r × 2b` work matrix in `qy` (row-major, images `batch` apart). Grid
-/// `(x, 1, images)`, any 1-D block.
+/// Starts every image's subspace: writes the seeded pseudo-random `r × b` matrix (entries
+/// uniform in `[−1, 1)`, the same for every image and run: a hash of the seed and the element's
+/// index) into the left half of each image's `r × 2b` work matrix in `qy` (row-major, images
+/// `batch` apart), to be orthonormalised by Cholesky QR. Grid `(x, 1, images)`, any 1-D block.
 #[kernel]
-pub fn init_subspace(q0: &[f64], qy: &mut [f64], r: u32, b: u32, batch: u32) {
+pub fn random_subspace(qy: &mut [f64], r: u32, b: u32, batch: u32, seed: u32) {
     let mut qy = qy.sub(thread::block_idx_z() as usize * batch as usize, (r * 2 * b) as usize);
     let mut i = thread::index_1d();
     while i < r * b {
-        qy[((i / b) * 2 * b + i % b) as usize] = q0[i as usize];
+        qy[((i / b) * 2 * b + i % b) as usize] = uniform_pm1(seed, i);
         i += thread::grid_stride_1d();
     }
+}
+
+/// A value uniform in `[−1, 1)` from `seed` and `index`: the 53 high bits of SplitMix64's
+/// output for the pair (a bijective mix, so distinct indices give independent-looking values).
+#[inline(always)]
+pub fn uniform_pm1(seed: u32, index: u32) -> f64 {
+    let mut x = ((seed as u64) << 32 | index as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    (x >> 11) as f64 * (2.0 / (1u64 << 53) as f64) - 1.0
 }
 
 /// Per image, block partial sums of `Σ (a − x)²` (or `Σ a²` when `x` is empty) over `count`
