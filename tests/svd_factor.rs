@@ -522,9 +522,11 @@ fn the_blocked_cholesky_inverts_the_factor_on_any_size() {
             let host: Vec<f64> = grams.iter().flat_map(to_vec).collect();
             let mut w = device.upload(&host).unwrap();
             let mut rinv = device.upload(&vec![f64::NAN; images * b * b]).unwrap();
+            let mut diagonal = device.upload(&vec![f64::NAN; images * b]).unwrap();
             // SAFETY: the buffers live until the download below waits for the queue.
             unsafe {
-                blocked_cholesky_inverse(&device, device.queue(), &mut w, &mut rinv, b, images).unwrap()
+                let buffers = (&mut w, &mut rinv, &mut diagonal);
+                blocked_cholesky_inverse(&device, device.queue(), buffers, b, images).unwrap()
             };
             let got = device.download(&rinv).unwrap();
             let label = format!("b = {b} (panels of {nb}) on {}", device.describe());
@@ -571,7 +573,9 @@ fn the_blocked_cholesky_inverts_the_factor_on_any_size() {
         let w_copy = device.upload(&gram).unwrap();
         // SAFETY: as above.
         unsafe {
-            blocked_cholesky_inverse(&device, device.queue(), &mut w, &mut rinv, b, 1).unwrap();
+            let mut diagonal = device.alloc::<f64>(b).unwrap();
+            blocked_cholesky_inverse(&device, device.queue(), (&mut w, &mut rinv, &mut diagonal), b, 1)
+                .unwrap();
             device
                 .launch(
                     &kernels::svd_factor::CHOLESKY_INVERSE,

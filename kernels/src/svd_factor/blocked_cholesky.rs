@@ -2,22 +2,24 @@
 //! (`b × b` per image) by panels of `nb` rows, so that no step needs the whole matrix in one
 //! block's shared memory and the host never takes part.
 //!
-//! Per panel `p` (rows and columns `p·nb .. p·nb + len`), left-looking, in `W`'s own upper
+//! Per panel `p` (rows and columns `p·nb .. p·nb + len`), right-looking, in `W`'s own upper
 //! triangle (row panel `p` of `W` is read for the last time where row panel `p` of `R` is
 //! written):
-//! 1. [`cholesky_diagonal_block`], one block per image: the Schur complement
-//!    `S = W_pp − R_{<p,p}ᵀ·R_{<p,p}`, its Cholesky factor `R_pp` (pivots floored as in
+//! 1. [`cholesky_diagonal_block`], one block per image: the Cholesky factor `R_pp` of the updated
+//!    diagonal block (pivots floored against `W`'s own diagonal as in
 //!    [`cholesky_inverse`](super::cholesky_inverse)) and `R_pp⁻¹`, which is the diagonal block of
 //!    `R⁻¹`;
 //! 2. [`cholesky_row_panel`], a block per 64 columns right of the panel and image:
-//!    `R_pj = R_pp⁻ᵀ·(W_pj − R_{<p,p}ᵀ·R_{<p,j})`.
+//!    `R_pj = R_pp⁻ᵀ·W_pj`;
+//! 3. [`cholesky_trailing_update`], a block per 64 × 64 tile of the trailing upper triangle and
+//!    image: `W_jl −= R_pjᵀ·R_pl`, a product only `len` deep.
 //!
 //! Then per column panel `j`, [`triangular_inverse_column`], a block per row panel and image:
 //! `X_ij = −(Σ_{i ≤ q < j} X_iq·R_qj)·X_jj` above the diagonal and zeros below, `X = R⁻¹`.
 //!
-//! A launch of `b = 512` in panels of 64 is 8 + 7 + 8 launches; every one serves all images.
-//! Each block's products go through the 64 × 64 output tile of the batched GEMM (256 threads,
-//! 4 × 4 outputs each, stages of 16 along the inner dimension in shared memory).
+//! `b = 512` in panels of 64 takes 8 + 7 + 7 + 8 launches; every one serves all images. Each
+//! block's products go through the 64 × 64 output tile of the batched GEMM (256 threads, 4 × 4
+//! outputs each, stages of 16 along the inner dimension in shared memory).
 
 use super::{GEMM_LD, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, PIVOT_FLOOR};
 use gpu_std::math;
@@ -158,44 +160,46 @@ fn panel_span(b: u32, nb: u32, panel: u32) -> (u32, u32) {
 /// `w`; writes `R_pp` there (upper triangle) and `R_pp⁻¹` into `rinv`'s diagonal block (zeros
 /// below its diagonal).
 #[kernel]
-pub fn cholesky_diagonal_block(w: &mut [f64], rinv: &mut [f64], b: u32, nb: u32, panel: u32) {
+pub fn cholesky_diagonal_block(
+    w: &mut [f64],
+    rinv: &mut [f64],
+    diagonal: &mut [f64],
+    b: u32,
+    nb: u32,
+    panel: u32,
+) {
     let z = thread::block_idx_z() as usize;
     let bu = b as usize;
     let mut w = w.sub(z * bu * bu, bu * bu);
     let mut rinv = rinv.sub(z * bu * bu, bu * bu);
+    let mut diagonal = diagonal.sub(z * bu, bu);
     let (start, len) = panel_span(b, nb, panel);
     let space = Space::new();
-    let (tid, (tx, ty)) = (thread::thread_idx_x(), outputs());
+    let tid = thread::thread_idx_x();
     let at = |i: u32, j: u32| i as usize * bu + j as usize;
-    // S = W_pp − R_{<p,p}ᵀ·R_{<p,p} into the tile; W's diagonal (for the floors) into the vector.
-    let acc = {
-        let w = w.as_slice();
-        // SAFETY: every thread calls it.
-        unsafe {
-            tile_product(
-                &space,
-                #[inline(always)]
-                |i, q| w[at(q, start + i)],
-                #[inline(always)]
-                |q, j| w[at(q, start + j)],
-                (len, len),
-                (0, start),
-            )
+    // S = W_pp (already the Schur complement: every earlier panel's trailing update has been
+    // subtracted) into the tile.
+    let mut e = tid;
+    while e < len * len {
+        let (i, j) = (e / len, e % len);
+        if i <= j {
+            // SAFETY: i, j < 64; one thread per element.
+            unsafe { space.set(i, j, w[at(start + i, start + j)]) };
         }
-    };
-    for (r, row) in acc.iter().enumerate() {
-        let i = ty + 16 * r as u32;
-        for (s, &product) in row.iter().enumerate() {
-            let j = tx + 16 * s as u32;
-            if i < len && j < len && i <= j {
-                // SAFETY: i, j < 64; one thread per element.
-                unsafe { space.set(i, j, w[at(start + i, start + j)] - product) };
-            }
+        e += GEMM_THREADS;
+    }
+    // W's own diagonal, for the floors: kept by the first panel, before any update.
+    if panel == 0 {
+        let mut j = tid;
+        while j < b {
+            diagonal[j as usize] = w[at(j, j)];
+            j += GEMM_THREADS;
         }
+        thread::sync_threads();
     }
     if tid < len {
         // SAFETY: tid < 64; one thread per element.
-        unsafe { space.vector.write(tid as usize, w[at(start + tid, start + tid)]) };
+        unsafe { space.vector.write(tid as usize, diagonal[(start + tid) as usize]) };
     }
     thread::sync_threads();
     // Right-looking Cholesky of the tile, one barrier per step, as `cholesky_inverse`.
@@ -295,31 +299,13 @@ pub fn cholesky_row_panel(w: &mut [f64], rinv: &[f64], b: u32, nb: u32, panel: u
     let space = Space::new();
     let (tx, ty) = outputs();
     let at = |i: u32, j: u32| i as usize * bu + j as usize;
-    let acc = {
-        let w = w.as_slice();
-        // SAFETY: every thread of the block calls it (the early return is per block).
-        unsafe {
-            tile_product(
-                &space,
-                #[inline(always)]
-                |i, q| w[at(q, start + i)],
-                #[inline(always)]
-                |q, j| w[at(q, first + j)],
-                (len, cols),
-                (0, start),
-            )
-        }
-    };
-    // T = W_pj − R_{<p,p}ᵀ·R_{<p,j} into the tile.
-    for (r, row) in acc.iter().enumerate() {
-        let i = ty + 16 * r as u32;
-        for (s, &product) in row.iter().enumerate() {
-            let j = tx + 16 * s as u32;
-            if i < len && j < cols {
-                // SAFETY: i, j < 64; one thread per element.
-                unsafe { space.set(i, j, w[at(start + i, first + j)] - product) };
-            }
-        }
+    // T = W_pj (every earlier panel's update subtracted) into the tile.
+    let mut e = thread::thread_idx_x();
+    while e < len * cols {
+        let (i, j) = (e / cols, e % cols);
+        // SAFETY: i, j < 64; one thread per element.
+        unsafe { space.set(i, j, w[at(start + i, first + j)]) };
+        e += GEMM_THREADS;
     }
     thread::sync_threads();
     // R_pj = R_pp⁻ᵀ·T: (R_pp⁻ᵀ)(i, l) = rinv(start + l, start + i), zero for l > i.
@@ -343,6 +329,52 @@ pub fn cholesky_row_panel(w: &mut [f64], rinv: &[f64], b: u32, nb: u32, panel: u
             let j = tx + 16 * s as u32;
             if i < len && j < cols {
                 w[at(start + i, first + j)] = value;
+            }
+        }
+    }
+}
+
+/// Step 3 of panel `panel` (module docs): the trailing update `W_jl −= R_pjᵀ·R_pl` of the upper
+/// triangle right of and below the panel, a block per 64 × 64 tile on or above the diagonal
+/// (`blockIdx.y` rows, `blockIdx.x` columns of the trailing part) and image (`blockIdx.z`), 256
+/// threads, [`BLOCKED_CHOLESKY_SHARED_BYTES`]; after [`cholesky_row_panel`] for this panel.
+#[kernel]
+pub fn cholesky_trailing_update(w: &mut [f64], b: u32, nb: u32, panel: u32) {
+    let (bi, bj) = (thread::block_idx_y(), thread::block_idx_x());
+    let (start, len) = panel_span(b, nb, panel);
+    let (row0, col0) = (start + len + bi * GEMM_TILE, start + len + bj * GEMM_TILE);
+    if bi > bj || col0 >= b {
+        return;
+    }
+    let z = thread::block_idx_z() as usize;
+    let bu = b as usize;
+    let mut w = w.sub(z * bu * bu, bu * bu);
+    let (rows, cols) = (GEMM_TILE.min(b - row0), GEMM_TILE.min(b - col0));
+    let space = Space::new();
+    let (tx, ty) = outputs();
+    let at = |i: u32, j: u32| i as usize * bu + j as usize;
+    let acc = {
+        let r = w.as_slice();
+        // SAFETY: every thread of the block calls it (the early return is per block).
+        unsafe {
+            tile_product(
+                &space,
+                #[inline(always)]
+                |i, q| r[at(q, row0 + i)],
+                #[inline(always)]
+                |q, j| r[at(q, col0 + j)],
+                (rows, cols),
+                (start, start + len),
+            )
+        }
+    };
+    for (r, row) in acc.iter().enumerate() {
+        let i = ty + 16 * r as u32;
+        for (s, &product) in row.iter().enumerate() {
+            let j = tx + 16 * s as u32;
+            if i < rows && j < cols && row0 + i <= col0 + j {
+                let e = at(row0 + i, col0 + j);
+                w[e] -= product;
             }
         }
     }

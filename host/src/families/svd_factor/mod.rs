@@ -243,7 +243,7 @@ pub fn factor_with(
                 },
                 // SAFETY: as above.
                 SmallSolver::DeviceBlocked | SmallSolver::Host => unsafe {
-                    blocked_cholesky_inverse(device, q, gram, rinv, b, images)
+                    blocked_cholesky_inverse(device, q, (gram, rinv, scratch), b, images)
                 },
             }
         };

@@ -5,6 +5,9 @@
 use crate::error::{Error, Result};
 use crate::{Buffer, Device, Dim3, LaunchConfig};
 use faer::Mat;
+use faer::diag::Diag;
+use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::linalg::evd::{ComputeEigenvectors, self_adjoint_evd, self_adjoint_evd_scratch};
 use kernels::svd_factor as kf;
 use rayon::prelude::*;
 
@@ -209,10 +212,23 @@ pub(super) fn ritz_eigen_host(t: &[f64], b: usize, images: usize) -> Result<[Vec
         .take(images)
         .map(|block| {
             let t = Mat::<f64>::from_fn(b, b, |i, j| 0.5 * (block[i * b + j] + block[j * b + i]));
-            let evd = t
-                .self_adjoint_eigen(faer::Side::Lower)
-                .map_err(|e| Error::Numerical(format!("the Ritz eigenproblem did not converge: {e:?}")))?;
-            let values: Vec<f64> = evd.S().column_vector().iter().copied().collect();
+            let (mut s, mut vectors) = (Diag::<f64>::zeros(b), Mat::<f64>::zeros(b, b));
+            // Sequential: images run in parallel, and for one image of b ≤ 1024 faer's own threads
+            // cost more than they save (b = 200: about 6.5 ms a step on a 16-core host, 2.4 ms
+            // on one core).
+            let par = faer::Par::Seq;
+            let scratch =
+                self_adjoint_evd_scratch::<f64>(b, ComputeEigenvectors::Yes, par, Default::default());
+            self_adjoint_evd(
+                t.as_ref(),
+                s.as_mut(),
+                Some(vectors.as_mut()),
+                par,
+                MemStack::new(&mut MemBuffer::new(scratch)),
+                Default::default(),
+            )
+            .map_err(|e| Error::Numerical(format!("the Ritz eigenproblem did not converge: {e:?}")))?;
+            let values: Vec<f64> = s.column_vector().iter().copied().collect();
             let mut order: Vec<usize> = (0..b).collect();
             order.sort_by(|&x, &y| values[y].total_cmp(&values[x]));
             let theta: Vec<f64> = order.iter().map(|&i| values[i]).collect();
@@ -223,7 +239,6 @@ pub(super) fn ritz_eigen_host(t: &[f64], b: usize, images: usize) -> Result<[Vec
                 .zip(&sigma)
                 .map(|(&t, &s)| if t > kf::NULL_THRESHOLD * theta0 && s > 0.0 { 1.0 / s } else { 0.0 })
                 .collect();
-            let vectors = evd.U();
             let mut ritz = Vec::with_capacity(b * b);
             for row in 0..b {
                 ritz.extend(order.iter().map(|&col| vectors[(row, col)]));
@@ -252,28 +267,31 @@ pub fn cholesky_panel_rows(device: &Device) -> usize {
 /// Cholesky QR's small step for any `b`, on the device over many blocks
 /// (`kernels::svd_factor::blocked_cholesky`): per image, `rinv = R⁻¹` (`b × b`, row-major, upper
 /// triangular) for the Gram matrix `w = RᵀR` (`b × b`, row-major, upper triangle read), pivots
-/// floored as [`kf::cholesky_inverse`] floors them. `w`'s upper triangle is overwritten with `R`.
-/// Queued on `queue`: `3·⌈b/nb⌉ − 1` launches ([`cholesky_panel_rows`]), each for every image,
-/// and no wait.
+/// floored as [`kf::cholesky_inverse`] floors them. `w`'s upper triangle is overwritten with `R`;
+/// `diagonal` (`b` per image) is work space. Queued on `queue`: `4·⌈b/nb⌉ − 2` launches
+/// ([`cholesky_panel_rows`]), each for every image, and no wait.
 ///
 /// # Safety
 /// The buffers must live until the queue reaches the launches (as for [`Device::launch_on`]).
 pub unsafe fn blocked_cholesky_inverse(
     device: &Device,
     queue: &crate::Queue,
-    w: &mut Buffer<f64>,
-    rinv: &mut Buffer<f64>,
+    (w, rinv, diagonal): (&mut Buffer<f64>, &mut Buffer<f64>, &mut Buffer<f64>),
     b: usize,
     images: usize,
 ) -> Result<()> {
     let len = images * b * b;
-    crate::error::ensure(b > 0 && images > 0 && w.len() >= len && rinv.len() >= len, || {
-        format!(
-            "blocked Cholesky of {images} matrices of {b} × {b}: buffers of {} and {} values",
-            w.len(),
-            rinv.len()
-        )
-    })?;
+    crate::error::ensure(
+        b > 0 && images > 0 && w.len() >= len && rinv.len() >= len && diagonal.len() >= images * b,
+        || {
+            format!(
+                "blocked Cholesky of {images} matrices of {b} × {b}: buffers of {}, {} and {} values",
+                w.len(),
+                rinv.len(),
+                diagonal.len()
+            )
+        },
+    )?;
     let nb = cholesky_panel_rows(device);
     let panels = b.div_ceil(nb);
     let config = |blocks: usize| LaunchConfig {
@@ -291,14 +309,25 @@ pub unsafe fn blocked_cholesky_inverse(
                 queue,
                 &kf::CHOLESKY_DIAGONAL_BLOCK,
                 config(1),
-                (&mut *w, &mut *rinv, b32, nb32, panel as u32),
+                (&mut *w, &mut *rinv, &mut *diagonal, b32, nb32, panel as u32),
             )?;
             if right > 0 {
+                let tiles = right.div_ceil(kf::GEMM_TILE as usize);
                 device.launch_on(
                     queue,
                     &kf::CHOLESKY_ROW_PANEL,
-                    config(right.div_ceil(kf::GEMM_TILE as usize)),
+                    config(tiles),
                     (&mut *w, &*rinv, b32, nb32, panel as u32),
+                )?;
+                let trailing = LaunchConfig {
+                    grid: Dim3 { x: tiles as u32, y: tiles as u32, z: images as u32 },
+                    ..config(1)
+                };
+                device.launch_on(
+                    queue,
+                    &kf::CHOLESKY_TRAILING_UPDATE,
+                    trailing,
+                    (&mut *w, b32, nb32, panel as u32),
                 )?;
             }
         }
