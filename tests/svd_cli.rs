@@ -247,7 +247,7 @@ fn bad_images_are_reported_and_every_other_image_done_with_exit_status_3() {
     mixed_folder(&dir);
     let (status, stdout, stderr) = svd_status(
         &dir,
-        &["mixed", "--ranks", "5,2", "--device", "cpu", "--out-dir", "out", "--json", "report.json"],
+        &["mixed", "--ranks", "5,2", "--device", "cpu", "--out-dir", "out", "--json", "out/report.json"],
     );
     assert_eq!(status, 3, "stdout: {stdout}\nstderr: {stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
@@ -287,7 +287,7 @@ fn bad_images_are_reported_and_every_other_image_done_with_exit_status_3() {
         assert!(row[10].contains(&format!("mixed/{}.png: not a readable PNG/JPEG image", row[0])), "{row:?}");
     }
     let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!((report["images"].as_u64(), report["failed"].as_u64()), (Some(3), Some(2)));
     let results = report["results"].as_array().unwrap();
     let statuses: Vec<(&str, &str)> =
@@ -436,6 +436,15 @@ fn files_of(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
+/// The hidden temporary files left in `dir`.
+fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|f| f.starts_with('.'))
+        .collect()
+}
+
 /// A job killed (SIGKILL) partway leaves only whole files under final names and a report of
 /// complete images; run again with --resume it does only the rest (an image whose output was
 /// deleted meanwhile included), and ends with the files and report of a run never interrupted.
@@ -559,11 +568,49 @@ fn a_signal_stops_the_job_with_a_report_of_every_complete_image() {
                 assert!(files.is_empty(), "{name}: {image} has outputs {files:?} but no row");
             }
         }
-        let temporaries: Vec<String> = std::fs::read_dir(&out)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|f| f.starts_with('.'))
-            .collect();
-        assert!(temporaries.is_empty(), "{name}: {temporaries:?}");
+        assert_eq!(temporaries(&out), Vec::<String>::new(), "{name}");
     }
+}
+
+/// The job's peak resident memory (its own `VmHWM`, printed at the end) does not grow with the
+/// folder: ten times the images of 16 × 4096 pixels cost less than 8 MiB more, where holding the
+/// extra images' pixels and reconstructions would cost 50 MiB.
+#[test]
+fn peak_memory_does_not_grow_with_the_folder() {
+    let dir = scratch("memory");
+    let peak = |count: usize| -> f64 {
+        let folder = format!("wide{count}");
+        noise_folder(&dir, &folder, count, (4096, 16));
+        let (ok, stdout, stderr) = run_svd(
+            &dir,
+            &[folder.as_str(), "--ranks", "2,8", "--device", "cpu", "--out-dir", &format!("out{count}")],
+        );
+        assert!(ok, "{stderr}");
+        assert!(stdout.contains(&format!("summary: {count} of {count} image(s) done")), "{stdout}");
+        let line =
+            stdout.lines().find(|l| l.starts_with("peak resident memory: ")).expect("a peak memory line");
+        line.trim_start_matches("peak resident memory: ").trim_end_matches(" MiB").parse().unwrap()
+    };
+    let (few, many) = (peak(30), peak(300));
+    assert!(many < few + 8.0, "peak resident memory {many:.1} MiB for 300 images, {few:.1} MiB for 30");
+}
+
+/// An output that cannot be written stops the job with one line naming it (exit status 1); the
+/// report lists only images whose outputs are all written. Here the file's place is taken by a
+/// folder, which no rename replaces (a read-only folder would not stop a root user).
+#[test]
+fn an_output_that_cannot_be_written_stops_the_job_with_one_line() {
+    let dir = scratch("unwritable");
+    image_folder(&dir);
+    std::fs::create_dir_all(dir.join("out/c-k2.png")).unwrap();
+    let (status, _, stderr) =
+        svd_status(&dir, &["images", "--ranks", "2", "--device", "cpu", "--out-dir", "out"]);
+    assert_eq!(status, 1, "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].starts_with("error: out/c-k2.png: cannot write PNG: "), "{stderr}");
+    for row in csv_rows(&dir.join("out/report.csv")) {
+        assert!(row[0] != "c" && dir.join(format!("out/{}-k2.png", row[0])).is_file(), "{row:?}");
+    }
+    assert_eq!(temporaries(&dir.join("out")), Vec::<String>::new());
 }

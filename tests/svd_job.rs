@@ -228,7 +228,7 @@ fn decode_into_queue_keeps_8_bit_images_as_bytes_and_names_bad_files() {
     image::RgbImage::from_raw(3, 2, rgb).unwrap().save(dir.join("rgb.png")).unwrap();
     std::fs::write(dir.join("bad.png"), b"not an image").unwrap();
     let names = ["gray", "deep", "rgb", "bad", "missing"];
-    let paths: Vec<_> = names.iter().map(|n| dir.join(format!("{n}.png"))).enumerate().collect();
+    let paths: Vec<_> = names.iter().map(|n| dir.join(format!("{n}.png"))).collect();
     let queue = decode_into_queue(paths).unwrap();
     let mut seen = vec![false; names.len()];
     let mut errors = Vec::new();
@@ -605,4 +605,32 @@ fn resume_keeps_only_complete_images_of_the_same_options() {
     let other = job_options(&JobOptions { check: true, ..job.clone() }, &outputs);
     let why = resumable(&report, &other, &names, &job.ranks, &outputs).unwrap_err();
     assert!(why.contains("report.csv has other options"), "{why}");
+}
+
+/// The decoders run a bounded way ahead of the queue — three images per decoding thread — even
+/// while the image the queue waits for is slow to decode: the images after it are not all
+/// decoded into memory meanwhile (they were, once, for a folder with one large image first).
+#[test]
+fn decoders_stay_a_bounded_way_ahead_of_the_queue() {
+    let dir = scratch("window");
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let count = 50 * threads;
+    let mut rng = common::rng(11);
+    let mut paths = Vec::new();
+    for i in 0..count {
+        let side = if i == 0 { 2500 } else { 8 };
+        let pixels: Vec<u8> = (0..side * side).map(|_| rng.random_range(0..=255)).collect();
+        let path = dir.join(format!("img{i:04}.png"));
+        kernel_suite::image_io::save_gray8(&path, &pixels, side, side).unwrap();
+        paths.push(path);
+    }
+    let queue = decode_into_queue(paths).unwrap();
+    assert_eq!(queue.next().unwrap().unwrap().pixels.dim(), (2500, 2500));
+    let decoded = (1..count).filter(|&i| queue.take_decode_ms(i) > 0.0).count();
+    assert!(
+        decoded <= 3 * threads,
+        "{decoded} of {count} images decoded ahead with {threads} decoding threads"
+    );
+    let rest: Vec<usize> = std::iter::from_fn(|| queue.next()).map(|image| image.unwrap().index).collect();
+    assert_eq!(rest, (1..count).collect::<Vec<_>>());
 }

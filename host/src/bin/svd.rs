@@ -17,7 +17,7 @@ use kernel_suite::svd::Variant;
 use kernel_suite::svd_batch;
 use kernel_suite::svd_engine::{Engine, GpuList, PHANTOM, Shard, Source, StartupReport};
 use kernel_suite::svd_job::{JobOptions, Keep, Screen, StageTimes, check_size};
-use kernel_suite::svd_outputs::{ImageEntry, ImageReport, Journal, Outputs, job_options, resumable};
+use kernel_suite::svd_outputs::{ImageEntry, Journal, Outputs, Totals, job_options, resumable};
 use serde::Serialize;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::flag;
@@ -188,11 +188,12 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     if args.inputs.is_empty() {
         check_size(PHANTOM, (args.size, args.size), max_rank)?;
     }
+    std::fs::create_dir_all(&args.out_dir)
+        .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
+    // After --out-dir is made: `--json out/report.json` is the usual place.
     if let Some(dir) = args.json.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty()) {
         ensure!(dir.is_dir(), "--json: directory {} does not exist", dir.display());
     }
-    std::fs::create_dir_all(&args.out_dir)
-        .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
     let batch_images = args.batch_images.unwrap_or(svd_batch::BATCH_IMAGES);
     let options = JobOptions { ranks, check: args.check, variant: args.variant, batch_images, keep };
     let report_path = args.out_dir.join(match shard {
@@ -238,8 +239,9 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     }
     println!("device: {label}; variant: {}; {images}; ranks {:?}", args.variant.name(), options.ranks);
     // The report starts once the job can run: a job that cannot leaves the earlier report as it was.
-    let journal =
-        Arc::new(Journal::create(&report_path, &fingerprint, earlier, positions, args.json.is_some())?);
+    // Every image's entry is kept only where it is printed or written whole.
+    let keep = args.json.is_some() || source.len() <= FEW;
+    let journal = Arc::new(Journal::create(&report_path, &fingerprint, earlier, positions, keep)?);
     let progress = if source.len() > FEW && std::io::stderr().is_terminal() {
         ProgressBar::new(source.len() as u64).with_style(
             ProgressStyle::with_template("{bar:30} {pos}/{len} images {elapsed} (eta {eta})")
@@ -274,29 +276,27 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     // The queue's screen holds the other reference to the journal.
     drop(queue);
     let journal = Arc::into_inner(journal).expect("the queue, and with it its screen, is dropped");
-    let entries = journal.finish()?;
+    let (totals, entries) = journal.finish()?;
     let job_ms = run.job_start.elapsed().as_secs_f64() * 1e3;
-    let results: Vec<ImageReport> = entries
-        .iter()
-        .filter_map(|e| match e {
-            ImageEntry::Ok(report) => Some(report.clone()),
-            _ => None,
-        })
-        .collect();
-    let failed = entries.len() - results.len() - resumed;
+    let Totals { done: computed, failed, pixels, stages, max_check_error, .. } = totals;
 
-    print_results(&results, &options, &outputs);
-    println!("report: {}", report_path.display());
-    let mut stages = StageTimes::default();
-    for r in &results {
-        stages.add(&r.times);
+    if source.len() <= FEW {
+        print_images(&entries, &options, &outputs);
+    } else {
+        print_ranks(&totals);
     }
-    let max_check_error =
-        results.iter().flat_map(|r| r.ranks.iter().filter_map(|k| k.check_error)).reduce(f64::max);
+    if outputs.png || outputs.npy {
+        let kinds = match (outputs.png, outputs.npy) {
+            (true, true) => "<name>-k<k>.png and .npy",
+            (true, false) => "<name>-k<k>.png",
+            _ => "<name>-k<k>.npy",
+        };
+        println!("outputs: {} ({kinds})", outputs.dir.display());
+    }
+    println!("report: {}", report_path.display());
     if let Some(max) = max_check_error {
         println!("check: largest relative difference from the f64 CPU reference {max:.3e}");
     }
-    let pixels: u64 = results.iter().map(|r| (r.rows * r.cols) as u64).sum();
     let startup_ms = count_ms + run.startup.iter().map(|s| startup_total(&s.startup)).fold(0.0, f64::max);
     let wall_ms = command_start.elapsed().as_secs_f64() * 1e3;
     if let Some(path) = &args.json {
@@ -305,7 +305,7 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
             variant: args.variant,
             ranks: &options.ranks,
             shard,
-            images: results.len(),
+            images: computed,
             failed,
             resumed,
             pixels,
@@ -317,15 +317,17 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
             startup: run.startup,
             results: &entries,
         };
-        let json = serde_json::to_string_pretty(&report)?;
-        image_io::write_atomically(path, |file| file.write_all(json.as_bytes()))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        // Streamed: the text of a large job's report never sits in memory whole.
+        image_io::write_atomically(path, |file| {
+            serde_json::to_writer_pretty(file, &report).map_err(std::io::Error::from)
+        })
+        .with_context(|| format!("cannot write {}", path.display()))?;
         println!("report: {}", path.display());
     }
     println!(
         "job: {} images ({pixels} pixels) in {job_ms:.1} ms after start-up; start-up {startup_ms:.1} ms (driver, \
          context, module); whole command {wall_ms:.1} ms",
-        results.len()
+        computed
     );
     println!(
         "stages, summed over images (ms): decode {:.1}, h2d {:.1}, svd {:.1}, reconstruct {:.1}, d2h {:.1}, \
@@ -343,11 +345,11 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     if let Engine::One(device) = engine {
         args.device.print_profile(&Target::Kernels(device))?;
     }
-    let done = results.len() + resumed;
+    let done = computed + resumed;
     let earlier = if resumed > 0 { format!(" ({resumed} by an earlier run)") } else { String::new() };
     println!("summary: {done} of {job} image(s) done{earlier}, {failed} failed");
     let received = signal.received.load(Ordering::SeqCst);
-    if received != 0 && results.len() + failed < source.len() {
+    if received != 0 && computed + failed < source.len() {
         let name = if received == SIGTERM as usize { "SIGTERM" } else { "SIGINT" };
         eprintln!(
             "stopped by {name}: {done} of {job} image(s) done, listed in {}; run again with --resume for the rest",
@@ -358,7 +360,7 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     if failed == 0 {
         return Ok(ExitCode::SUCCESS);
     }
-    let stopped = if args.fail_fast && results.len() + failed < source.len() {
+    let stopped = if args.fail_fast && computed + failed < source.len() {
         "; stopped at the first failure (--fail-fast)"
     } else {
         ""
@@ -411,64 +413,54 @@ fn startup_total(s: &Startup) -> f64 {
     s.init_ms + s.context_ms + s.module_load_ms
 }
 
-/// Per image its table (a few images) or per rank a summary over the images (many).
-fn print_results(results: &[ImageReport], options: &JobOptions, outputs: &Outputs) {
-    if results.is_empty() {
+/// Per image done, its table (a job of a few images).
+fn print_images(entries: &[ImageEntry], options: &JobOptions, outputs: &Outputs) {
+    for entry in entries {
+        let ImageEntry::Ok(r) = entry else { continue };
+        let t = &r.times;
+        println!(
+            "\n{}: {}×{}, ‖A‖_F = {:.4}, σ₁ = {:.4}; ms: decode {:.1}, h2d {:.1}, svd {:.1}, reconstruct {:.1}, \
+             d2h {:.1}, encode {:.1}",
+            r.name,
+            r.rows,
+            r.cols,
+            r.frobenius_norm,
+            r.singular_values.first().copied().unwrap_or(0.0),
+            t.decode_ms,
+            t.h2d_ms,
+            t.svd_ms,
+            t.reconstruct_ms,
+            t.d2h_ms,
+            t.encode_ms
+        );
+        println!(
+            "{:>5} {:>12} {:>12}{}",
+            "k",
+            "rel. error",
+            "E-Y bound",
+            if options.check { "  check error" } else { "" }
+        );
+        for k in &r.ranks {
+            let check = k.check_error.map_or(String::new(), |v| format!(" {v:>12.3e}"));
+            println!("{:>5} {:>12.6} {:>12.6}{check}", k.k, k.relative_error, k.eckart_young_bound);
+        }
+        if outputs.mosaic {
+            println!("mosaic: {}", outputs.mosaic_path(&r.name).display());
+        }
+    }
+    println!();
+}
+
+/// Per rank, a summary over the images done (a job of many images).
+fn print_ranks(totals: &Totals) {
+    if totals.done == 0 {
         return;
     }
-    if results.len() <= FEW {
-        for r in results {
-            let t = &r.times;
-            println!(
-                "\n{}: {}×{}, ‖A‖_F = {:.4}, σ₁ = {:.4}; ms: decode {:.1}, h2d {:.1}, svd {:.1}, reconstruct {:.1}, \
-                 d2h {:.1}, encode {:.1}",
-                r.name,
-                r.rows,
-                r.cols,
-                r.frobenius_norm,
-                r.singular_values.first().copied().unwrap_or(0.0),
-                t.decode_ms,
-                t.h2d_ms,
-                t.svd_ms,
-                t.reconstruct_ms,
-                t.d2h_ms,
-                t.encode_ms
-            );
-            println!(
-                "{:>5} {:>12} {:>12}{}",
-                "k",
-                "rel. error",
-                "E-Y bound",
-                if options.check { "  check error" } else { "" }
-            );
-            for k in &r.ranks {
-                let check = k.check_error.map_or(String::new(), |v| format!(" {v:>12.3e}"));
-                println!("{:>5} {:>12.6} {:>12.6}{check}", k.k, k.relative_error, k.eckart_young_bound);
-            }
-            if outputs.mosaic {
-                println!("mosaic: {}", outputs.mosaic_path(&r.name).display());
-            }
-        }
-        println!();
-    } else {
-        println!("\n{} images; relative error per rank over the images:", results.len());
-        println!("{:>5} {:>12} {:>12} {:>14}", "k", "mean", "max", "mean E-Y bound");
-        for (i, k) in options.ranks.iter().enumerate() {
-            let errors: Vec<f64> = results.iter().map(|r| r.ranks[i].relative_error).collect();
-            let mean = errors.iter().sum::<f64>() / errors.len() as f64;
-            let max = errors.iter().copied().fold(0.0, f64::max);
-            let bound =
-                results.iter().map(|r| r.ranks[i].eckart_young_bound).sum::<f64>() / results.len() as f64;
-            println!("{k:>5} {mean:>12.6} {max:>12.6} {bound:>14.6}");
-        }
-    }
-    if outputs.png || outputs.npy {
-        let kinds = match (outputs.png, outputs.npy) {
-            (true, true) => "<name>-k<k>.png and .npy",
-            (true, false) => "<name>-k<k>.png",
-            _ => "<name>-k<k>.npy",
-        };
-        println!("outputs: {} ({kinds})", outputs.dir.display());
+    println!("\n{} images; relative error per rank over the images:", totals.done);
+    println!("{:>5} {:>12} {:>12} {:>14}", "k", "mean", "max", "mean E-Y bound");
+    let n = totals.done as f64;
+    for k in &totals.ranks {
+        println!("{:>5} {:>12.6} {:>12.6} {:>14.6}", k.k, k.error_sum / n, k.error_max, k.bound_sum / n);
     }
 }
 

@@ -185,7 +185,7 @@ impl Source {
                 name: PHANTOM.into(),
                 pixels: Pixels::Float(image.clone()),
             }]),
-            Source::Files(files) => svd_job::decode_into_queue(files.iter().cloned().enumerate().collect())?,
+            Source::Files(files) => svd_job::decode_into_queue(files.clone())?,
         })
     }
 }

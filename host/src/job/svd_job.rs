@@ -257,7 +257,8 @@ pub struct ImageResult {
 /// [`ImageQueue::screened`] one reports it to its [`Screen`] and goes on with the next image, so
 /// engines only ever see images they can factor.
 ///
-/// Dropping the queue closes the channel: producers blocked on a full channel then stop.
+/// Dropping the queue closes the channel: producers blocked on a full channel, or waiting for the
+/// queue to move on ([`decode_into_queue`]), then stop.
 ///
 /// Decode times: [`decode_into_queue`] records each image's decode time (milliseconds, host wall
 /// clock) in the queue before queueing the image; whoever receives the image's [`ImageResult`] (the
@@ -278,18 +279,20 @@ struct InOrder {
     next: usize,
     /// Images (and failures) that arrived before their turn.
     early: BTreeMap<usize, Decoded>,
+    /// With [`decode_into_queue`]'s producers: how far ahead of `next` they may decode.
+    window: Option<Arc<Window>>,
 }
 
 impl InOrder {
     fn next(&mut self) -> Option<Decoded> {
         loop {
             if let Some(item) = self.early.remove(&self.next) {
-                self.next += 1;
+                self.advance(self.next + 1);
                 return Some(item);
             }
             match self.receiver.recv() {
                 Ok(item) if index_of(&item) == self.next => {
-                    self.next += 1;
+                    self.advance(self.next + 1);
                     return Some(item);
                 }
                 Ok(item) => {
@@ -298,7 +301,7 @@ impl InOrder {
                 // The producers are done: what is left, in order (indices need not be contiguous).
                 Err(_) => {
                     let (index, item) = self.early.pop_first()?;
-                    self.next = index + 1;
+                    self.advance(index + 1);
                     return Some(item);
                 }
             }
@@ -307,8 +310,61 @@ impl InOrder {
 
     /// Returns `image` to the front of the queue.
     fn put_back(&mut self, image: JobImage) {
-        self.next = self.next.min(image.index);
+        self.advance(self.next.min(image.index));
         self.early.insert(image.index, Ok(image));
+    }
+
+    fn advance(&mut self, next: usize) {
+        self.next = next;
+        if let Some(window) = &self.window {
+            window.move_to(next);
+        }
+    }
+}
+
+impl Drop for InOrder {
+    /// Producers waiting for the window to move stop: nobody takes images any more.
+    fn drop(&mut self) {
+        if let Some(window) = &self.window {
+            window.close();
+        }
+    }
+}
+
+/// How far [`decode_into_queue`]'s producers may run ahead of the queue: they decode image `i`
+/// only once `i < next + width`, `next` being the index the queue hands out next. The channel
+/// alone does not bound them: while the queue waits for a slow image, it moves every later one
+/// that arrives out of the channel (into [`InOrder::early`]), so without the window a folder with
+/// one large image first would be decoded whole into memory meanwhile.
+struct Window {
+    width: usize,
+    /// The queue's next index, and whether the queue is gone.
+    state: Mutex<(usize, bool)>,
+    moved: Condvar,
+}
+
+impl Window {
+    fn new(width: usize) -> Self {
+        Window { width, state: Mutex::new((0, false)), moved: Condvar::new() }
+    }
+
+    /// Waits until image `index` is inside the window; `false` if the queue is gone.
+    fn wait_for(&self, index: usize) -> bool {
+        let mut state = self.state.lock().expect("no panics while holding the lock");
+        while !state.1 && index >= state.0 + self.width {
+            state = self.moved.wait(state).expect("no panics while holding the lock");
+        }
+        !state.1
+    }
+
+    fn move_to(&self, next: usize) {
+        self.state.lock().expect("no panics while holding the lock").0 = next;
+        self.moved.notify_all();
+    }
+
+    fn close(&self) {
+        self.state.lock().expect("no panics while holding the lock").1 = true;
+        self.moved.notify_all();
     }
 }
 
@@ -325,7 +381,7 @@ type DecodeTimes = Arc<Mutex<HashMap<usize, f64>>>;
 impl ImageQueue {
     /// Wraps the receiving end of the producers' channel.
     pub fn new(receiver: Receiver<Decoded>) -> Self {
-        let incoming = InOrder { receiver, next: 0, early: BTreeMap::new() };
+        let incoming = InOrder { receiver, next: 0, early: BTreeMap::new(), window: None };
         ImageQueue {
             incoming: Mutex::new(incoming),
             decode_ms: DecodeTimes::default(),
@@ -450,16 +506,17 @@ pub fn image_name(path: &Path) -> String {
     path.file_stem().map_or_else(|| "image".into(), |s| s.to_string_lossy().into_owned())
 }
 
-/// Decodes `paths` (each with its [`JobImage::index`]) on all cores, roughly in the given order,
-/// into a bounded channel, and returns the queue the engines take them from.
+/// Decodes `paths` (image `i` is `paths[i]`) on all cores, roughly in order, into a bounded
+/// channel, and returns the queue the engines take them from.
 ///
 /// A background thread runs a dedicated rayon pool (one thread per core, so it never waits on
-/// engines that block the global pool); the channel holds at most two images per decoding thread,
-/// so a huge folder never sits in memory at once. A file that cannot be read or decoded is queued
-/// as a [`FailedImage`] whose error names the file ([`decode_file`]). Each image's decode time is
+/// engines that block the global pool). The decoders stay at most three images per thread ahead
+/// of the image the queue hands out next (a window that moves with the queue), so a huge folder
+/// never sits in memory at once, whatever its images' sizes. A file that cannot be read or decoded is queued as a
+/// [`FailedImage`] whose error names the file ([`decode_file`]). Each image's decode time is
 /// recorded in the queue ([`ImageQueue::take_decode_ms`]). Dropping the queue stops the
 /// producers. Fails only if the decoding threads cannot start.
-pub fn decode_into_queue(paths: Vec<(usize, PathBuf)>) -> Result<ImageQueue> {
+pub fn decode_into_queue(paths: Vec<PathBuf>) -> Result<ImageQueue> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(paths.len().max(1));
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -468,6 +525,8 @@ pub fn decode_into_queue(paths: Vec<(usize, PathBuf)>) -> Result<ImageQueue> {
         .map_err(|e| Error::InvalidInput(format!("cannot start the decoding threads: {e}")))?;
     let (sender, receiver) = sync_channel(2 * threads);
     let queue = ImageQueue::new(receiver);
+    let window = Arc::new(Window::new(3 * threads));
+    queue.incoming.lock().expect("no other user yet").window = Some(Arc::clone(&window));
     let decode_ms = Arc::clone(&queue.decode_ms);
     std::thread::spawn(move || {
         let next = AtomicUsize::new(0);
@@ -476,11 +535,13 @@ pub fn decode_into_queue(paths: Vec<(usize, PathBuf)>) -> Result<ImageQueue> {
             for _ in 0..threads {
                 scope.spawn(|_| {
                     while !stop.load(Ordering::Relaxed) {
-                        let Some((index, path)) = paths.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                        let index = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(path) = paths.get(index) else { break };
+                        if !window.wait_for(index) {
                             break;
-                        };
+                        }
                         let start = Instant::now();
-                        let (index, name) = (*index, image_name(path));
+                        let name = image_name(path);
                         let item = match decode_file(path) {
                             Ok(pixels) => Ok(JobImage { index, name, pixels }),
                             Err(error) => Err(FailedImage { index, name, error }),

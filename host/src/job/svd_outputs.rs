@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -293,56 +294,140 @@ pub const CSV_HEADER: [&str; 11] = [
 /// whose outputs are complete, each once (a failed image is listed too, and done again by
 /// `--resume`). At the end [`Journal::finish`] rewrites it in index order.
 ///
+/// Memory: per image the journal keeps where its rows lie in the file (24 bytes), from which the
+/// report is rewritten in order, and adds its values to the [`Totals`]; the images' whole
+/// entries only when asked to (for `--json`, or the tables of a few images).
+///
 /// Indices: an image's [`crate::svd_job::JobImage::index`] is its place in this run's queue,
 /// which `--resume` shortens; the journal reports its place in the whole job instead.
 pub struct Journal {
     path: PathBuf,
     /// The job position of each queue index.
     positions: Vec<usize>,
-    /// Keep every singular value for the JSON report; without it, only σ₁ (for `report.csv`), so
-    /// the report's memory stays a few hundred bytes per image.
-    spectra: bool,
+    /// Keep every image's entry (and all its singular values) for [`Journal::finish`] to return.
+    keep: bool,
     written: Mutex<Written>,
 }
 
 /// What a [`Journal`] has written so far.
 struct Written {
-    /// `report.csv`, opened for appending.
+    /// `report.csv`, opened for reading and appending.
     file: File,
+    /// Its length.
+    end: u64,
+    /// Where each image's rows lie in it.
+    spans: Vec<Span>,
+    totals: Totals,
+    /// With [`Journal::keep`].
     entries: Vec<ImageEntry>,
+}
+
+/// Where an image's rows lie in the appended `report.csv`.
+struct Span {
+    index: usize,
+    offset: u64,
+    len: usize,
+}
+
+/// The job's sums over its images, as the command prints them and the JSON report holds them.
+#[derive(Debug, Clone, Default)]
+pub struct Totals {
+    /// Images factored and written by this run.
+    pub done: usize,
+    /// Images that failed.
+    pub failed: usize,
+    /// Images an earlier run did (`--resume`).
+    pub resumed: usize,
+    /// Pixels of the images done.
+    pub pixels: u64,
+    /// Their stage times, summed.
+    pub stages: StageTimes,
+    /// The largest `check_error` of any rank of any image done (`--check`).
+    pub max_check_error: Option<f64>,
+    /// Per rank of the job, in order: sums over the images done.
+    pub ranks: Vec<RankTotals>,
+}
+
+/// One rank's sums over the images done.
+#[derive(Debug, Clone, Default)]
+pub struct RankTotals {
+    /// The rank.
+    pub k: usize,
+    /// Sum of the relative errors.
+    pub error_sum: f64,
+    /// The largest relative error.
+    pub error_max: f64,
+    /// Sum of the Eckart–Young bounds.
+    pub bound_sum: f64,
+}
+
+impl Totals {
+    fn add(&mut self, entry: &ImageEntry) {
+        match entry {
+            ImageEntry::Ok(r) => {
+                self.done += 1;
+                self.pixels += (r.rows * r.cols) as u64;
+                self.stages.add(&r.times);
+                if self.ranks.is_empty() {
+                    self.ranks =
+                        r.ranks.iter().map(|k| RankTotals { k: k.k, ..RankTotals::default() }).collect();
+                }
+                for (sum, k) in self.ranks.iter_mut().zip(&r.ranks) {
+                    sum.error_sum += k.relative_error;
+                    sum.error_max = sum.error_max.max(k.relative_error);
+                    sum.bound_sum += k.eckart_young_bound;
+                }
+                if let Some(worst) = r.ranks.iter().filter_map(|k| k.check_error).reduce(f64::max) {
+                    self.max_check_error = Some(self.max_check_error.map_or(worst, |m| m.max(worst)));
+                }
+            }
+            ImageEntry::Failed { .. } => self.failed += 1,
+            ImageEntry::Resumed { .. } => self.resumed += 1,
+        }
+    }
 }
 
 impl Journal {
     /// Starts the report at `path`: `report.csv` with `earlier` (the images a resumed job skips),
     /// then `options` in its sidecar, then opens it for appending. `positions[i]` is the job
-    /// position of queue index `i`; `spectra` keeps every image's singular values (for `--json`).
+    /// position of queue index `i`; `keep` keeps every image's entry (all its singular values
+    /// included) for [`Journal::finish`] to return.
     pub fn create(
         path: &Path,
         options: &serde_json::Value,
         earlier: Vec<ImageEntry>,
         positions: Vec<usize>,
-        spectra: bool,
+        keep: bool,
     ) -> Result<Journal> {
         let file_error = |path: &Path, message: String| Error::File { path: path.to_path_buf(), message };
-        write_report(path, &earlier)?;
+        let mut report = csv_bytes([CSV_HEADER.map(String::from)]);
+        let mut spans = Vec::with_capacity(earlier.len());
+        let mut totals = Totals::default();
+        for entry in &earlier {
+            let rows = csv_bytes(entry.rows());
+            spans.push(Span { index: entry.index(), offset: report.len() as u64, len: rows.len() });
+            report.extend(rows);
+            totals.add(entry);
+        }
+        image_io::write_atomically(path, |file| file.write_all(&report))
+            .map_err(|e| file_error(path, e.to_string()))?;
         let sidecar = options_path(path);
         let json = serde_json::to_string_pretty(options).expect("options are JSON");
         image_io::write_atomically(&sidecar, |file| file.write_all(json.as_bytes()))
             .map_err(|e| file_error(&sidecar, e.to_string()))?;
         let file = File::options()
+            .read(true)
             .append(true)
             .open(path)
             .map_err(|e| file_error(path, format!("cannot append to the report: {e}")))?;
-        let written = Mutex::new(Written { file, entries: earlier });
-        Ok(Journal { path: path.to_path_buf(), positions, spectra, written })
+        let entries = if keep { earlier } else { Vec::new() };
+        let written = Written { file, end: report.len() as u64, spans, totals, entries };
+        Ok(Journal { path: path.to_path_buf(), positions, keep, written: Mutex::new(written) })
     }
 
     /// Records an image whose outputs are all written.
     pub fn done(&self, mut report: ImageReport) -> Result<()> {
         report.index = self.positions[report.index];
-        if !self.spectra {
-            report.singular_values.truncate(1);
-        }
         self.record(ImageEntry::Ok(report))
     }
 
@@ -354,44 +439,54 @@ impl Journal {
     }
 
     /// Appends the entry's rows to `report.csv` in one write (a process killed meanwhile leaves
-    /// them whole or absent) and keeps the entry.
+    /// them whole or absent) and adds it to the totals.
     fn record(&self, entry: ImageEntry) -> Result<()> {
-        let mut csv = csv::Writer::from_writer(Vec::new());
-        for row in entry.rows() {
-            csv.write_record(row).expect("writing to memory");
-        }
-        let bytes = csv.into_inner().expect("writing to memory");
+        let rows = csv_bytes(entry.rows());
         let mut written = self.written.lock().expect("no panics while holding the lock");
-        written.file.write_all(&bytes).map_err(|e| Error::File {
+        written.file.write_all(&rows).map_err(|e| Error::File {
             path: self.path.clone(),
             message: format!("cannot append to the report: {e}"),
         })?;
-        written.entries.push(entry);
+        let offset = written.end;
+        written.end += rows.len() as u64;
+        written.spans.push(Span { index: entry.index(), offset, len: rows.len() });
+        written.totals.add(&entry);
+        if self.keep {
+            written.entries.push(entry);
+        }
         Ok(())
     }
 
-    /// Rewrites `report.csv` in index order, whole or not at all ([`image_io::write_atomically`]),
-    /// and returns the entries in that order.
-    pub fn finish(self) -> Result<Vec<ImageEntry>> {
-        let mut entries = self.written.into_inner().expect("no panics while holding the lock").entries;
-        entries.sort_by_key(ImageEntry::index);
-        write_report(&self.path, &entries)?;
-        Ok(entries)
+    /// Rewrites `report.csv` in index order (its rows read back from the file as appended),
+    /// whole or not at all ([`image_io::write_atomically`]); returns the totals and, if kept,
+    /// every entry in index order.
+    pub fn finish(self) -> Result<(Totals, Vec<ImageEntry>)> {
+        let mut written = self.written.into_inner().expect("no panics while holding the lock");
+        written.spans.sort_by_key(|span| span.index);
+        let file = &written.file;
+        image_io::write_atomically(&self.path, |out| {
+            out.write_all(&csv_bytes([CSV_HEADER.map(String::from)]))?;
+            let mut rows = Vec::new();
+            for span in &written.spans {
+                rows.resize(span.len, 0);
+                file.read_exact_at(&mut rows, span.offset)?;
+                out.write_all(&rows)?;
+            }
+            Ok(())
+        })
+        .map_err(|e: std::io::Error| Error::File { path: self.path.clone(), message: e.to_string() })?;
+        written.entries.sort_by_key(ImageEntry::index);
+        Ok((written.totals, written.entries))
     }
 }
 
-/// `report.csv` of `entries`, whole or not at all.
-fn write_report(path: &Path, entries: &[ImageEntry]) -> Result<()> {
-    image_io::write_atomically(path, |file| {
-        let mut csv = csv::Writer::from_writer(file);
-        csv.write_record(CSV_HEADER)?;
-        for row in entries.iter().flat_map(ImageEntry::rows) {
-            csv.write_record(row)?;
-        }
-        csv.flush()?;
-        Ok(())
-    })
-    .map_err(|e: csv::Error| Error::File { path: path.to_path_buf(), message: e.to_string() })
+/// `rows` as CSV (the `csv` crate quotes fields that need it).
+fn csv_bytes(rows: impl IntoIterator<Item = [String; 11]>) -> Vec<u8> {
+    let mut csv = csv::Writer::from_writer(Vec::new());
+    for row in rows {
+        csv.write_record(row).expect("writing to memory");
+    }
+    csv.into_inner().expect("writing to memory")
 }
 
 /// The sidecar of report `path` (`report.options.json` beside `report.csv`): the options its
