@@ -33,20 +33,28 @@ pub enum SmallSolver {
 impl SmallSolver {
     /// [`SmallSolver::Device`] when the work space of a `b`-column subspace fits in one block's
     /// shared memory on `device`; else [`SmallSolver::DeviceBlocked`] when the batch of `images`
-    /// gives the block Jacobi at least one pair of blocks per multiprocessor, and
-    /// [`SmallSolver::Host`] when it does not.
+    /// gives the block Jacobi at least one pair of blocks per multiprocessor, or when the
+    /// problem has [`BLOCK_JACOBI_MIN_PAIRS`] pairs of blocks itself; [`SmallSolver::Host`]
+    /// otherwise.
     pub fn for_subspace(device: &Device, b: usize, images: usize) -> Result<SmallSolver> {
         if kf::jacobi_shared_bytes(b as u32) <= device.max_shared_bytes_per_block()? {
             return Ok(SmallSolver::Device);
         }
         let pairs = b.div_ceil(2 * BlockJacobi::block_rows(device, b));
-        Ok(if images * pairs >= device.multiprocessors()? as usize {
+        Ok(if images * pairs >= device.multiprocessors()? as usize || pairs >= BLOCK_JACOBI_MIN_PAIRS {
             SmallSolver::DeviceBlocked
         } else {
             SmallSolver::Host
         })
     }
 }
+
+/// Pairs of blocks from which block Jacobi solves even one image's Ritz problem (`b > 320` on a
+/// GPU): one image on an H200, the whole factorisation's device time, host solver against block
+/// Jacobi: b = 200 (512², k = 100) 30.5 against 53.2 ms, (4096², k = 100) 105 against 135; b = 512
+/// (2048², k = 256) 172 against 155, (4096², k = 256) 267 against 230 (`benches/svd_factor
+/// --one-image`, 2026-11-26).
+pub const BLOCK_JACOBI_MIN_PAIRS: usize = 6;
 
 /// Sweeps after which the block Jacobi gives up (a dense matrix needs about 10; the Ritz
 /// problems of later iterations, nearly diagonal, 1–3).
