@@ -156,8 +156,25 @@ fn mosaics_on_request_and_no_pngs_with_no_images() {
     image_folder(&dir);
     let (ok, stdout, stderr) = run_svd(&dir, &["images", "--ranks", "3", "--mosaic", "--device", "cpu"]);
     assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
-    for (name, _, _) in IMAGES {
-        assert!(dir.join(format!("svd-out/{name}-mosaic.png")).is_file(), "{name}");
+    // Each mosaic: the original and the rank-3 PNG's pixels side by side on white, 8 px apart,
+    // below 24-pixel label strips with dark text in them.
+    for (name, w, h) in IMAGES {
+        let mosaic = image::open(dir.join(format!("svd-out/{name}-mosaic.png"))).unwrap().into_luma8();
+        let rank = image::open(dir.join(format!("svd-out/{name}-k3.png"))).unwrap().into_luma8();
+        let original = image::open(dir.join(format!("images/{name}.png"))).unwrap().into_luma8();
+        assert_eq!(mosaic.dimensions(), (2 * (w as u32 + 8) + 8, h as u32 + 24 + 16), "{name}");
+        for (x0, tile) in [(8, &original), (8 + w as u32 + 8, &rank)] {
+            for (x, y, pixel) in tile.enumerate_pixels() {
+                assert_eq!(
+                    mosaic.get_pixel(x0 + x, 8 + 24 + y),
+                    pixel,
+                    "{name}: tile at {x0}, pixel ({x}, {y})"
+                );
+            }
+            let strip = (x0..x0 + 40).flat_map(|x| (8..8 + 24).map(move |y| (x, y)));
+            assert!(strip.clone().any(|(x, y)| mosaic.get_pixel(x, y)[0] < 128), "{name}: no label at {x0}");
+        }
+        assert_eq!(mosaic.get_pixel(0, 0)[0], 255, "{name}: white background");
     }
     let (ok, stdout, stderr) =
         run_svd(&dir, &["images", "--ranks", "3", "--no-images", "--device", "cpu", "--out-dir", "bare"]);

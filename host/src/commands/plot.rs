@@ -297,12 +297,13 @@ fn envelope(points: &[(f64, f64)], columns: usize) -> Vec<(f64, f64)> {
     kept
 }
 
-/// Registers the embedded DejaVu Sans as `sans-serif` (once per process).
 /// Pixel height reserved above an image for a label drawn by [`draw_labels`].
 pub const LABEL_HEIGHT: u32 = 24;
 
 /// Draws each `(text, x, y)` in black, 16 px sans-serif, with its top-left corner at `(x, y)`, onto
-/// `gray`: row-major 8-bit grayscale pixels, `width × height`. Used to caption image mosaics.
+/// `gray`: row-major 8-bit grayscale pixels, `width × height`. Used to caption image mosaics. Only
+/// each label's strip (the [`LABEL_HEIGHT`] rows from `y`, from `x` to the right edge) is drawn
+/// on, through a small colour copy, so the cost is the labels', not the image's.
 pub fn draw_labels(
     gray: &mut [u8],
     width: usize,
@@ -313,22 +314,31 @@ pub fn draw_labels(
         return Err(Error::InvalidInput(format!("{} pixels for a {width} × {height} image", gray.len())));
     }
     register_font().map_err(Error::InvalidInput)?;
-    let mut rgb: Vec<u8> = gray.iter().flat_map(|&v| [v, v, v]).collect();
-    {
-        let root = BitMapBackend::with_buffer(&mut rgb, (width as u32, height as u32)).into_drawing_area();
-        let style = ("sans-serif", 16).into_font().color(&BLACK);
-        for (text, x, y) in labels {
-            root.draw_text(text, &style, (*x as i32, *y as i32 + 3))
-                .map_err(|e| Error::InvalidInput(e.to_string()))?;
+    let style = ("sans-serif", 16).into_font().color(&BLACK);
+    for (text, x, y) in labels {
+        let (x, y) = (*x, *y);
+        if x >= width || y >= height {
+            return Err(Error::InvalidInput(format!("label {text:?} at ({x}, {y}) is outside the image")));
         }
-        root.present().map_err(|e| Error::InvalidInput(e.to_string()))?;
-    }
-    for (g, px) in gray.iter_mut().zip(rgb.chunks_exact(3)) {
-        *g = px[0];
+        let (strip_w, strip_h) = (width - x, (LABEL_HEIGHT as usize).min(height - y));
+        let rows = || (y..y + strip_h).map(|row| row * width + x..row * width + width);
+        let mut rgb: Vec<u8> = rows().flat_map(|span| gray[span].iter().flat_map(|&v| [v, v, v])).collect();
+        {
+            let root =
+                BitMapBackend::with_buffer(&mut rgb, (strip_w as u32, strip_h as u32)).into_drawing_area();
+            root.draw_text(text, &style, (0, 3)).map_err(|e| Error::InvalidInput(e.to_string()))?;
+            root.present().map_err(|e| Error::InvalidInput(e.to_string()))?;
+        }
+        for (span, colour) in rows().zip(rgb.chunks_exact(3 * strip_w)) {
+            for (g, px) in gray[span].iter_mut().zip(colour.chunks_exact(3)) {
+                *g = px[0];
+            }
+        }
     }
     Ok(())
 }
 
+/// Registers the embedded DejaVu Sans as `sans-serif` (once per process).
 fn register_font() -> std::result::Result<(), String> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok = *REGISTERED

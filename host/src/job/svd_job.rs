@@ -169,12 +169,18 @@ impl Reconstruction {
         }
     }
 
-    /// The image in `[0, 1]` (bytes ÷ 255 for [`Reconstruction::Gray8`]), if kept.
-    pub fn to_f32(&self) -> Option<Array2<f32>> {
+    /// The 8-bit pixels a PNG of it stores (`round(clamp(v, 0, 1)·255)`, row-major), if kept:
+    /// [`Reconstruction::Gray8`]'s own bytes.
+    pub fn to_gray8(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
         match self {
             Reconstruction::Dropped => None,
-            Reconstruction::Gray8(bytes) => Some(bytes.mapv(|v| f32::from(v) / 255.0)),
-            Reconstruction::Float(values) => Some(values.clone()),
+            Reconstruction::Gray8(bytes) => {
+                Some(std::borrow::Cow::Borrowed(bytes.as_slice().expect("standard layout")))
+            }
+            Reconstruction::Float(values) => Some(std::borrow::Cow::Owned(crate::image_io::to_gray8(
+                values.view(),
+                crate::image_io::Scaling::Clamp,
+            ))),
         }
     }
 }

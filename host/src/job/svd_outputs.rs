@@ -7,8 +7,9 @@ use crate::error::{Error, Result};
 use crate::image_io::{self, Scaling};
 use crate::svd_job::{FailedImage, ImageResult, JobOptions, RankResult, Reconstruction, StageTimes};
 use crate::{npy, plot};
-use ndarray::{Array2, s};
+use ndarray::Array2;
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
@@ -103,14 +104,15 @@ impl Outputs<'_> {
 
     /// The original beside every rank's reconstruction.
     fn write_mosaic(&self, result: &ImageResult) -> Result<()> {
-        let mut tiles = vec![((self.original)(result.index)?, "original".to_string())];
+        let original = image_io::to_gray8((self.original)(result.index)?.view(), Scaling::Clamp);
+        let mut tiles = vec![(Cow::Owned(original), "original".to_string())];
         for r in &result.ranks {
-            let tile = r.reconstruction.to_f32().ok_or_else(|| {
+            let tile = r.reconstruction.to_gray8().ok_or_else(|| {
                 Error::InvalidInput("a mosaic needs the reconstructions (not --no-images)".into())
             })?;
             tiles.push((tile, format!("k = {}", r.k)));
         }
-        write_mosaic(&self.mosaic_path(&result.name), &tiles)
+        write_mosaic(&self.mosaic_path(&result.name), (result.rows, result.cols), &tiles)
     }
 
     /// Where image `name`'s mosaic goes.
@@ -119,26 +121,32 @@ impl Outputs<'_> {
     }
 }
 
-/// Tiles in a grid of up to 4 columns, each with its label above it.
-pub fn write_mosaic(path: &Path, tiles: &[(Array2<f32>, String)]) -> Result<()> {
-    let (h, w) = tiles[0].0.dim();
+/// Tiles (each `rows × cols` 8-bit gray pixels, row-major) in a grid of up to 4 columns on
+/// white, each with its label above it.
+pub fn write_mosaic(path: &Path, (h, w): (usize, usize), tiles: &[(Cow<[u8]>, String)]) -> Result<()> {
     let cols = tiles.len().min(4);
     let grid_rows = tiles.len().div_ceil(cols);
     let (gap, label_h) = (8usize, plot::LABEL_HEIGHT as usize);
     let (cell_w, cell_h) = (w + gap, h + label_h + gap);
     let (mw, mh) = (cols * cell_w + gap, grid_rows * cell_h + gap);
-    let mut mosaic = Array2::<f32>::ones((mh, mw));
+    let mut mosaic = vec![255u8; mw * mh];
     let mut labels = Vec::new();
     for (i, (tile, text)) in tiles.iter().enumerate() {
+        if tile.len() != h * w {
+            return Err(Error::InvalidInput(format!(
+                "a mosaic tile of {} pixels, not {h} × {w}",
+                tile.len()
+            )));
+        }
         let (x0, y0) = (gap + (i % cols) * cell_w, gap + (i / cols) * cell_h);
-        mosaic
-            .slice_mut(s![y0 + label_h..y0 + label_h + h, x0..x0 + w])
-            .assign(&tile.mapv(|v| v.clamp(0.0, 1.0)));
+        for (row, pixels) in tile.chunks_exact(w).enumerate() {
+            let at = (y0 + label_h + row) * mw + x0;
+            mosaic[at..at + w].copy_from_slice(pixels);
+        }
         labels.push((text.clone(), x0, y0));
     }
-    let mut gray = image_io::to_gray8(mosaic.view(), Scaling::Clamp);
-    plot::draw_labels(&mut gray, mw, mh, &labels)?;
-    image_io::save_gray8(path, &gray, mw, mh)
+    plot::draw_labels(&mut mosaic, mw, mh, &labels)?;
+    image_io::save_gray8(path, &mosaic, mw, mh)
 }
 
 /// One rank of one image, as reported.
