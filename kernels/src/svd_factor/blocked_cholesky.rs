@@ -21,7 +21,7 @@
 //! block's products go through the 64 × 64 output tile of the batched GEMM (256 threads, 4 × 4
 //! outputs each, stages of 16 along the inner dimension in shared memory).
 
-use super::{GEMM_LD, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, PIVOT_FLOOR};
+use super::{GEMM_LD, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, PIVOT_FLOOR, Stages};
 use gpu_std::math;
 use gpu_std::shared::{self, DynamicShared};
 use gpu_std::{kernel, thread, warp};
@@ -48,10 +48,9 @@ pub const BLOCKED_CHOLESKY_SHARED_BYTES: u32 = shared::Layout::new()
 /// The shared memory of one block: the GEMM's two stages, a tile, a second one for the diagonal
 /// block's inverse, and a vector.
 struct Space {
-    a_stage: DynamicShared<f64>,
-    b_stage: DynamicShared<f64>,
-    tile: DynamicShared<f64>,
-    inverse_tile: DynamicShared<f64>,
+    stages: Stages,
+    tile: Tile,
+    inverse: Tile,
     vector: DynamicShared<f64>,
 }
 
@@ -60,36 +59,29 @@ impl Space {
     fn new() -> Space {
         let mut smem = shared::Allocator::new();
         Space {
-            a_stage: smem.array::<f64>(GEMM_TILE_K as usize * GEMM_LD),
-            b_stage: smem.array::<f64>(GEMM_TILE_K as usize * GEMM_LD),
-            tile: smem.array::<f64>(GEMM_TILE as usize * TILE_LD),
-            inverse_tile: smem.array::<f64>(GEMM_TILE as usize * TILE_LD),
+            stages: Stages::new(&mut smem),
+            tile: Tile(smem.array::<f64>(GEMM_TILE as usize * TILE_LD)),
+            inverse: Tile(smem.array::<f64>(GEMM_TILE as usize * TILE_LD)),
             vector: smem.array::<f64>(GEMM_TILE as usize),
         }
     }
+}
 
-    /// Element `(i, j)` of the tile (`i, j < 64`; no other thread writes it meanwhile).
+/// A 64 × 64 f64 matrix in shared memory, rows [`TILE_LD`] apart.
+#[derive(Clone, Copy)]
+struct Tile(DynamicShared<f64>);
+
+impl Tile {
+    /// Element `(i, j)` (`i, j < 64`; no other thread writes it meanwhile).
     #[inline(always)]
-    unsafe fn at(&self, i: u32, j: u32) -> f64 {
-        self.tile.read(i as usize * TILE_LD + j as usize)
+    unsafe fn at(self, i: u32, j: u32) -> f64 {
+        self.0.read(i as usize * TILE_LD + j as usize)
     }
 
-    /// Writes element `(i, j)` of the tile (`i, j < 64`; no other thread accesses it meanwhile).
+    /// Writes element `(i, j)` (`i, j < 64`; no other thread accesses it meanwhile).
     #[inline(always)]
-    unsafe fn set(&self, i: u32, j: u32, value: f64) {
-        self.tile.write(i as usize * TILE_LD + j as usize, value)
-    }
-
-    /// Element `(i, j)` of the inverse's tile (as [`Space::at`]).
-    #[inline(always)]
-    unsafe fn inverse(&self, i: u32, j: u32) -> f64 {
-        self.inverse_tile.read(i as usize * TILE_LD + j as usize)
-    }
-
-    /// Writes element `(i, j)` of the inverse's tile (as [`Space::set`]).
-    #[inline(always)]
-    unsafe fn set_inverse(&self, i: u32, j: u32, value: f64) {
-        self.inverse_tile.write(i as usize * TILE_LD + j as usize, value)
+    unsafe fn set(self, i: u32, j: u32, value: f64) {
+        self.0.write(i as usize * TILE_LD + j as usize, value)
     }
 }
 
@@ -122,18 +114,18 @@ unsafe fn tile_product(
             let idx = tid + GEMM_THREADS * q;
             let (i, p) = (idx % TILE, idx / TILE);
             let v = if i < rows && p0 + p < end { a(i, p0 + p) } else { 0.0 };
-            space.a_stage.write(p as usize * GEMM_LD + i as usize, v);
+            space.stages.a.write(p as usize * GEMM_LD + i as usize, v);
             let (p, j) = (idx / TILE, idx % TILE);
             let v = if j < cols && p0 + p < end { b(p0 + p, j) } else { 0.0 };
-            space.b_stage.write(p as usize * GEMM_LD + j as usize, v);
+            space.stages.b.write(p as usize * GEMM_LD + j as usize, v);
         }
         thread::sync_threads();
         for p in 0..TK as usize {
             let mut av = [0.0f64; 4];
             let mut bv = [0.0f64; 4];
             for r in 0..4 {
-                av[r] = space.a_stage.read(p * GEMM_LD + ty as usize + 16 * r);
-                bv[r] = space.b_stage.read(p * GEMM_LD + tx as usize + 16 * r);
+                av[r] = space.stages.a.read(p * GEMM_LD + ty as usize + 16 * r);
+                bv[r] = space.stages.b.read(p * GEMM_LD + tx as usize + 16 * r);
             }
             for r in 0..4 {
                 for s in 0..4 {
@@ -184,7 +176,7 @@ pub fn cholesky_diagonal_block(
         let (i, j) = (e / len, e % len);
         if i <= j {
             // SAFETY: i, j < 64; one thread per element.
-            unsafe { space.set(i, j, w[at(start + i, start + j)]) };
+            unsafe { space.tile.set(i, j, w[at(start + i, start + j)]) };
         }
         e += GEMM_THREADS;
     }
@@ -205,7 +197,7 @@ pub fn cholesky_diagonal_block(
     // Right-looking Cholesky of the tile, one barrier per step, as `cholesky_inverse`.
     let pivot = |j: u32| -> f64 {
         // SAFETY: j < len ≤ 64, written before the last barrier.
-        unsafe { space.at(j, j).max(PIVOT_FLOOR * space.vector.read(j as usize)).max(f64::MIN_POSITIVE) }
+        unsafe { space.tile.at(j, j).max(PIVOT_FLOOR * space.vector.read(j as usize)).max(f64::MIN_POSITIVE) }
     };
     for j in 0..len {
         let inv = 1.0 / pivot(j);
@@ -216,7 +208,13 @@ pub fn cholesky_diagonal_block(
             if r <= c {
                 // SAFETY: r, c < len; each (r, c) of this step is written by one thread, and row
                 // j, which all read, by none.
-                unsafe { space.set(r, c, space.at(r, c) - space.at(j, r) * inv * space.at(j, c)) };
+                unsafe {
+                    space.tile.set(
+                        r,
+                        c,
+                        space.tile.at(r, c) - space.tile.at(j, r) * inv * space.tile.at(j, c),
+                    )
+                };
             }
             e += GEMM_THREADS;
         }
@@ -237,8 +235,8 @@ pub fn cholesky_diagonal_block(
             // SAFETY: r, c < 64; one thread per element, the vector read-only now.
             unsafe {
                 let root = space.vector.read(r as usize);
-                let value = if r == c { root } else { space.at(r, c) / root };
-                space.set(r, c, value);
+                let value = if r == c { root } else { space.tile.at(r, c) / root };
+                space.tile.set(r, c, value);
                 w[at(start + r, start + c)] = value;
             }
         }
@@ -258,7 +256,7 @@ pub fn cholesky_diagonal_block(
             while l <= c {
                 // SAFETY: r, l, c < 64; X(l, c) for l > r was written by this column's first
                 // thread before the warp barrier of an earlier step, R is read-only now.
-                sum += unsafe { space.at(r, l) * space.inverse(l, c) };
+                sum += unsafe { space.tile.at(r, l) * space.inverse.at(l, c) };
                 l += 4;
             }
         }
@@ -267,7 +265,9 @@ pub fn cholesky_diagonal_block(
         if c < len && part == 0 {
             let identity = if r == c { 1.0 } else { 0.0 };
             // SAFETY: r, c < 64; only this thread writes X(r, c).
-            unsafe { space.set_inverse(r, c, if r > c { 0.0 } else { (identity - sum) / space.at(r, r) }) };
+            unsafe {
+                space.inverse.set(r, c, if r > c { 0.0 } else { (identity - sum) / space.tile.at(r, r) })
+            };
         }
         warp::sync_warp(u32::MAX);
     }
@@ -276,7 +276,7 @@ pub fn cholesky_diagonal_block(
     while e < len * len {
         let (r, c) = (e / len, e % len);
         // SAFETY: r, c < 64, written before the barrier.
-        rinv[at(start + r, start + c)] = unsafe { space.inverse(r, c) };
+        rinv[at(start + r, start + c)] = unsafe { space.inverse.at(r, c) };
         e += GEMM_THREADS;
     }
 }
@@ -304,7 +304,7 @@ pub fn cholesky_row_panel(w: &mut [f64], rinv: &[f64], b: u32, nb: u32, panel: u
     while e < len * cols {
         let (i, j) = (e / cols, e % cols);
         // SAFETY: i, j < 64; one thread per element.
-        unsafe { space.set(i, j, w[at(start + i, first + j)]) };
+        unsafe { space.tile.set(i, j, w[at(start + i, first + j)]) };
         e += GEMM_THREADS;
     }
     thread::sync_threads();
@@ -318,7 +318,7 @@ pub fn cholesky_row_panel(w: &mut [f64], rinv: &[f64], b: u32, nb: u32, panel: u
             |i, l| if l <= i { rinv[at(start + l, start + i)] } else { 0.0 },
             // The tile: l, j < 64, written before the barrier above.
             #[inline(always)]
-            |l, j| space.at(l, j),
+            |l, j| space.tile.at(l, j),
             (len, cols),
             (0, len),
         )
@@ -429,7 +429,7 @@ pub fn triangular_inverse_column(w: &[f64], rinv: &mut [f64], b: u32, nb: u32, p
             let j = tx + 16 * s as u32;
             if i < rows && j < cols {
                 // SAFETY: i, j < 64; one thread per element.
-                unsafe { space.set(i, j, value) };
+                unsafe { space.tile.set(i, j, value) };
             }
         }
     }
@@ -443,7 +443,7 @@ pub fn triangular_inverse_column(w: &[f64], rinv: &mut [f64], b: u32, nb: u32, p
                 &space,
                 // The tile: i, l < 64, written before the barrier above.
                 #[inline(always)]
-                |i, l| space.at(i, l),
+                |i, l| space.tile.at(i, l),
                 #[inline(always)]
                 |l, j| if l <= j { x[at(col0 + l, col0 + j)] } else { 0.0 },
                 (rows, cols),

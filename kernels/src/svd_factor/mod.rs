@@ -108,7 +108,7 @@ pub fn gemm_f64_to<T: Float>(
     let tid = thread::thread_idx_x();
     let (tx, ty) = (tid % 16, tid / 16);
     let (row0, col0) = (bi * GEMM_TILE, bj * GEMM_TILE);
-    let stages = Stages::new();
+    let stages = Stages::new(&mut shared::Allocator::new());
 
     let mut acc = [[0.0f64; 4]; 4];
     let mut p0 = 0;
@@ -175,7 +175,7 @@ pub fn gemm_f64_mma_to<T: Float>(
     let lane = thread::thread_idx_x() % 32;
     let (warp_row, warp_col) = (16 * (warp / 2), 32 * (warp % 2));
     let (row0, col0) = (thread::block_idx_y() * GEMM_TILE, thread::block_idx_x() * GEMM_TILE);
-    let stages = Stages::new();
+    let stages = Stages::new(&mut shared::Allocator::new());
     let (a_row, a_p) = mma::f64_a_coords(lane);
     let (b_p, b_col) = mma::f64_b_coords(lane);
 
@@ -222,15 +222,15 @@ pub fn gemm_f64_mma_to<T: Float>(
 
 /// The shared-memory stages of the GEMM kernels: `A`'s `64 × 16` and `B`'s `16 × 64`, each stored
 /// `[p][i]` with rows of [`GEMM_LD`].
-struct Stages {
-    a: shared::DynamicShared<f64>,
-    b: shared::DynamicShared<f64>,
+pub(crate) struct Stages {
+    pub(crate) a: shared::DynamicShared<f64>,
+    pub(crate) b: shared::DynamicShared<f64>,
 }
 
 impl Stages {
+    /// The stages, the next allocations of `smem` (first in a GEMM kernel's shared memory).
     #[inline(always)]
-    fn new() -> Stages {
-        let mut smem = shared::Allocator::new();
+    pub(crate) fn new(smem: &mut shared::Allocator) -> Stages {
         Stages {
             a: smem.array::<f64>(GEMM_TILE_K as usize * GEMM_LD),
             b: smem.array::<f64>(GEMM_TILE_K as usize * GEMM_LD),
