@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# Runner of the GPU bundle (see scripts/gpu-bundle.sh), for a CUDA machine without Rust.
-# Runs every test binary with the GPU required (a skip is a failure), then the same tests under
-# compute-sanitizer memcheck and racecheck when it is installed, then the commands on the GPU, and prints a summary.
-# Usage: gpu-bundle/run.sh [LOG_DIR]
+# Runner of the GPU bundle (built by scripts/gpu-bundle.sh, copied there as run.sh), for a CUDA
+# machine without Rust. Runs every test binary of tests/ with the GPU required (the project's
+# variable, from bundle.env: a skip is a failure), then — unless --tests-only — the commands listed by
+# gpu-commands.sh when the bundle has one (the project's scripts/gpu-commands.sh) and every benchmark
+# of benches/, and prints a summary: per binary ok, FAILED, or FAILED (GPU required but missing).
+# compute-sanitizer memcheck and racecheck are gpu-sanitize.sh's work (about 8 minutes on an H100).
+# Usage: gpu-bundle/run.sh [--tests-only] [LOG_DIR]     (logs, one per binary: LOG_DIR, default gpu-bundle/logs)
+# Exit status 0 when everything passed.
 set -uo pipefail
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+tests_only=false
+if [ "${1:-}" = --tests-only ]; then tests_only=true; shift; fi
 logs=${1:-$bundle/logs}
 mkdir -p "$logs"
-export KERNEL_SUITE_REQUIRE_GPU=1 KERNEL_SUITE_BIN_DIR="$bundle/bin" BENCH_OUT_DIR="$logs"
+logs=$(cd "$logs" && pwd)
+# shellcheck source=/dev/null
+. "$bundle/bundle.env"
+export "$require_gpu_env=1" BENCH_OUT_DIR="$logs"
+[ -z "$bin_dir_env" ] || export "$bin_dir_env=$bundle/bin"
 summary=()
 failures=0
 
@@ -16,62 +26,42 @@ record() { # name status
   [ "$2" = ok ] || failures=$((failures + 1))
 }
 
+echo "$package bundle ($revision)"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
-echo "== tests (GPU required)"
+echo "== tests (GPU required: $require_gpu_env=1)"
 for t in "$bundle"/tests/*; do
   name=$(basename "$t")
-  if "$t" --test-threads=1 >"$logs/test-$name.log" 2>&1; then
+  log="$logs/test-$name.log"
+  listed=$("$t" --list 2>/dev/null | grep -c ': test$')
+  if "$t" --test-threads=1 >"$log" 2>&1; then
     record "test $name" ok
+  elif grep -q "the GPU is required ($require_gpu_env=1)" "$log"; then
+    record "test $name" "FAILED (GPU required but missing)"
   else
     record "test $name" FAILED
   fi
-  grep -E "^test result|SKIPPED|panicked" "$logs/test-$name.log" | sed "s/^/  $name: /"
+  echo "  $name: $listed tests listed"
+  grep -E "^test result:|SKIPPED|panicked" "$log" | sed "s/^/  $name: /"
 done
 
-sanitize() { # tool: memcheck over every test binary, racecheck (shared-memory hazards) too
-  local tool=$1
-  echo "== compute-sanitizer $tool"
-  for t in "$bundle"/tests/*; do
-    name=$(basename "$t")
-    log="$logs/$tool-$name.log"
-    compute-sanitizer --tool "$tool" --error-exitcode 99 "$t" --test-threads=1 >"$log" 2>&1
-    rc=$?
-    # memcheck ends with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: … (N errors, …)".
-    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p; s/.*RACECHECK SUMMARY: .*(\([0-9]*\) error.*/\1/p' "$log" | tail -n 1)
-    if grep -q "terminated before first instrumented API call" "$log"; then
-      echo "  $name: makes no CUDA calls (simulator/host-only tests)"
-    else
-      echo "  $name: rc=$rc, ${errors:-?} $tool errors"
-      if [ "$rc" = 0 ] && [ "${errors:-0}" = 0 ]; then record "$tool $name" ok; else record "$tool $name" FAILED; fi
-    fi
-  done
-}
-if command -v compute-sanitizer >/dev/null; then
-  sanitize memcheck
-  sanitize racecheck
-else
-  echo "== compute-sanitizer not installed: memcheck and racecheck skipped"
-fi
-
-echo "== commands on the GPU"
 run_cmd() { # label command...
   local label=$1; shift
   if "$@" >"$logs/cmd-$label.log" 2>&1; then record "cmd $label" ok; else record "cmd $label" FAILED; fi
   sed "s/^/  $label: /" "$logs/cmd-$label.log"
 }
-run_cmd saxpy "$bundle/bin/saxpy" --device gpu
-run_cmd conv "$bundle/bin/conv" --device gpu --width 4096 --height 4096 --runs 20 --check --output "$logs/conv.png"
-run_cmd spiral "$bundle/bin/spiral" --new --seed 1 --device gpu --output "$logs/spiral.png"
-run_cmd lombscargle "$bundle/bin/lombscargle" --device gpu --variant recurrence --precision f32 \
-  --output "$logs/lombscargle.csv" --plot "$logs/lombscargle.png"
-
-echo "== benchmarks"
-run_cmd bench "$bundle/bin/bench" --out-dir "$logs/bench"
-for b in "$bundle"/benches/*; do
-  [ -e "$b" ] || continue
-  run_cmd "bench-$(basename "$b")" "$b"
-done
+if ! $tests_only; then
+  if [ -f "$bundle/gpu-commands.sh" ]; then
+    echo "== commands on the GPU"
+    # shellcheck source=/dev/null
+    . "$bundle/gpu-commands.sh"
+  fi
+  echo "== benchmarks"
+  for b in "$bundle"/benches/*; do
+    [ -e "$b" ] || continue
+    run_cmd "bench-$(basename "$b")" "$b"
+  done
+fi
 
 echo "== summary"
 printf '%s\n' "${summary[@]}"
