@@ -102,7 +102,7 @@ for line in sys.stdin:
 }
 
 export CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols
-cargo build --release --bins --message-format=json | copy_artifacts bin "$bundle/bin"
+[ -z "$(field bin)" ] || cargo build --release --bins --message-format=json | copy_artifacts bin "$bundle/bin"
 cargo test --release --no-run --message-format=json | copy_artifacts test "$bundle/tests"
 cargo bench --no-run --message-format=json | copy_artifacts bench "$bundle/benches"
 cp "$target_dir"/release/kernels/ptxas-report.txt "$target_dir"/release/kernels/kernels.ptx "$bundle/" 2>/dev/null || true
