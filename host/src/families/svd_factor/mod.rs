@@ -24,7 +24,9 @@ mod small;
 use gemm::{gemm, gemm_to_f32, operand};
 pub use passes::{finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums};
 use small::ritz_eigen_host;
-pub use small::{BlockJacobi, SmallSolver, blocked_cholesky_inverse, cholesky_panel_rows};
+pub use small::{
+    BLOCK_JACOBI_MIN_PAIRS, BlockJacobi, SmallSolver, blocked_cholesky_inverse, cholesky_panel_rows,
+};
 
 /// Residual tolerance of the iteration: each of the `k` leading Ritz pairs must satisfy
 /// `‖G·v − θ·v‖ ≤ TOLERANCE·√(θ₁·θ)`. Since an eigenvalue lies within the residual of a Ritz
