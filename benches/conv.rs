@@ -19,7 +19,12 @@ fn fp32_lanes_per_sm(major: u32, minor: u32) -> u32 {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    kernel_suite::bench::run(measure)
+}
+
+/// The benchmark; without a GPU, or on any failure, its error as one line (`bench::run`).
+fn measure() -> anyhow::Result<()> {
     let device = Device::gpu(0)?;
     println!("device: {}", device.describe());
     let props = device_properties()?;

@@ -23,7 +23,12 @@ fn wall_ms(warmup: usize, runs: usize, mut work: impl FnMut() -> Result<()>) -> 
     Ok(Stats::of(&times))
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    kernel_suite::bench::run(measure)
+}
+
+/// The benchmark; without a GPU, or on any failure, its error as one line (`bench::run`).
+fn measure() -> anyhow::Result<()> {
     let device = Device::gpu(0)?;
     println!("device: {}", device.describe());
     let mut table = Table::new(&["MiB", "path", "H2D ms", "H2D GB/s", "D2H ms", "D2H GB/s", "set-up ms"]);

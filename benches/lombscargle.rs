@@ -174,7 +174,12 @@ fn row(
     })
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    kernel_suite::bench::run(measure)
+}
+
+/// The benchmark; without a GPU, or on any failure, its error as one line (`bench::run`).
+fn measure() -> anyhow::Result<()> {
     let sweep = std::env::args().any(|a| a == "--sweep");
 
     // The first device of the process pays for the driver and the context; the PTX-loading devices

@@ -8,7 +8,12 @@ use kernel_suite::bench::{Stats, Table};
 use kernel_suite::reduce::{Reducer, sum};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    kernel_suite::bench::run(measure)
+}
+
+/// The benchmark; without a GPU, or on any failure, its error as one line (`bench::run`).
+fn measure() -> anyhow::Result<()> {
     let device = Device::gpu(0)?;
     println!("device: {}", device.describe());
     let mut table =

@@ -9,7 +9,12 @@ use kernel_suite::bench::{Stats, Table};
 use kernel_suite::scan::{Scanner, inclusive_scan};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    kernel_suite::bench::run(measure)
+}
+
+/// The benchmark; without a GPU, or on any failure, its error as one line (`bench::run`).
+fn measure() -> anyhow::Result<()> {
     let device = Device::gpu(0)?;
     println!("device: {}", device.describe());
     let mut table = Table::new(&["elements", "median ms", "min ms", "max ms", "GB/s", "end-to-end ms"]);

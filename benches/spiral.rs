@@ -37,7 +37,12 @@ fn ms_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    kernel_suite::bench::run(measure)
+}
+
+/// The benchmark; without a GPU, or on any failure, its error as one line (`bench::run`).
+fn measure() -> anyhow::Result<()> {
     // 1. A whole run, cold.
     let mut phases = Table::new(&["phase (3840×2160, f32, gray)", "ms"]);
     let mut row = |phase: &str, ms: f64| phases.row(&[phase.to_string(), format!("{ms:.3}")]);

@@ -13,7 +13,12 @@ use kernel_suite::svd_factor::{self, SmallSolver, launch_f32_to_f64};
 use kernel_suite::{Device, Dim3, LaunchConfig, workload};
 use kernels::svd_factor::{self as kf, Layout};
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    kernel_suite::bench::run(measure)
+}
+
+/// The benchmark; without a GPU, or on any failure, its error as one line (`bench::run`).
+fn measure() -> anyhow::Result<()> {
     let device = Device::gpu(0)?;
     println!("device: {}", device.describe());
     // `SVD_FACTOR_PROFILE=1`: one run per workload with the nvprof-style profile of every kernel.

@@ -8,7 +8,12 @@ use kernel_suite::bench::{Stats, Table};
 use kernel_suite::transpose::{transpose, transpose_buffer};
 use ndarray::Array2;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    kernel_suite::bench::run(measure)
+}
+
+/// The benchmark; without a GPU, or on any failure, its error as one line (`bench::run`).
+fn measure() -> anyhow::Result<()> {
     let device = Device::gpu(0)?;
     println!("device: {}", device.describe());
     let mut table = Table::new(&["matrix", "median ms", "min ms", "max ms", "GB/s", "end-to-end ms"]);
