@@ -92,6 +92,22 @@ fn outputs() -> (u32, u32) {
     (tid % 16, tid / 16)
 }
 
+/// Calls `store(i, j, value)` for each of this thread's 4 × 4 outputs `acc` of a 64 × 64 tile
+/// ([`outputs`]) that lies in its `rows × cols` corner.
+#[inline(always)]
+fn for_each_output(acc: &[[f64; 4]; 4], (rows, cols): (u32, u32), mut store: impl FnMut(u32, u32, f64)) {
+    let (tx, ty) = outputs();
+    for (r, row) in acc.iter().enumerate() {
+        let i = ty + 16 * r as u32;
+        for (s, &value) in row.iter().enumerate() {
+            let j = tx + 16 * s as u32;
+            if i < rows && j < cols {
+                store(i, j, value);
+            }
+        }
+    }
+}
+
 /// `Σ_{p ∈ depth} a(i, p)·b(p, j)` for the `rows × cols` corner of a 64 × 64 tile, this thread's
 /// 4 × 4 part ([`outputs`]); zero outside `rows × cols`. Called by every thread of the block (it
 /// waits at barriers). `a` is read along `i` and `b` along `j` by consecutive threads.
@@ -297,7 +313,6 @@ pub fn cholesky_row_panel(w: &mut [f64], rinv: &[f64], b: u32, nb: u32, panel: u
     }
     let cols = GEMM_TILE.min(b - first);
     let space = Space::new();
-    let (tx, ty) = outputs();
     let at = |i: u32, j: u32| i as usize * bu + j as usize;
     // T = W_pj (every earlier panel's update subtracted) into the tile.
     let mut e = thread::thread_idx_x();
@@ -323,15 +338,7 @@ pub fn cholesky_row_panel(w: &mut [f64], rinv: &[f64], b: u32, nb: u32, panel: u
             (0, len),
         )
     };
-    for (r, row) in acc.iter().enumerate() {
-        let i = ty + 16 * r as u32;
-        for (s, &value) in row.iter().enumerate() {
-            let j = tx + 16 * s as u32;
-            if i < len && j < cols {
-                w[at(start + i, first + j)] = value;
-            }
-        }
-    }
+    for_each_output(&acc, (len, cols), |i, j, value| w[at(start + i, first + j)] = value);
 }
 
 /// Step 3 of panel `panel` (module docs): the trailing update `W_jl −= R_pjᵀ·R_pl` of the upper
@@ -351,7 +358,6 @@ pub fn cholesky_trailing_update(w: &mut [f64], b: u32, nb: u32, panel: u32) {
     let mut w = w.sub(z * bu * bu, bu * bu);
     let (rows, cols) = (GEMM_TILE.min(b - row0), GEMM_TILE.min(b - col0));
     let space = Space::new();
-    let (tx, ty) = outputs();
     let at = |i: u32, j: u32| i as usize * bu + j as usize;
     let acc = {
         let r = w.as_slice();
@@ -368,16 +374,11 @@ pub fn cholesky_trailing_update(w: &mut [f64], b: u32, nb: u32, panel: u32) {
             )
         }
     };
-    for (r, row) in acc.iter().enumerate() {
-        let i = ty + 16 * r as u32;
-        for (s, &product) in row.iter().enumerate() {
-            let j = tx + 16 * s as u32;
-            if i < rows && j < cols && row0 + i <= col0 + j {
-                let e = at(row0 + i, col0 + j);
-                w[e] -= product;
-            }
+    for_each_output(&acc, (rows, cols), |i, j, product| {
+        if row0 + i <= col0 + j {
+            w[at(row0 + i, col0 + j)] -= product;
         }
-    }
+    });
 }
 
 /// Column panel `panel` of `X = R⁻¹` (module docs): a block per row panel (`blockIdx.x`) and image
@@ -406,7 +407,6 @@ pub fn triangular_inverse_column(w: &[f64], rinv: &mut [f64], b: u32, nb: u32, p
         return;
     }
     let space = Space::new();
-    let (tx, ty) = outputs();
     // Σ_{row0 ≤ q < col0} X(i, q)·R(q, j) into the tile.
     let acc = {
         let x = rinv.as_slice();
@@ -423,16 +423,8 @@ pub fn triangular_inverse_column(w: &[f64], rinv: &mut [f64], b: u32, nb: u32, p
             )
         }
     };
-    for (r, row) in acc.iter().enumerate() {
-        let i = ty + 16 * r as u32;
-        for (s, &value) in row.iter().enumerate() {
-            let j = tx + 16 * s as u32;
-            if i < rows && j < cols {
-                // SAFETY: i, j < 64; one thread per element.
-                unsafe { space.tile.set(i, j, value) };
-            }
-        }
-    }
+    // SAFETY: i, j < 64; one thread per element.
+    for_each_output(&acc, (rows, cols), |i, j, value| unsafe { space.tile.set(i, j, value) });
     thread::sync_threads();
     // X_ij = −tile·X_jj (X_jj upper triangular: zero for l > j).
     let acc = {
@@ -451,13 +443,5 @@ pub fn triangular_inverse_column(w: &[f64], rinv: &mut [f64], b: u32, nb: u32, p
             )
         }
     };
-    for (r, row) in acc.iter().enumerate() {
-        let i = ty + 16 * r as u32;
-        for (s, &value) in row.iter().enumerate() {
-            let j = tx + 16 * s as u32;
-            if i < rows && j < cols {
-                rinv[at(row0 + i, col0 + j)] = -value;
-            }
-        }
-    }
+    for_each_output(&acc, (rows, cols), |i, j, value| rinv[at(row0 + i, col0 + j)] = -value);
 }
