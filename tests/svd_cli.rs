@@ -640,3 +640,71 @@ fn an_output_that_cannot_be_written_stops_the_job_with_one_line() {
     }
     assert_eq!(temporaries(&dir.join("out")), Vec::<String>::new());
 }
+
+/// `report.csv`'s rows by image and rank.
+fn report_rows(path: &Path) -> std::collections::BTreeMap<(String, String), Vec<String>> {
+    csv_rows(path).into_iter().map(|row| ((row[0].clone(), row[3].clone()), row)).collect()
+}
+
+/// On several GPUs the job gives one GPU's results, every image once, and every GPU works even on
+/// a folder of fewer batches than GPUs. Batched alike (`--batch-images 4`), the reports and PNGs
+/// are identical; spread over the GPUs (a batch iterates until its slowest image converges), the
+/// errors and singular values agree to 1e-9. Needs two GPUs: with fewer, a SKIPPED line.
+#[test]
+fn several_gpus_give_one_gpus_results() {
+    use std::io::Write as _;
+    let test = "several_gpus_give_one_gpus_results";
+    // Straight to stderr, past the test harness's capture, like common::gpu_or_skip's.
+    let count = match kernel_suite::device::gpu_count() {
+        Ok(count) if count >= 2 => count,
+        Ok(count) => return drop(writeln!(std::io::stderr(), "SKIPPED {test}: {count} GPU, two needed")),
+        Err(e) if !common::gpu_required() => return drop(writeln!(std::io::stderr(), "SKIPPED {test}: {e}")),
+        Err(e) => panic!("{test}: the GPU is required: {e}"),
+    };
+    let dir = scratch("gpus");
+    noise_folder(&dir, "noise", 21, (37, 29));
+    image_folder(&dir);
+    // `svd` on one GPU (`--gpu 0`) or all, into `out`: its stderr (`--profile`: the timelines).
+    let job = |gpus: &[&str], extra: &[&str], out: &str| -> String {
+        let mut args =
+            vec!["noise", "images", "--ranks", "3,10", "--device", "gpu", "--profile", "--out-dir", out];
+        args.extend(gpus.iter().chain(extra));
+        let (ok, stdout, stderr) = run_svd(&dir, &args);
+        assert!(ok, "{stderr}");
+        assert!(stdout.contains("summary: 24 of 24 image(s) done, 0 failed"), "{stdout}");
+        stderr
+    };
+    let (one_gpu, all_gpus) = (["--gpu", "0"], ["--gpus", "all"]);
+    assert!(job(&one_gpu, &[], "one").contains("GPU 0 timeline: "));
+    let spread = job(&all_gpus, &[], "all");
+    for gpu in 0..count {
+        let line = spread
+            .lines()
+            .find(|l| l.starts_with(&format!("GPU {gpu} timeline: ")))
+            .unwrap_or_else(|| panic!("no timeline of GPU {gpu}:\n{spread}"));
+        assert!(!line.contains(": 0 batch(es)"), "GPU {gpu} got no batch:\n{spread}");
+    }
+    let one = report_rows(&dir.join("one/report.csv"));
+    let all = report_rows(&dir.join("all/report.csv"));
+    assert_eq!(one.len(), 48, "24 images × 2 ranks");
+    assert_eq!(one.keys().collect::<Vec<_>>(), all.keys().collect::<Vec<_>>(), "every image and rank once");
+    let close = |a: &str, b: &str| {
+        let (a, b): (f64, f64) = (a.parse().unwrap(), b.parse().unwrap());
+        (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-300)
+    };
+    for (key, row) in &one {
+        // relative_error, eckart_young_bound, sigma_1, frobenius_norm
+        assert!((4..8).all(|c| close(&row[c], &all[key][c])), "{key:?}: {row:?} against {:?}", all[key]);
+    }
+    job(&one_gpu, &["--batch-images", "4"], "one4");
+    job(&all_gpus, &["--batch-images", "4"], "all4");
+    assert_eq!(report_rows(&dir.join("one4/report.csv")), report_rows(&dir.join("all4/report.csv")));
+    let pngs = |out: &str| {
+        let mut files = files_of(&dir.join(out));
+        files.retain(|name, _| name.ends_with(".png"));
+        files
+    };
+    let one4 = pngs("one4");
+    assert_eq!(one4.len(), 48);
+    assert!(one4 == pngs("all4"), "the PNGs of one GPU and all differ");
+}

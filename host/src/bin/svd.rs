@@ -271,13 +271,14 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
         progress.inc(1);
         Ok(())
     };
-    let run = engine.run(&args.device, &queue, &options, &outputs, &done)?;
+    let run = engine.run(&args.device, (&queue, source.len()), &options, &outputs, &done)?;
     progress.finish_and_clear();
     // The queue's screen holds the other reference to the journal.
     drop(queue);
     let journal = Arc::into_inner(journal).expect("the queue, and with it its screen, is dropped");
     let (totals, entries) = journal.finish()?;
-    let job_ms = run.job_start.elapsed().as_secs_f64() * 1e3;
+    let job_end = Instant::now();
+    let job_ms = (job_end - run.job_start).as_secs_f64() * 1e3;
     let Totals { done: computed, failed, pixels, stages, max_check_error, .. } = totals;
 
     if source.len() <= FEW {
@@ -341,6 +342,14 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     );
     if let Some(peak) = peak_memory_mib() {
         println!("peak resident memory: {peak:.1} MiB");
+    }
+    if args.device.profile {
+        for gpu in &run.gpus {
+            eprintln!("{}", gpu.timeline(run.job_start, job_end));
+            if let Some(profile) = &gpu.profile {
+                eprintln!("GPU {}: {profile}", gpu.gpu);
+            }
+        }
     }
     if let Engine::One(device) = engine {
         args.device.print_profile(&Target::Kernels(device))?;

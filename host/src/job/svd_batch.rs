@@ -208,12 +208,21 @@ pub const BATCH_IMAGES: usize = 256;
 /// memory. Decoding (the producers of `queue`) and encoding
 /// (behind `sink`) run on other threads meanwhile. Device stage times are per batch, shared
 /// equally by its images; `d2h_ms` is each image's share of the batch's copies (host clock).
-pub fn run_gpu(device: &Device, queue: &ImageQueue, options: &JobOptions, sink: Sink) -> Result<()> {
+///
+/// Returns when each batch passed each step ([`BatchSpan`]): the GPU's timeline.
+pub fn run_gpu(
+    device: &Device,
+    queue: &ImageQueue,
+    options: &JobOptions,
+    sink: Sink,
+) -> Result<Vec<BatchSpan>> {
     check_options(options)?;
     let mut staging = device.staging()?;
     let mut landing = Landing::default();
     let most = BATCH_IMAGES.min(options.batch_images);
+    let mut spans = Vec::new();
     loop {
+        let asked = Instant::now();
         let batch = match queue.next_batch(|image, batch| {
             let (m, n) = batch[0].pixels.dim();
             batch_key(&image.pixels) == batch_key(&batch[0].pixels)
@@ -221,13 +230,42 @@ pub fn run_gpu(device: &Device, queue: &ImageQueue, options: &JobOptions, sink: 
                 && (batch.len() + 1) * m * n <= BATCH_PIXELS
         }) {
             Some(batch) => batch?,
-            None => return Ok(()),
+            None => return Ok(spans),
         };
+        let taken = Instant::now();
         for image in &batch {
             check_image(image, options)?;
         }
-        run_batch(device, &batch, options, (&mut staging, &mut landing), sink)?;
+        let steps = run_batch(device, &batch, options, (&mut staging, &mut landing), sink)?;
+        spans.push(BatchSpan { images: batch.len(), asked, taken, steps, handed: Instant::now() });
     }
+}
+
+/// When one batch of [`run_gpu`] passed each step, on the host clock: one row of a GPU's
+/// timeline (`svd --profile`).
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSpan {
+    /// Images in the batch.
+    pub images: usize,
+    /// The engine asked the queue for its next batch.
+    pub asked: Instant,
+    /// The queue handed it over (the wait between is for decoding, or for another GPU's turn).
+    pub taken: Instant,
+    /// When the work on the device passed each step.
+    pub steps: BatchSteps,
+    /// Every image handed to the sink (it blocks while the encoders are behind).
+    pub handed: Instant,
+}
+
+/// [`BatchSpan::steps`]: the host's clock after each step that ends in a wait for the device.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSteps {
+    /// The pixels are on the device, widened to f64.
+    pub uploaded: Instant,
+    /// The factorisation returned (its last wait was for the singular values).
+    pub factored: Instant,
+    /// The reconstructions' errors, and what of them the host keeps, are in host memory.
+    pub copied: Instant,
 }
 
 /// Images batch together when they have the same shape and pixel type.
@@ -284,7 +322,7 @@ fn run_batch(
     options: &JobOptions,
     (staging, landing): (&mut Staging, &mut Landing),
     sink: Sink,
-) -> Result<()> {
+) -> Result<BatchSteps> {
     let (m, n) = batch[0].pixels.dim();
     let (images, mn) = (batch.len(), m * n);
     let kmax = *options.ranks.iter().max().expect("ranks checked non-empty");
@@ -298,8 +336,10 @@ fn run_batch(
     let q = device.queue();
     let t_start = device.mark()?;
     let a = upload_batch(device, batch, staging)?;
+    let uploaded = Instant::now();
     let t_uploaded = device.mark()?;
     let factors = svd_factor::factor(device, &a, (m, n), images, kmax)?;
+    let factored = Instant::now();
     let t_factored = device.mark()?;
 
     // Every rank of every image: reconstruction, its squared error against the image, and the
@@ -373,8 +413,9 @@ fn run_batch(
         };
         kept_by_rank.push(kept.into_iter());
     }
+    let copied = Instant::now();
     let times =
-        StageTimes { d2h_ms: copy_start.elapsed().as_secs_f64() * 1e3 / images as f64, ..device_times };
+        StageTimes { d2h_ms: (copied - copy_start).as_secs_f64() * 1e3 / images as f64, ..device_times };
     for (i, image) in batch.iter().enumerate() {
         let kept: Vec<Reconstruction> =
             kept_by_rank.iter_mut().map(|rank| rank.next().expect("one per image")).collect();
@@ -415,7 +456,7 @@ fn run_batch(
             times,
         })?;
     }
-    Ok(())
+    Ok(BatchSteps { uploaded, factored, copied })
 }
 
 /// Page-locked host memory that a batch's reconstructions are copied into, kept from batch to

@@ -5,7 +5,8 @@
 //! line and reports; everything between is here.
 
 use crate::cli::{DeviceArgs, DeviceChoice, Target};
-use crate::svd_batch::run_gpu;
+use crate::profile::Report;
+use crate::svd_batch::{BatchSpan, run_gpu};
 use crate::svd_job::{self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, Sink, run_cpu};
 use crate::svd_outputs::{ImageReport, Outputs};
 use crate::{Device, GpuOptions, Startup, device::gpu_count, svd};
@@ -220,6 +221,61 @@ pub struct JobRun {
     pub startup: Vec<StartupReport>,
     /// When the first engine started (after its device opened).
     pub job_start: Instant,
+    /// Each GPU's part of the job, by GPU index (none on the CPU).
+    pub gpus: Vec<GpuRun>,
+}
+
+/// One GPU's part of a job.
+pub struct GpuRun {
+    /// The GPU's index (`--gpu`, or its place in `--gpus`).
+    pub gpu: u32,
+    /// Its batches, in the order it ran them.
+    pub batches: Vec<BatchSpan>,
+    /// With `--profile` on several GPUs, its profile (one GPU's is the device's own, printed by
+    /// the command).
+    pub profile: Option<Report>,
+}
+
+impl GpuRun {
+    /// The GPU's timeline in words: per batch when each step ended (ms from `origin`, the job's
+    /// start), then where its time between `origin` and `end` (the job's end) went.
+    pub fn timeline(&self, origin: Instant, end: Instant) -> String {
+        let ms = |t: Instant| t.saturating_duration_since(origin).as_secs_f64() * 1e3;
+        let span = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64() * 1e3;
+        let images: usize = self.batches.iter().map(|b| b.images).sum();
+        let mut text = format!(
+            "GPU {} timeline: {} batch(es), {images} image(s); ms from the job's start when the queue was asked, \
+             the batch taken, uploaded, factored, copied back, handed to the encoders\n",
+            self.gpu,
+            self.batches.len()
+        );
+        let (mut waiting, mut upload, mut factor, mut back, mut handing) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for (i, b) in self.batches.iter().enumerate() {
+            let s = &b.steps;
+            text += &format!(
+                "  batch {i:>3}: {:>3} images  {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}\n",
+                b.images,
+                ms(b.asked),
+                ms(b.taken),
+                ms(s.uploaded),
+                ms(s.factored),
+                ms(s.copied),
+                ms(b.handed)
+            );
+            waiting += span(b.asked, b.taken);
+            upload += span(b.taken, s.uploaded);
+            factor += span(s.uploaded, s.factored);
+            back += span(s.factored, s.copied);
+            handing += span(s.copied, b.handed);
+        }
+        let last = self.batches.last().map_or(origin, |b| b.handed);
+        text += &format!(
+            "  sums (ms): waiting for images {waiting:.1}, upload {upload:.1}, factorisation {factor:.1}, \
+             reconstruction and copies back {back:.1}, handing over {handing:.1}; idle after its last batch {:.1}",
+            span(last, end)
+        );
+        text
+    }
 }
 
 impl Engine {
@@ -261,12 +317,6 @@ impl Engine {
                 Target::CpuReference => (Engine::Cpu, 0.0),
             });
         }
-        if device.profile {
-            eprintln!(
-                "note: --profile profiles one GPU; this run on {} GPUs is not profiled",
-                ordinals.len()
-            );
-        }
         Ok((Engine::Many(ordinals), count_ms))
     }
 
@@ -279,9 +329,11 @@ impl Engine {
         }
     }
 
-    /// Runs the job: the engine(s) take the images of `queue`, and encoder threads (one per core)
-    /// write each finished image's `outputs`, then hand its report to `done`. `device` is what
-    /// opened the engine (its `--gpu`, and for several GPUs the options each opens with). The
+    /// Runs the job: the engine(s) take the images of `queue` (`images` of them), and encoder
+    /// threads (one per core) write each finished image's `outputs`, then hand its report to
+    /// `done`. `device` is what opened the engine (its `--gpu`, and for several GPUs the options
+    /// each opens with, and `--profile`). On several GPUs, a folder too small to give every GPU
+    /// a full batch is spread evenly: batches hold at most `images / GPUs` (rounded up). The
     /// first error of any thread (an engine's, a file that cannot be written, `done`'s) stops the
     /// others and is returned; images that fail in a screened queue are no error here.
     ///
@@ -292,7 +344,7 @@ impl Engine {
     pub fn run(
         &self,
         device: &DeviceArgs,
-        queue: &ImageQueue,
+        (queue, images): (&ImageQueue, usize),
         options: &JobOptions,
         outputs: &Outputs,
         done: Done,
@@ -309,6 +361,8 @@ impl Engine {
         let failure = Failure::default();
         let startups = Mutex::new(Vec::new());
         let starts = Mutex::new(Vec::new());
+        let gpu_runs = Mutex::new(Vec::new());
+        let record = |run: GpuRun| gpu_runs.lock().expect("no panics while holding the lock").push(run);
         std::thread::scope(|scope| {
             for _ in 0..encoders {
                 scope.spawn(|| {
@@ -354,29 +408,42 @@ impl Engine {
                 }
                 Engine::One(one) => {
                     started(one.startup().map(|startup| StartupReport { gpu: device.gpu, startup }));
-                    if let Err(e) = run_gpu(one, queue, options, sink) {
-                        failure.record(e.into());
+                    match run_gpu(one, queue, options, sink) {
+                        Ok(batches) => record(GpuRun { gpu: device.gpu, batches, profile: None }),
+                        Err(e) => failure.record(e.into()),
                     }
                 }
                 Engine::Many(ordinals) => {
                     let gpu_options =
                         GpuOptions { max_registers: device.max_registers, force_ptx: device.ptx };
-                    // The job starts once every GPU is open: contexts are created one after another
-                    // by the driver, and a GPU that opens late would otherwise find the work taken.
+                    let spread = JobOptions {
+                        batch_images: options.batch_images.min(images.div_ceil(ordinals.len()).max(1)),
+                        ..options.clone()
+                    };
+                    // The job starts once every GPU is open: a GPU that opened late would find
+                    // the work taken.
                     let all_open = std::sync::Barrier::new(ordinals.len());
                     std::thread::scope(|gpus| {
                         for &gpu in ordinals {
-                            let (started, all_open) = (&started, &all_open);
+                            let (started, all_open, record, spread) = (&started, &all_open, &record, &spread);
                             gpus.spawn(move || {
                                 let run = || -> anyhow::Result<()> {
                                     // A device belongs to the thread that opened it.
-                                    let device = Device::gpu_with(gpu, gpu_options);
+                                    let opened = Device::gpu_with(gpu, gpu_options).and_then(|d| {
+                                        if device.profile {
+                                            d.enable_profiling()?;
+                                        }
+                                        Ok(d)
+                                    });
                                     all_open.wait();
-                                    let device = device?;
-                                    println!("GPU {gpu}: {}", device.describe());
-                                    started(device.startup().map(|startup| StartupReport { gpu, startup }));
-                                    run_gpu(&device, queue, options, sink)
-                                        .with_context(|| format!("GPU {gpu}"))
+                                    let opened = opened?;
+                                    println!("GPU {gpu}: {}", opened.describe());
+                                    started(opened.startup().map(|startup| StartupReport { gpu, startup }));
+                                    let batches = run_gpu(&opened, queue, spread, sink)
+                                        .with_context(|| format!("GPU {gpu}"))?;
+                                    let profile = opened.profile_report()?;
+                                    record(GpuRun { gpu, batches, profile });
+                                    Ok(())
                                 };
                                 if let Err(e) = run() {
                                     failure.record(e);
@@ -394,7 +461,9 @@ impl Engine {
             starts.into_inner().expect("no poisoned lock").into_iter().min().unwrap_or_else(Instant::now);
         let mut startup = startups.into_inner().expect("no poisoned lock");
         startup.sort_by_key(|s| s.gpu);
-        Ok(JobRun { startup, job_start })
+        let mut gpus = gpu_runs.into_inner().expect("no poisoned lock");
+        gpus.sort_by_key(|g| g.gpu);
+        Ok(JobRun { startup, job_start, gpus })
     }
 }
 
