@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On a GPU machine with the bundle (gpu-bundle/python-gpu.sh): installs the bundled wheel beside the
 # machine's own Python (--no-deps: its NumPy, SciPy, PyTorch, CuPy, Numba and JAX are used; nothing is
-# fetched), runs the pytest suite with the GPU required, and with `bench` the Python benchmark
-# (docs/benchmarks/python.md) with the Rust benches of the same kernels in the same run.
+# fetched) and runs the pytest suite with the GPU required: the kernels on NumPy arrays, and in place
+# on PyTorch tensors and the other libraries' GPU arrays.
+# With `bench`: the Python benchmark (docs/benchmarks/python.md) with the Rust benches of the same
+# kernels in the same run.
 set -uo pipefail
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 site=$(mktemp -d)

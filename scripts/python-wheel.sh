@@ -10,7 +10,7 @@ out=${1:-$root/target/wheels}
 cd "$root"
 venv=$root/target/python-venv
 [ -x "$venv/bin/maturin" ] || { python3 -m venv "$venv"; "$venv/bin/pip" install --quiet --disable-pip-version-check "maturin>=1.9,<2"; }
-cargo build --release --quiet -p kernel-suite-driver-stub
+cargo build --release --quiet --manifest-path python/driver-stub/Cargo.toml
 mkdir -p python/kernel_suite/_driver_stub
 cp target/release/libcuda_stub.so python/kernel_suite/_driver_stub/libcuda.so.1
 rm -rf "$out"

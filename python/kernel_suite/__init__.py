@@ -4,7 +4,8 @@
 arrays, ``lombscargle(x, y, freqs, precenter=False, normalize=False)`` is
 ``scipy.signal.lombscargle``, and ``svd(images, k)`` / ``reconstruct(U, S, Vt, ranks)`` are the
 ``svd`` command's exact truncated SVD of a batch of images and its rank-k reconstructions;
-``spiral(...)`` paints the ``spiral`` command's image.
+``spiral(...)`` paints the ``spiral`` command's image; ``saxpy(a, x, y)`` is the template's
+example kernel (``y <- a*x + y`` in place), a binding of a few lines on the ``pykernels`` layer.
 
 GPU arrays (anything with ``__dlpack__`` or ``__cuda_array_interface__`` in CUDA memory) are used
 in place: the kernel is queued on the caller's current stream (PyTorch's or CuPy's current stream,
@@ -19,38 +20,16 @@ NVIDIA driver the package still imports (``DRIVER_MISSING`` says why) and runs o
 """
 
 import contextlib
-import ctypes as _ctypes
-import os as _os
 
 import numpy as _np
 
-
-def _load_driver():
-    """Loads the NVIDIA driver's ``libcuda.so.1``, which the extension links, or, where it cannot
-    be loaded, the package's stand-in (every call reports no GPU) so that the package imports and
-    runs on the CPU. ``KERNEL_SUITE_DRIVER=stub`` forces the stand-in. Returns why the driver is
-    missing, or None."""
-    if _os.environ.get("KERNEL_SUITE_DRIVER") == "stub":
-        why = "KERNEL_SUITE_DRIVER=stub"
-    else:
-        try:
-            _ctypes.CDLL("libcuda.so.1")
-            return None
-        except OSError as e:
-            why = f"libcuda.so.1 cannot be loaded: {e}"
-    stub = _os.path.join(_os.path.dirname(__file__), "_driver_stub", "libcuda.so.1")
-    if _os.path.exists(stub):
-        # Loaded under the driver's soname, it answers the extension's NEEDED libcuda.so.1.
-        _ctypes.CDLL(stub)
-    return why
-
-
-DRIVER_MISSING = _load_driver()
-
-from . import _native  # noqa: E402 (after the driver, which it links)
-from ._native import CudaError, NumericalError  # noqa: E402
+from ._driver import DRIVER_MISSING  # first: loads the driver (or its stand-in) that _native links
+from . import _native
+from ._native import CudaError, NumericalError
+from ._native import saxpy  # the kernel families' functions (scripts/new-family adds each here and below)
 
 __all__ = ["CudaError", "DRIVER_MISSING", "NumericalError", "convolve", "lombscargle", "reconstruct", "spiral", "svd"]
+__all__ += ["saxpy"]  # the kernel families' functions
 
 _KDL_CUDA = 2
 
@@ -68,8 +47,9 @@ def convolve(image, weights, *, mode="constant", cval=0.0, out=None, stream=None
     if cval != 0.0:
         raise NotImplementedError(f"cval={cval}: only cval=0.0 is implemented")
     if out is None:
-        out = _empty_like(image)
-    _native._convolve_into(image, weights, out, stream=_caller_stream(stream, image, weights, out), device=device)
+        out = _native._empty_like(image)
+    handle = _native._caller_stream(stream, image, weights, out)
+    _native._convolve_into(image, weights, out, stream=handle, device=device)
     return out
 
 
@@ -90,9 +70,9 @@ def lombscargle(x, y, freqs, *, precenter=False, normalize=False, out=None, stre
         raise TypeError(
             f"precenter and normalize on a {type(y).__name__} need array arithmetic (PyTorch, CuPy, NumPy arrays)"
         )
-    handle = _caller_stream(stream, y, x, freqs, out)
+    handle = _native._caller_stream(stream, y, x, freqs, out)
     if out is None:
-        out = _empty_like(freqs, dtype="float64")
+        out = _native._empty_like(freqs, dtype="float64")
     if not (precenter or normalize):
         _native._lombscargle_into(x, y, freqs, out, scale=1.0, stream=handle, device=device)
         return out
@@ -121,10 +101,10 @@ def svd(images, k, *, device=None):
         if batch.ndim != 3:
             raise ValueError(f"images must be 2-D (one image) or 3-D (a batch), got a {images.ndim}-D array")
         count, m, n = (int(side) for side in batch.shape)
-        u = _empty_like(batch, "float32", (count, m, int(k)))
-        s = _empty_like(batch, "float64", (count, int(k)))
-        vt = _empty_like(batch, "float32", (count, int(k), n))
-        _native._svd_into(batch, u, s, vt, k=int(k), stream=_caller_stream(None, batch), device=device)
+        u = _native._empty_like(batch, "float32", (count, m, int(k)))
+        s = _native._empty_like(batch, "float64", (count, int(k)))
+        vt = _native._empty_like(batch, "float32", (count, int(k), n))
+        _native._svd_into(batch, u, s, vt, k=int(k), stream=_native._caller_stream(None, batch), device=device)
         return (u, s, vt) if images.ndim == 3 else (u[0], s[0], vt[0])
     a = _np.ascontiguousarray(images, dtype=_np.float32)
     if a.ndim not in (2, 3):
@@ -149,8 +129,9 @@ def reconstruct(U, S, Vt, ranks, *, device=None):
         u, s, vt = (a if batch else a[None] for a in (U, S, Vt))
         s = _as_float32(s)
         count, m, _ = (int(side) for side in u.shape)
-        out = _empty_like(u, "float32", (count, len(rank_list), m, int(vt.shape[-1])))
-        _native._reconstruct_into(u, s, vt, out, ranks=rank_list, stream=_caller_stream(None, u, s, vt), device=device)
+        out = _native._empty_like(u, "float32", (count, len(rank_list), m, int(vt.shape[-1])))
+        handle = _native._caller_stream(None, u, s, vt)
+        _native._reconstruct_into(u, s, vt, out, ranks=rank_list, stream=handle, device=device)
         out = out if batch else out[0]
         return out[..., 0, :, :] if single_rank else out
     u, s, vt = (_np.ascontiguousarray(a, dtype=_np.float32) for a in (U, S, Vt))
@@ -256,62 +237,6 @@ def _as_float32(a):
 
 def _library(a):
     return type(a).__module__.split(".")[0]
-
-
-def _empty_like(a, dtype=None, shape=None):
-    """An uninitialised array of ``shape`` (``a``'s if None) and ``dtype`` (a NumPy dtype name;
-    ``a``'s if None) on ``a``'s device, allocated by ``a``'s library so that its allocator owns it."""
-    library = _library(a)
-    if library not in ("torch", "cupy", "numba", "numpy") and not isinstance(a, _np.ndarray):
-        raise TypeError(
-            f"cannot allocate the result for a {type(a).__module__}.{type(a).__name__}: "
-            "pass out= (a writable C-contiguous array on the same device)"
-        )
-    shape = shape or tuple(int(side) for side in a.shape)
-    dtype = dtype or str(a.dtype).removeprefix("torch.")
-    if library == "torch":
-        import torch
-
-        return torch.empty(shape, dtype=getattr(torch, dtype), device=a.device)
-    if library == "cupy":
-        import cupy
-
-        with cupy.cuda.Device(a.device.id):
-            return cupy.empty(shape, dtype=dtype)
-    if library == "numba":
-        from numba import cuda
-
-        return cuda.device_array(shape, dtype=dtype)
-    return _np.empty(shape, dtype=dtype)
-
-
-def _caller_stream(stream, *arrays):
-    """The raw CUDA stream to launch on: ``stream=`` if given, else the current stream of the first
-    PyTorch or CuPy GPU array's library on its GPU, else the legacy default stream (0)."""
-    if stream is not None:
-        if isinstance(stream, bool):
-            raise TypeError("stream must be an int handle or a stream object, not a bool")
-        if isinstance(stream, int):
-            return stream
-        if hasattr(stream, "__cuda_stream__"):
-            return int(stream.__cuda_stream__()[1])
-        if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
-            return int(stream.cuda_stream)
-        if hasattr(stream, "ptr"):  # cupy.cuda.Stream
-            return int(stream.ptr)
-        raise TypeError(f"stream must be an int handle or a CUDA stream object, not a {type(stream).__name__}")
-    for a in arrays:
-        library = _library(a)
-        if library == "torch" and a.is_cuda:
-            import torch
-
-            return int(torch.cuda.current_stream(a.device).cuda_stream)
-        if library == "cupy":
-            import cupy
-
-            with cupy.cuda.Device(a.device.id):
-                return int(cupy.cuda.get_current_stream().ptr)
-    return 0
 
 
 def _library_stream(a, handle):

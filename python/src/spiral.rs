@@ -1,9 +1,10 @@
 //! `spiral`: the `spiral` command's image, from a configuration as its JSON file holds it.
 
-use crate::{OnThisThread, Target, target, to_py};
 use kernel_suite::spiral::{self, SpiralConfig};
 use ndarray::{Array2, Array3};
 use numpy::IntoPyArray;
+use pykernels::devices::{Target, detached, target};
+use pykernels::to_py;
 use pyo3::prelude::*;
 use rand::{SeedableRng, rngs::SmallRng};
 
@@ -14,16 +15,10 @@ use rand::{SeedableRng, rngs::SmallRng};
 pub fn _spiral<'py>(py: Python<'py>, config_json: &str, device: Option<&str>) -> PyResult<Bound<'py, PyAny>> {
     let config = SpiralConfig::from_json(config_json).map_err(to_py)?;
     let target = target(py, device)?;
-    let work = OnThisThread((&target, &config));
-    let gray = py
-        .detach(move || {
-            let (target, config) = work.get();
-            match target {
-                Target::Gpu(d) | Target::Simulator(d) => spiral::spiral(d, config),
-                Target::Cpu => spiral::spiral_reference(config),
-            }
-        })
-        .map_err(to_py)?;
+    let gray = detached(py, || match target {
+        Target::Gpu(d) | Target::Simulator(d) => spiral::spiral(d, &config),
+        Target::Cpu => spiral::spiral_reference(&config),
+    })?;
     let (h, w) = (config.height as usize, config.width as usize);
     Ok(match &config.palette {
         None => Array2::from_shape_vec((h, w), gray).expect("h·w pixels").into_pyarray(py).into_any(),

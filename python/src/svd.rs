@@ -1,12 +1,12 @@
 //! `svd` and `reconstruct`: the `svd` command's exact truncated SVD of a batch of images and its
 //! rank-k reconstructions, on NumPy arrays.
 
-use crate::arrays::Dtype;
-use crate::{OnThisThread, Target, check_output, import_all, target, to_py};
 use kernel_suite::svd::{self, RankK, Variant};
 use kernel_suite::svd_factor::{self, Triplets};
 use ndarray::{Array2, Array3, Array4, ArrayView2, Axis, s};
 use numpy::{IntoPyArray, PyArray2, PyArray3, PyArray4, PyReadonlyArray2, PyReadonlyArray3};
+use pykernels::Dtype;
+use pykernels::devices::{Target, check_output, detached, import_all, target};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rayon::prelude::*;
@@ -39,17 +39,13 @@ pub fn _svd<'py>(
             m.min(n)
         )));
     }
-    let work = OnThisThread((&target, images));
-    let triplets = py
-        .detach(move || {
-            let (target, images) = work.get();
-            let views: Vec<ArrayView2<f32>> = images.outer_iter().collect();
-            match target {
-                Target::Gpu(d) | Target::Simulator(d) => svd_factor::truncated_svd(d, &views, k),
-                Target::Cpu => views.par_iter().map(|image| cpu_triplets(*image, k)).collect(),
-            }
-        })
-        .map_err(to_py)?;
+    let triplets = detached(py, || {
+        let views: Vec<ArrayView2<f32>> = images.outer_iter().collect();
+        match target {
+            Target::Gpu(d) | Target::Simulator(d) => svd_factor::truncated_svd(d, &views, k),
+            Target::Cpu => views.par_iter().map(|image| cpu_triplets(*image, k)).collect(),
+        }
+    })?;
     let mut u = Array3::<f32>::zeros((count, m, k));
     let mut sv = Array2::<f64>::zeros((count, k));
     let mut vt = Array3::<f32>::zeros((count, k, n));
@@ -78,8 +74,12 @@ pub fn _svd_into(
     stream: usize,
     device: Option<&str>,
 ) -> PyResult<()> {
-    let (target, queue, arrays) =
-        import_all(vec![(images, "images"), (u, "U"), (s, "S"), (vt, "Vt")], stream, device)?;
+    let (target, queue, arrays) = import_all(
+        &[(images, "images"), (u, "U"), (s, "S"), (vt, "Vt")],
+        &[Dtype::F32, Dtype::F64],
+        stream,
+        device,
+    )?;
     let [images, u, s, vt] = &arrays[..] else { unreachable!("four arrays imported") };
     images.expect(3, Some(Dtype::F32))?;
     let (count, m, n) = (images.shape[0], images.shape[1], images.shape[2]);
@@ -104,13 +104,11 @@ pub fn _svd_into(
     check_output(u, &[images, s, vt])?;
     check_output(s, &[images, vt])?;
     check_output(vt, &[images])?;
-    let work = OnThisThread((target, &queue, images, u, s, vt));
-    py.detach(move || -> kernel_suite::Result<()> {
-        let (target, queue, images, u, s, vt) = work.get();
+    detached(py, || {
         // SAFETY: float32/float64 arrays of the checked shapes in the target's memory, not
         // overlapping one another.
         unsafe {
-            let f = svd_factor::factor_pixels(target, queue, images.view(), (m, n), count, k)?;
+            let f = svd_factor::factor_pixels(target, &queue, images.view(), (m, n), count, k)?;
             let q = target.queue();
             target.copy_view(q, f.u.view(..)?, u.view_mut())?;
             target.copy_view(q, f.vt.view(..)?, vt.view_mut())?;
@@ -119,7 +117,6 @@ pub fn _svd_into(
             target.synchronize()
         }
     })
-    .map_err(to_py)
 }
 
 /// `_reconstruct` on arrays of another library, in place: `u` (`count × m × k`), `s` (`count × k`)
@@ -138,8 +135,12 @@ pub fn _reconstruct_into(
     stream: usize,
     device: Option<&str>,
 ) -> PyResult<()> {
-    let (target, queue, arrays) =
-        import_all(vec![(u, "U"), (s, "S"), (vt, "Vt"), (out, "out")], stream, device)?;
+    let (target, queue, arrays) = import_all(
+        &[(u, "U"), (s, "S"), (vt, "Vt"), (out, "out")],
+        &[Dtype::F32, Dtype::F64],
+        stream,
+        device,
+    )?;
     let [u, s, vt, out] = &arrays[..] else { unreachable!("four arrays imported") };
     u.expect(3, Some(Dtype::F32))?;
     let (count, m, k) = (u.shape[0], u.shape[1], u.shape[2]);
@@ -175,9 +176,7 @@ pub fn _reconstruct_into(
         out: (ranks.len() * image) as u32,
     };
     let shape = svd::BatchShape { images: count, ldu: k, strides };
-    let work = OnThisThread((target, &queue, u, s, vt, out, &ranks));
-    py.detach(move || -> kernel_suite::Result<()> {
-        let (target, queue, u, s, vt, out, ranks) = work.get();
+    detached(py, || {
         // SAFETY: float32 arrays of the checked shapes in the target's memory; `out` overlaps no
         // operand, and each launch writes its rank's images only.
         unsafe {
@@ -186,7 +185,7 @@ pub fn _reconstruct_into(
                 let views = svd::ReconstructViews { u, s, vt, out: out.view_mut(j * image..)? };
                 svd::launch_reconstruct_batch(
                     target,
-                    queue,
+                    &queue,
                     Variant::Regtiled,
                     16,
                     views,
@@ -197,7 +196,6 @@ pub fn _reconstruct_into(
             Ok(())
         }
     })
-    .map_err(to_py)
 }
 
 /// The leading `k` triplets of faer's thin SVD.
@@ -239,29 +237,25 @@ pub fn _reconstruct<'py>(
     if let Some(&r) = ranks.iter().find(|&&r| r == 0 || r > k) {
         return Err(PyValueError::new_err(format!("rank {r} is outside 1..={k} (the factors' k)")));
     }
-    let work = OnThisThread((&target, u, s, vt, &ranks));
-    let out = py
-        .detach(move || -> kernel_suite::Result<Array4<f32>> {
-            let (target, u, s, vt, ranks) = work.get();
-            let mut out = Array4::<f32>::zeros((count, ranks.len(), m, n));
-            for i in 0..count {
-                for (j, &r) in ranks.iter().enumerate() {
-                    let op = RankK {
-                        u: u.slice(s![i, .., ..r]).to_owned(),
-                        s: s.slice(s![i, ..r]).to_vec(),
-                        vt: vt.slice(s![i, ..r, ..]).to_owned(),
-                    };
-                    let image = match target {
-                        Target::Gpu(d) | Target::Simulator(d) => {
-                            svd::reconstruct(d, &op, Variant::Regtiled, 16)?.0
-                        }
-                        Target::Cpu => svd::reconstruct_reference_f32(&op).mapv(|v| v as f32),
-                    };
-                    out.slice_mut(s![i, j, .., ..]).assign(&image);
-                }
+    let out = detached(py, || -> kernel_suite::Result<Array4<f32>> {
+        let mut out = Array4::<f32>::zeros((count, ranks.len(), m, n));
+        for i in 0..count {
+            for (j, &r) in ranks.iter().enumerate() {
+                let op = RankK {
+                    u: u.slice(s![i, .., ..r]).to_owned(),
+                    s: s.slice(s![i, ..r]).to_vec(),
+                    vt: vt.slice(s![i, ..r, ..]).to_owned(),
+                };
+                let image = match target {
+                    Target::Gpu(d) | Target::Simulator(d) => {
+                        svd::reconstruct(d, &op, Variant::Regtiled, 16)?.0
+                    }
+                    Target::Cpu => svd::reconstruct_reference_f32(&op).mapv(|v| v as f32),
+                };
+                out.slice_mut(s![i, j, .., ..]).assign(&image);
             }
-            Ok(out)
-        })
-        .map_err(to_py)?;
+        }
+        Ok(out)
+    })?;
     Ok(out.into_pyarray(py))
 }

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from support import GPU_MISSING, REQUIRE_GPU  # noqa: E402
+from support import GPU_MISSING, on  # noqa: E402
 
 
 @pytest.fixture
@@ -19,8 +19,4 @@ def gpu_missing():
 
 @pytest.fixture(params=["sim", "cpu", "gpu"])
 def device(request):
-    if request.param == "gpu" and GPU_MISSING is not None:
-        if REQUIRE_GPU:
-            pytest.fail(f"the GPU is required (KERNEL_SUITE_REQUIRE_GPU=1) but: {GPU_MISSING}")
-        pytest.skip(f"on the GPU: {GPU_MISSING}")
-    return request.param
+    return on(request.param)

@@ -1,8 +1,10 @@
-"""What the tests share: whether the GPU is usable (and required), and fake array producers."""
+"""What the tests share: whether the GPU is usable (and required), the devices and GPU libraries
+to run on, and fake array producers."""
 
 import os
 
 import numpy as np
+import pytest
 
 import kernel_suite as ks
 
@@ -12,13 +14,36 @@ REQUIRE_GPU = os.environ.get("KERNEL_SUITE_REQUIRE_GPU") == "1"
 def _gpu_missing():
     """Why the GPU cannot be used, or None."""
     try:
-        ks.convolve(np.ones((3, 3), np.float32), np.ones((1, 1), np.float32), device="gpu")
+        ks.saxpy(1.0, np.ones(1, np.float32), np.ones(1, np.float32), device="gpu")
         return None
     except ks.CudaError as e:
         return str(e)
 
 
 GPU_MISSING = _gpu_missing()
+
+
+def on(device):
+    """``device`` ("gpu", "sim", "cpu"), or for the GPU where none is usable a skip with the reason
+    (a failure with KERNEL_SUITE_REQUIRE_GPU=1)."""
+    if device == "gpu" and GPU_MISSING is not None:
+        if REQUIRE_GPU:
+            pytest.fail(f"the GPU is required (KERNEL_SUITE_REQUIRE_GPU=1) but: {GPU_MISSING}")
+        pytest.skip(f"on the GPU: {GPU_MISSING}")
+    return device
+
+
+def gpu_library(name, required=True):
+    """The module ``name`` (torch, cupy, …) for a test of GPU arrays: skipped where no GPU is usable
+    or the library is missing; with KERNEL_SUITE_REQUIRE_GPU=1 a missing GPU, or a missing library
+    that is ``required``, fails instead."""
+    on("gpu")
+    try:
+        return __import__(name)
+    except ImportError as e:
+        if REQUIRE_GPU and required:
+            pytest.fail(f"{name} is needed for the GPU tests: {e}")
+        pytest.skip(f"{name} is not installed: {e}")
 
 
 class Producer:

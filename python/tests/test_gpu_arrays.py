@@ -13,22 +13,9 @@ import scipy.ndimage
 import scipy.signal
 
 import kernel_suite as ks
-from support import GPU_MISSING, REQUIRE_GPU, Producer
+from support import Producer, gpu_library
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-
-
-def _library(name, required=True):
-    if GPU_MISSING is not None:
-        if REQUIRE_GPU:
-            pytest.fail(f"the GPU is required (KERNEL_SUITE_REQUIRE_GPU=1) but: {GPU_MISSING}")
-        pytest.skip(f"on the GPU: {GPU_MISSING}")
-    try:
-        return __import__(name)
-    except ImportError as e:
-        if REQUIRE_GPU and required:
-            pytest.fail(f"{name} is needed for the GPU tests: {e}")
-        pytest.skip(f"{name} is not installed: {e}")
 
 
 def _case(dtype, shape=(301, 257), mask=(7, 5), seed=5):
@@ -42,7 +29,7 @@ def _case(dtype, shape=(301, 257), mask=(7, 5), seed=5):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_torch_tensors_in_place(dtype):
-    torch = _library("torch")
+    torch = gpu_library("torch")
     image, weights, want, atol = _case(dtype)
     t_image, t_weights = torch.from_numpy(image).cuda(), torch.from_numpy(weights).cuda()
     got = ks.convolve(t_image, t_weights)
@@ -54,7 +41,7 @@ def test_torch_tensors_in_place(dtype):
 
 
 def test_torch_call_copies_nothing_and_shows_in_its_profiler():
-    torch = _library("torch")
+    torch = gpu_library("torch")
     image, weights, _, _ = _case(np.float32)
     t_image, t_weights = torch.from_numpy(image).cuda(), torch.from_numpy(weights).cuda()
     out = torch.empty_like(t_image)
@@ -68,7 +55,7 @@ def test_torch_call_copies_nothing_and_shows_in_its_profiler():
 
 
 def test_torch_current_stream_orders_the_call():
-    torch = _library("torch")
+    torch = gpu_library("torch")
     image, weights, _, atol = _case(np.float32)
     t_weights, t_source = torch.from_numpy(weights).cuda(), torch.from_numpy(image).cuda()
     t_image = torch.zeros(image.shape, device="cuda")
@@ -88,7 +75,7 @@ def test_torch_current_stream_orders_the_call():
 
 
 def test_explicit_stream_argument():
-    torch = _library("torch")
+    torch = gpu_library("torch")
     image, weights, want, atol = _case(np.float64)
     t_image, t_weights = torch.from_numpy(image).cuda(), torch.from_numpy(weights).cuda()
     torch.cuda.synchronize()
@@ -102,7 +89,7 @@ def test_explicit_stream_argument():
 
 
 def test_cupy_arrays_and_current_stream():
-    cupy = _library("cupy")
+    cupy = gpu_library("cupy")
     image, weights, want, atol = _case(np.float32)
     c_image, c_weights = cupy.asarray(image), cupy.asarray(weights)
     got = ks.convolve(c_image, c_weights)
@@ -117,7 +104,7 @@ def test_cupy_arrays_and_current_stream():
 
 
 def test_numba_cuda_array_interface():
-    _library("numba", required=False)
+    gpu_library("numba", required=False)
     from numba import cuda
 
     image, weights, want, atol = _case(np.float64, (64, 129), (3, 3))
@@ -128,8 +115,8 @@ def test_numba_cuda_array_interface():
 
 
 def test_jax_arrays_with_out():
-    jax = _library("jax", required=False)
-    torch = _library("torch")
+    jax = gpu_library("jax", required=False)
+    torch = gpu_library("torch")
     image, weights, want, atol = _case(np.float32, (96, 80), (5, 5))
     if not any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("JAX sees no GPU")
@@ -143,8 +130,8 @@ def test_jax_arrays_with_out():
 
 @pytest.mark.parametrize("precenter, normalize", [(False, False), (True, True)])
 def test_lombscargle_on_torch_and_cupy(precenter, normalize):
-    torch = _library("torch")
-    cupy = _library("cupy")
+    torch = gpu_library("torch")
+    cupy = gpu_library("cupy")
     rng = np.random.default_rng(2)
     x = np.sort(rng.uniform(0, 30, 1001))
     y = np.cos(2.3 * x) + 0.2 * rng.standard_normal(1001) + 1.0
@@ -156,7 +143,7 @@ def test_lombscargle_on_torch_and_cupy(precenter, normalize):
 
 
 def test_gpu_errors_before_any_launch():
-    torch = _library("torch")
+    torch = gpu_library("torch")
     image = torch.rand(64, 48, device="cuda")
     weights = torch.rand(3, 3, device="cuda")
     with pytest.raises(ValueError, match="C-contiguous"):
@@ -178,7 +165,7 @@ def test_gpu_errors_before_any_launch():
 
 
 def test_any_python_thread():
-    torch = _library("torch")
+    torch = gpu_library("torch")
     image, weights, want, atol = _case(np.float32, (128, 100), (3, 5))
     t_image, t_weights = torch.from_numpy(image).cuda(), torch.from_numpy(weights).cuda()
     results, errors = [None] * 4, []
@@ -200,8 +187,8 @@ def test_any_python_thread():
 
 
 def test_svd_of_torch_and_cupy_batches():
-    torch = _library("torch")
-    cupy = _library("cupy")
+    torch = gpu_library("torch")
+    cupy = gpu_library("cupy")
     rng = np.random.default_rng(8)
     images = rng.uniform(0, 1, (4, 96, 80)).astype(np.float32)
     k = 8
@@ -226,8 +213,8 @@ def test_svd_of_torch_and_cupy_batches():
 
 
 def test_reconstruct_on_torch_and_cupy():
-    torch = _library("torch")
-    cupy = _library("cupy")
+    torch = gpu_library("torch")
+    cupy = gpu_library("cupy")
     rng = np.random.default_rng(12)
     images = rng.uniform(0, 1, (3, 130, 70)).astype(np.float32)
     k, ranks = 10, [1, 5, 10]

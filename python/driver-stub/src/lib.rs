@@ -1,12 +1,12 @@
 //! A stand-in `libcuda.so.1` for machines without the NVIDIA driver.
 //!
 //! The Python package's extension links the driver (through `cust`), so without one it cannot be
-//! imported. `kernel_suite/__init__.py` loads this library in the driver's place when the real
+//! imported. `kernel_suite/_driver.py` loads this library in the driver's place when the real
 //! `libcuda.so.1` cannot be loaded: `cuInit` then reports `CUDA_ERROR_STUB_LIBRARY` (what the CUDA
 //! toolkit's own stub reports) and the package
 //! runs the CPU reference (or the simulator) as on a machine with a driver and no GPU. No other
 //! entry point can be reached after a failed `cuInit`; each reports `CUDA_ERROR_NOT_INITIALIZED`.
-//! `scripts/python-test.sh` checks that this list covers every driver symbol the extension uses.
+//! `scripts/python-wheel.sh` checks that this list covers every driver symbol the extension uses.
 
 use std::ffi::{c_char, c_int};
 

@@ -2,6 +2,11 @@
 //! through DLPack (`__dlpack__`, with `dlpark`) or `__cuda_array_interface__`, checked, and handed to
 //! the launch layer as views over the caller's memory.
 //!
+//! Every array names the dtypes it may have; one of another dtype, not C-contiguous, misaligned,
+//! masked or in other memory than CUDA's or the host's is refused with a `ValueError` (a
+//! `NotImplementedError` for masks, a `TypeError` for an object that is not an array) before any
+//! launch.
+//!
 //! An import happens in two steps, because the stream handshake needs the device first: [`Pending`]
 //! learns where an array lives ([`Memory`]); once the caller's queue on that device exists,
 //! [`Pending::import`] takes the array with the queue ordered after the producer's pending work
@@ -34,30 +39,138 @@ impl std::fmt::Display for Memory {
     }
 }
 
-/// The element types the kernels take.
+/// An element type of arrays: the number types device buffers hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dtype {
+    /// `float32`.
     F32,
+    /// `float64`.
     F64,
+    /// `int8`.
+    I8,
+    /// `int16`.
+    I16,
+    /// `int32`.
+    I32,
+    /// `int64`.
+    I64,
+    /// `uint8`.
+    U8,
+    /// `uint16`.
+    U16,
+    /// `uint32`.
+    U32,
+    /// `uint64`.
+    U64,
 }
 
 impl Dtype {
-    fn size(self) -> usize {
+    const ALL: [Dtype; 10] = [
+        Dtype::F32,
+        Dtype::F64,
+        Dtype::I8,
+        Dtype::I16,
+        Dtype::I32,
+        Dtype::I64,
+        Dtype::U8,
+        Dtype::U16,
+        Dtype::U32,
+        Dtype::U64,
+    ];
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        self.dlpack().bits as usize / 8
+    }
+
+    /// NumPy's name for it (also PyTorch's and CuPy's): `"float32"`, `"uint8"`, ….
+    pub fn name(self) -> &'static str {
         match self {
-            Dtype::F32 => 4,
-            Dtype::F64 => 8,
+            Dtype::F32 => "float32",
+            Dtype::F64 => "float64",
+            Dtype::I8 => "int8",
+            Dtype::I16 => "int16",
+            Dtype::I32 => "int32",
+            Dtype::I64 => "int64",
+            Dtype::U8 => "uint8",
+            Dtype::U16 => "uint16",
+            Dtype::U32 => "uint32",
+            Dtype::U64 => "uint64",
         }
+    }
+
+    /// The dtype NumPy (or PyTorch, CuPy) names `name`.
+    pub fn from_name(name: &str) -> Option<Dtype> {
+        Dtype::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    fn dlpack(self) -> DLDataType {
+        match self {
+            Dtype::F32 => DLDataType::F32,
+            Dtype::F64 => DLDataType::F64,
+            Dtype::I8 => DLDataType::I8,
+            Dtype::I16 => DLDataType::I16,
+            Dtype::I32 => DLDataType::I32,
+            Dtype::I64 => DLDataType::I64,
+            Dtype::U8 => DLDataType::U8,
+            Dtype::U16 => DLDataType::U16,
+            Dtype::U32 => DLDataType::U32,
+            Dtype::U64 => DLDataType::U64,
+        }
+    }
+
+    /// `__array_interface__`'s type string: kind and bytes (`"f4"`), after the byte order.
+    fn typestr(self) -> String {
+        let kind = match self {
+            Dtype::F32 | Dtype::F64 => 'f',
+            Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64 => 'i',
+            _ => 'u',
+        };
+        format!("{kind}{}", self.size())
+    }
+
+    /// The type of a `__cuda_array_interface__` type string (little-endian, or one byte).
+    fn from_typestr(typestr: &str) -> Option<Dtype> {
+        let (order, rest) = typestr.split_at_checked(1)?;
+        Dtype::ALL.into_iter().find(|d| {
+            rest == d.typestr() && (order == "<" || order == "=" || (order == "|" && d.size() == 1))
+        })
     }
 }
 
 impl std::fmt::Display for Dtype {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Dtype::F32 => "float32",
-            Dtype::F64 => "float64",
-        })
+        f.write_str(self.name())
     }
 }
+
+/// "float32", "float32 or float64", "float32, int32 or uint8": the dtypes `accepted` lists, each
+/// as `describe` writes it.
+pub(crate) fn either(accepted: &[Dtype], describe: impl Fn(Dtype) -> String) -> String {
+    let names: Vec<String> = accepted.iter().map(|&d| describe(d)).collect();
+    match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => "no dtype".into(),
+    }
+}
+
+/// A Rust element type that arrays hold: what [`Call::input`](crate::Call::input) and
+/// [`Call::output`](crate::Call::output) check an array's dtype against.
+pub trait ArrayElement: kernel_suite::Element {
+    /// The arrays' dtype.
+    const DTYPE: Dtype;
+}
+
+macro_rules! array_elements {
+    ($($t:ty => $d:ident),*) => {$(
+        impl ArrayElement for $t {
+            const DTYPE: Dtype = Dtype::$d;
+        }
+    )*};
+}
+array_elements!(f32 => F32, f64 => F64, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16,
+    u32 => U32, u64 => U64);
 
 /// An imported array: a C-contiguous block of `shape`'s product elements at `address`.
 pub struct ForeignArray {
@@ -70,7 +183,8 @@ pub struct ForeignArray {
     /// Where the elements are.
     pub memory: Memory,
     read_only: bool,
-    name: &'static str,
+    /// The argument's name, for errors.
+    pub name: &'static str,
     /// What keeps the memory alive until the array is dropped (after the launch is queued: the
     /// caller's allocator orders any reuse after work on the caller's stream).
     _owner: Box<dyn std::any::Any>,
@@ -80,6 +194,11 @@ impl ForeignArray {
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.shape.iter().product()
+    }
+
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Checks the dimensions and, when `dtype` is given, the element type.
@@ -115,12 +234,13 @@ impl ForeignArray {
         self.memory == other.memory && self.address < end(other) && other.address < end(self)
     }
 
-    /// The elements as a kernel's `&[T]`.
+    /// The elements as a kernel's `&[T]`. Panics if the array's dtype is not `T`.
     ///
     /// # Safety
-    /// The array's dtype is `T`, and its memory is what the device launched on reads.
-    pub unsafe fn view<T: kernel_suite::Element>(&self) -> kernel_suite::BufferView<'_, T> {
-        // SAFETY: a contiguous, aligned array of `len` elements kept alive by `_owner`.
+    /// The array's memory is what the device launched on reads (see [`Memory`]).
+    pub unsafe fn view<T: ArrayElement>(&self) -> kernel_suite::BufferView<'_, T> {
+        assert_eq!(self.dtype, T::DTYPE, "{}: a view of another element type", self.name);
+        // SAFETY: a contiguous, aligned array of `len` elements of `T` kept alive by `_owner`.
         unsafe { kernel_suite::BufferView::from_raw_parts(self.address as *const T, self.len()) }
     }
 
@@ -128,7 +248,8 @@ impl ForeignArray {
     ///
     /// # Safety
     /// As for [`ForeignArray::view`]; no other view of these elements is used meanwhile.
-    pub unsafe fn view_mut<T: kernel_suite::Element>(&self) -> kernel_suite::BufferViewMut<'_, T> {
+    pub unsafe fn view_mut<T: ArrayElement>(&self) -> kernel_suite::BufferViewMut<'_, T> {
+        assert_eq!(self.dtype, T::DTYPE, "{}: a view of another element type", self.name);
         // SAFETY: as for `view`; the caller guarantees exclusivity.
         unsafe { kernel_suite::BufferViewMut::from_raw_parts(self.address as *mut T, self.len()) }
     }
@@ -136,15 +257,26 @@ impl ForeignArray {
 
 /// An array whose memory is known and whose import waits for the caller's queue.
 pub enum Pending<'py> {
+    /// A DLPack producer (`__dlpack__` and `__dlpack_device__`).
     Dlpack {
+        /// The export, not made yet.
         request: ImportRequest<'py>,
+        /// Where the array is.
         memory: Memory,
+        /// The dtypes it may have.
+        accepted: Vec<Dtype>,
+        /// The argument's name, for errors.
         name: &'static str,
     },
+    /// A `__cuda_array_interface__` producer.
     CudaArrayInterface {
+        /// The producer, kept alive with the array.
         object: Bound<'py, PyAny>,
+        /// Its interface, checked.
         interface: Interface,
+        /// The GPU the memory belongs to.
         memory: Memory,
+        /// The argument's name, for errors.
         name: &'static str,
     },
     /// A legacy DLPack producer (no `__dlpack_device__`): imported without a stream handshake.
@@ -162,17 +294,21 @@ pub struct Interface {
 }
 
 impl<'py> Pending<'py> {
-    /// Learns where `object` (named `name` in errors) lives, without importing it yet.
-    pub fn new(object: &Bound<'py, PyAny>, name: &'static str) -> PyResult<Self> {
+    /// Learns where `object` (named `name` in errors, of one of the dtypes `accepted`) lives,
+    /// without importing it yet.
+    pub fn new(object: &Bound<'py, PyAny>, name: &'static str, accepted: &[Dtype]) -> PyResult<Self> {
+        let accepted = accepted.to_vec();
         if object.hasattr("__dlpack__")? {
             let request = ImportRequest::new(object.as_borrowed())?;
             return match request.device() {
-                Ok(device) => Ok(Pending::Dlpack { request, memory: memory_of(device, name)?, name }),
-                Err(_) => Ok(Pending::Imported(finish_dlpack(request.import(None, None)?, name)?)),
+                Ok(device) => {
+                    Ok(Pending::Dlpack { request, memory: memory_of(device, name)?, accepted, name })
+                }
+                Err(_) => Ok(Pending::Imported(finish_dlpack(request.import(None, None)?, name, &accepted)?)),
             };
         }
         if let Ok(interface) = object.getattr("__cuda_array_interface__") {
-            let interface = parse_interface(interface.cast::<PyDict>()?, name)?;
+            let interface = parse_interface(interface.cast::<PyDict>()?, name, &accepted)?;
             let memory = Memory::Gpu(kernel_suite::gpu_of_address(interface.address).map_err(crate::to_py)?);
             return Ok(Pending::CudaArrayInterface { object: object.clone(), interface, memory, name });
         }
@@ -195,9 +331,9 @@ impl<'py> Pending<'py> {
     /// the producer's pending work on the array is ordered before the queue's next work.
     pub fn import(self, device: &Device, queue: &Queue, stream: usize) -> PyResult<ForeignArray> {
         match self {
-            Pending::Dlpack { request, name, .. } => {
+            Pending::Dlpack { request, accepted, name, .. } => {
                 let consumer = CallerStream { device, queue, stream };
-                finish_dlpack(request.import(Some(&consumer), None)?, name)
+                finish_dlpack(request.import(Some(&consumer), None)?, name, &accepted)
             }
             Pending::CudaArrayInterface { object, interface, memory, name } => {
                 if let Some(producer) = interface.stream {
@@ -251,25 +387,34 @@ fn memory_of(device: DLDevice, name: &str) -> PyResult<Memory> {
         DLDeviceType::CUDA => Ok(Memory::Gpu(device.device_id as u32)),
         DLDeviceType::CPU => Ok(Memory::Host),
         other => Err(PyValueError::new_err(format!(
-            "{name} is on DLPack device type {} (id {}): the kernels take CUDA device memory, or host memory \
-             for device=\"sim\"",
+            "{name} is on DLPack device type {} (id {}): the kernels take CUDA device memory or host \
+             memory",
             other.0, device.device_id
         ))),
     }
 }
 
-fn finish_dlpack(imported: ImportedDlpack, name: &'static str) -> PyResult<ForeignArray> {
+fn finish_dlpack(imported: ImportedDlpack, name: &'static str, accepted: &[Dtype]) -> PyResult<ForeignArray> {
     let read_only = imported.flags().contains(DlpackFlags::READ_ONLY);
     let (address, shape, dtype, memory) = {
         let tensor = imported.validate().map_err(|e| PyValueError::new_err(format!("{name}: {e}")))?;
         let shape: Vec<usize> = tensor.shape().iter().map(|&s| s as usize).collect();
-        let dtype = match tensor.dtype() {
-            d if d == DLDataType::F32 => Dtype::F32,
-            d if d == DLDataType::F64 => Dtype::F64,
-            d => {
+        let dtype = match Dtype::ALL.into_iter().find(|d| d.dlpack() == tensor.dtype()) {
+            Some(d) if accepted.contains(&d) => d,
+            Some(d) => {
                 return Err(PyValueError::new_err(format!(
-                    "{name} has DLPack dtype code {} with {} bits × {} lanes: the kernels take float32 or float64",
-                    d.code.0, d.bits, d.lanes
+                    "{name} is {d}: expected {}",
+                    either(accepted, |d| d.name().into())
+                )));
+            }
+            None => {
+                let d = tensor.dtype();
+                return Err(PyValueError::new_err(format!(
+                    "{name} has DLPack dtype code {} with {} bits × {} lanes: expected {}",
+                    d.code.0,
+                    d.bits,
+                    d.lanes,
+                    either(accepted, |d| d.name().into())
                 )));
             }
         };
@@ -283,7 +428,7 @@ fn finish_dlpack(imported: ImportedDlpack, name: &'static str) -> PyResult<Forei
     Ok(ForeignArray { address, shape, dtype, memory, read_only, name, _owner: Box::new(imported) })
 }
 
-fn parse_interface(interface: &Bound<'_, PyDict>, name: &str) -> PyResult<Interface> {
+fn parse_interface(interface: &Bound<'_, PyDict>, name: &str, accepted: &[Dtype]) -> PyResult<Interface> {
     let field = |key: &str| -> PyResult<Bound<'_, PyAny>> {
         interface
             .get_item(key)?
@@ -291,12 +436,12 @@ fn parse_interface(interface: &Bound<'_, PyDict>, name: &str) -> PyResult<Interf
     };
     let shape: Vec<usize> = field("shape")?.extract()?;
     let typestr: String = field("typestr")?.extract()?;
-    let dtype = match typestr.as_str() {
-        "<f4" | "=f4" => Dtype::F32,
-        "<f8" | "=f8" => Dtype::F64,
-        other => {
+    let dtype = match Dtype::from_typestr(&typestr) {
+        Some(d) if accepted.contains(&d) => d,
+        _ => {
             return Err(PyValueError::new_err(format!(
-                "{name} has typestr {other:?}: the kernels take float32 (\"<f4\") or float64 (\"<f8\")"
+                "{name} has typestr {typestr:?}: expected {}",
+                either(accepted, |d| format!("{d} (\"<{}\")", d.typestr()))
             )));
         }
     };

@@ -1,0 +1,83 @@
+//! The project's kernels from Python: what a pyo3 binding of a kernel needs besides the launch.
+//!
+//! A binding is a `#[pyfunction]` that makes a [`Call`], takes its arrays from it — checked
+//! (dtype, C-contiguity, alignment, one device, outputs apart from inputs), on the device the call
+//! runs on — and launches the kernel on the device and queue the call gives:
+//!
+//! ```ignore
+//! /// `out = a·x` for a float32 array `x` of any shape.
+//! #[pyfunction]
+//! #[pyo3(signature = (a, x, *, out = None, stream = None, device = None))]
+//! fn scale<'py>(py: Python<'py>, a: f32, x: &Bound<'py, PyAny>, out: Option<&Bound<'py, PyAny>>,
+//!               stream: Option<&Bound<'py, PyAny>>, device: Option<&str>) -> PyResult<Bound<'py, PyAny>> {
+//!     let call = Call::new(py, device, stream)?;
+//!     let x = call.input::<f32>(x, "x")?;
+//!     let mut out = call.output::<f32>(out, "out", x.shape())?;
+//!     // SAFETY: one thread per element, each writing its own `out[i]`.
+//!     call.launch(|device, queue| unsafe {
+//!         device.launch_on(queue, &kernels::scale::SCALE, LaunchConfig::for_1d(x.len(), 256), (a, x.view(), out.view_mut()))
+//!     })?;
+//!     out.into_result()
+//! }
+//! ```
+//!
+//! GPU arrays (PyTorch, CuPy, JAX through DLPack; Numba, PyCUDA through
+//! `__cuda_array_interface__`) are used in place on the caller's stream, and new outputs are
+//! allocated by the input's library on its GPU; host arrays (NumPy) are copied to the GPU and
+//! back, or run in the simulator ([`call`] has the rules). The extension's module calls
+//! [`register`] for the exceptions; its Python package loads the NVIDIA driver, or a stand-in that
+//! reports no GPU (`python/driver-stub`), before the extension.
+//!
+//! Bindings that dispatch on dtypes or allocate in Python use the parts: [`arrays`] (imports of
+//! DLPack and `__cuda_array_interface__` arrays), [`devices`] (the GPUs, the simulator,
+//! [`import_all`](devices::import_all)), [`library`] (allocation by the input's library, the
+//! caller's stream) and [`detached`](devices::detached) (a launch with the GIL released).
+#![warn(missing_docs)]
+
+pub mod arrays;
+pub mod call;
+pub mod devices;
+pub mod library;
+
+pub use arrays::{ArrayElement, Dtype};
+pub use call::{Call, Input, Output};
+
+use kernel_suite::Error;
+use pyo3::exceptions::{PyArithmeticError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    pykernels,
+    CudaError,
+    PyRuntimeError,
+    "A CUDA failure: the message names the call or the kernel."
+);
+
+pyo3::create_exception!(
+    pykernels,
+    NumericalError,
+    PyArithmeticError,
+    "A numerical method failed on valid input (it did not converge, or its result failed a consistency check), on any device."
+);
+
+/// The host library's error as a Python exception: `ValueError` for invalid input,
+/// [`NumericalError`] for a method that failed on valid input, `OSError` for files,
+/// [`CudaError`] for the rest (the driver, the GPU, a kernel).
+pub fn to_py(e: Error) -> PyErr {
+    match e {
+        Error::InvalidInput(message) => PyValueError::new_err(message),
+        e @ Error::Numerical(_) => NumericalError::new_err(e.to_string()),
+        e @ Error::File { .. } => PyOSError::new_err(e.to_string()),
+        other => CudaError::new_err(other.to_string()),
+    }
+}
+
+/// Adds [`CudaError`], [`NumericalError`] and, for a package's Python code, `_empty_like` and
+/// `_caller_stream` ([`library`]) to the extension's module `m`.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("CudaError", m.py().get_type::<CudaError>())?;
+    m.add("NumericalError", m.py().get_type::<NumericalError>())?;
+    m.add_function(wrap_pyfunction!(library::_empty_like, m)?)?;
+    m.add_function(wrap_pyfunction!(library::_caller_stream, m)?)?;
+    Ok(())
+}
