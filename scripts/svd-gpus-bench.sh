@@ -47,9 +47,15 @@ for dir in "$work/wl/w2048" "$work/w512"; do
   for gpus in $counts; do
     # shellcheck disable=SC2046
     "$bundle/bin/svd" "$dir" --ranks 50 --device gpu $(gpu_flag $gpus) --no-images --profile \
-      --out-dir "$work/prof-$name-$gpus" >"$logs/$name-profile-$gpus.log" 2>&1
-    echo "$name --profile gpus=$gpus: $(grep -E '^job:' "$logs/$name-profile-$gpus.log" | sed 's/; whole command.*//')"
+      --out-dir "$work/prof-$name-$gpus" --json "$logs/$name-profile-$gpus.json" >"$logs/$name-profile-$gpus.log" 2>&1
+    echo "$name --profile gpus=$gpus: $(grep -E '^job:' "$logs/$name-profile-$gpus.log")"
     grep -E '^  sums|timeline:' "$logs/$name-profile-$gpus.log" | sed 's/^/    /'
+    python3 - "$logs/$name-profile-$gpus.json" <<'PY'
+import json, sys
+for s in json.load(open(sys.argv[1]))["startup"]:
+    print(f"    GPU {s['gpu']} start-up (ms): driver {s['init_ms']:.1f}, context {s['context_ms']:.1f}, "
+          f"module {s['module_load_ms']:.1f}")
+PY
   done
   for images in png none; do
     for gpus in $counts; do

@@ -277,8 +277,7 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     drop(queue);
     let journal = Arc::into_inner(journal).expect("the queue, and with it its screen, is dropped");
     let (totals, entries) = journal.finish()?;
-    let job_end = Instant::now();
-    let job_ms = (job_end - run.job_start).as_secs_f64() * 1e3;
+    let job_ms = (run.job_end - run.job_start).as_secs_f64() * 1e3;
     let Totals { done: computed, failed, pixels, stages, max_check_error, .. } = totals;
 
     if source.len() <= FEW {
@@ -345,7 +344,7 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     }
     if args.device.profile {
         for gpu in &run.gpus {
-            eprintln!("{}", gpu.timeline(run.job_start, job_end));
+            eprintln!("{}", gpu.timeline(run.job_start, run.job_end));
             if let Some(profile) = &gpu.profile {
                 eprintln!("GPU {}: {profile}", gpu.gpu);
             }

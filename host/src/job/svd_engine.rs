@@ -221,6 +221,10 @@ pub struct JobRun {
     pub startup: Vec<StartupReport>,
     /// When the first engine started (after its device opened).
     pub job_start: Instant,
+    /// When the last image's outputs were written and the last engine finished: before the
+    /// devices of several GPUs are closed (a context's teardown, like its start-up, is no part
+    /// of the job; one GPU's device outlives the run).
+    pub job_end: Instant,
     /// Each GPU's part of the job, by GPU index (none on the CPU).
     pub gpus: Vec<GpuRun>,
 }
@@ -361,11 +365,16 @@ impl Engine {
         let failure = Failure::default();
         let startups = Mutex::new(Vec::new());
         let starts = Mutex::new(Vec::new());
+        let ends = Mutex::new(Vec::new());
+        let ended = |at: Instant| ends.lock().expect("no panics while holding the lock").push(at);
         let gpu_runs = Mutex::new(Vec::new());
         let record = |run: GpuRun| gpu_runs.lock().expect("no panics while holding the lock").push(run);
         std::thread::scope(|scope| {
             for _ in 0..encoders {
                 scope.spawn(|| {
+                    // When this encoder finished its last image (it exits only once every engine
+                    // is done, devices closed).
+                    let mut last = None;
                     loop {
                         let next = receiver.lock().expect("no panics while holding the lock").recv();
                         let Ok(mut result) = next else { break };
@@ -382,7 +391,9 @@ impl Engine {
                         if let Err(e) = reported {
                             failure.record(e);
                         }
+                        last = Some(Instant::now());
                     }
+                    last.map(ended);
                 });
             }
             let failure = &failure;
@@ -405,6 +416,7 @@ impl Engine {
                     if let Err(e) = run_cpu(queue, options, sink) {
                         failure.record(e.into());
                     }
+                    ended(Instant::now());
                 }
                 Engine::One(one) => {
                     started(one.startup().map(|startup| StartupReport { gpu: device.gpu, startup }));
@@ -412,6 +424,7 @@ impl Engine {
                         Ok(batches) => record(GpuRun { gpu: device.gpu, batches, profile: None }),
                         Err(e) => failure.record(e.into()),
                     }
+                    ended(Instant::now());
                 }
                 Engine::Many(ordinals) => {
                     let gpu_options =
@@ -441,6 +454,7 @@ impl Engine {
                                     started(opened.startup().map(|startup| StartupReport { gpu, startup }));
                                     let batches = run_gpu(&opened, queue, spread, sink)
                                         .with_context(|| format!("GPU {gpu}"))?;
+                                    ended(Instant::now());
                                     let profile = opened.profile_report()?;
                                     record(GpuRun { gpu, batches, profile });
                                     Ok(())
@@ -459,11 +473,13 @@ impl Engine {
         failure.into_result()?;
         let job_start =
             starts.into_inner().expect("no poisoned lock").into_iter().min().unwrap_or_else(Instant::now);
+        let job_end =
+            ends.into_inner().expect("no poisoned lock").into_iter().max().unwrap_or_else(Instant::now);
         let mut startup = startups.into_inner().expect("no poisoned lock");
         startup.sort_by_key(|s| s.gpu);
         let mut gpus = gpu_runs.into_inner().expect("no poisoned lock");
         gpus.sort_by_key(|g| g.gpu);
-        Ok(JobRun { startup, job_start, gpus })
+        Ok(JobRun { startup, job_start, job_end, gpus })
     }
 }
 
