@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runner of the GPU bundle (built by scripts/gpu-bundle.sh, copied there as run.sh), for a CUDA
 # machine without Rust. Runs every test binary of tests/ with the GPU required (the project's
-# variable, from bundle.env: a skip is a failure), then — unless --tests-only — the commands listed by
-# gpu-commands.sh when the bundle has one (the project's scripts/gpu-commands.sh) and every benchmark
-# of benches/, and prints a summary: per binary ok, FAILED, or FAILED (GPU required but missing).
+# variable, from bundle.env: a skip is a failure) and, when the bundle has the Python wheel, its
+# pytest suite (python-gpu.sh: NumPy arrays, PyTorch tensors in place), then — unless --tests-only —
+# the commands listed by gpu-commands.sh when the bundle has one (the project's
+# scripts/gpu-commands.sh) and every benchmark of benches/, and prints a summary: per binary ok,
+# FAILED, or FAILED (GPU required but missing).
 # compute-sanitizer memcheck and racecheck are gpu-sanitize.sh's work (about 8 minutes on an H100).
 # Usage: gpu-bundle/run.sh [--tests-only] [LOG_DIR]     (logs, one per binary: LOG_DIR, default gpu-bundle/logs)
 # Exit status 0 when everything passed.
@@ -44,6 +46,12 @@ for t in "$bundle"/tests/*; do
   echo "  $name: $listed tests listed"
   grep -E "^test result:|SKIPPED|panicked" "$log" | sed "s/^/  $name: /"
 done
+
+if [ -d "$bundle/python" ] && [ -x "$bundle/python-gpu.sh" ]; then
+  echo "== Python package (python-gpu.sh: its tests with the GPU required)"
+  if "$bundle/python-gpu.sh" >"$logs/python.log" 2>&1; then record "python tests" ok; else record "python tests" FAILED; fi
+  tail -n 1 "$logs/python.log" | sed "s/^/  python: /"
+fi
 
 run_cmd() { # label command...
   local label=$1; shift
