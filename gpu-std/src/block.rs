@@ -3,16 +3,16 @@
 //!
 //! [`reduce`], [`inclusive_scan`] and [`exclusive_scan`] combine one value per thread with any
 //! associative operation: a warp collective per warp, the warps' results through a small shared
-//! array ([`scratch_layout`]), and the barriers around it. Every thread of the block calls them
-//! (none returned before), the block is a whole number of warps, and each thread gets the result.
+//! [`Scratch`] (one value per warp, [`scratch_layout`] on the host), and the barriers around it.
+//! Every thread of the block calls them (none returned before), the block is a whole number of
+//! warps (checked where the scratch is made), and each thread gets the result.
 //!
 //! ```ignore
-//! let mut smem = shared::Allocator::new();
-//! let scratch = smem.array::<u32>(block::scratch_len(thread::block_threads()));
-//! let (offset, total) = block::exclusive_scan(count, |a, b| a + b, 0, scratch);
+//! let scratch = shared::Allocator::new().scratch::<u32>(shared::Threads::block());
+//! let (offset, total) = block::exclusive_scan(count, |a, b| a + b, 0, &scratch);
 //! ```
 
-use crate::shared::{DynamicShared, Layout};
+use crate::shared::Layout;
 use crate::warp::{self, Shuffle, WARP_SIZE};
 
 /// `__syncthreads_count`: [`sync_threads`](crate::thread::sync_threads), returning how many threads
@@ -89,35 +89,92 @@ pub const fn scratch_layout<T>(threads: u32) -> Layout {
     Layout::new().array::<T>(scratch_len(threads))
 }
 
-/// `op` folded over the first `warps` elements of `scratch`, in order.
-#[inline(always)]
-fn fold_warps<T: Copy>(scratch: DynamicShared<T>, warps: u32, op: &impl Fn(T, T) -> T) -> Option<T> {
-    let mut acc: Option<T> = None;
-    for w in 0..warps {
-        // SAFETY: `w` is below the block's warp count, which the scratch holds (`scratch_len`); the
-        // warps wrote their elements before the barrier that precedes this read.
-        let v = unsafe { scratch.read(w as usize) };
-        acc = Some(match acc {
-            None => v,
-            Some(a) => op(a, v),
-        });
+/// The shared scratch of [`reduce`] and the scans: one `T` per warp of the block, made by
+/// [`Allocator::scratch`](crate::shared::Allocator::scratch) from the
+/// [`Threads`](crate::shared::Threads) that describe the block (a whole number of warps, checked
+/// there), so that it always holds a slot for every warp, and every warp has a lane 0 and a lane
+/// 31 to write it. Only the collectives touch it: each warp's slot is written by one of its lanes
+/// between their barriers, and read by everyone after, so it is safe to pass to any number of
+/// them in turn.
+pub struct Scratch<T> {
+    pub(crate) ptr: *mut T,
+    /// Slots: the block's warps (the simulator checks every access against it; on the GPU the
+    /// collectives' loops are bounded by the block's warps, which it equals).
+    #[cfg_attr(target_arch = "nvptx64", allow(dead_code))]
+    pub(crate) len: usize,
+}
+
+impl<T: Copy> Scratch<T> {
+    /// Writes warp `w`'s slot.
+    ///
+    /// # Safety
+    /// `w < len`, and no other thread accesses slot `w` until the next barrier.
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+    unsafe fn write(&self, w: usize, value: T) {
+        #[cfg(not(target_arch = "nvptx64"))]
+        if w >= self.len {
+            crate::sim::shared_out_of_range(w, self.len);
+        }
+        // SAFETY: guaranteed by the caller.
+        let at = unsafe { self.ptr.add(w) };
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::sim::shared_access(at as *const u8, size_of::<T>(), crate::sim::Access::Write);
+        // SAFETY: as above.
+        unsafe { at.write(value) }
     }
-    acc
+
+    /// `op` folded over the first `warps` slots, in order.
+    ///
+    /// # Safety
+    /// `warps ≤ len`, every one of those slots written before the barrier that precedes this call,
+    /// and none written again until the next.
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+    unsafe fn fold(&self, warps: u32, op: &impl Fn(T, T) -> T) -> Option<T> {
+        let mut acc: Option<T> = None;
+        for w in 0..warps {
+            #[cfg(not(target_arch = "nvptx64"))]
+            if w as usize >= self.len {
+                crate::sim::shared_out_of_range(w as usize, self.len);
+            }
+            // SAFETY: guaranteed by the caller.
+            let at = unsafe { self.ptr.add(w as usize) };
+            #[cfg(not(target_arch = "nvptx64"))]
+            crate::sim::shared_access(at as *const u8, size_of::<T>(), crate::sim::Access::Read);
+            // SAFETY: as above.
+            let v = unsafe { at.read() };
+            acc = Some(match acc {
+                None => v,
+                Some(a) => op(a, v),
+            });
+        }
+        acc
+    }
+
+    /// The block's warps: `len`, since the scratch was sized for this block's
+    /// [`Threads`](crate::shared::Threads), whose count is the block's.
+    #[inline(always)]
+    fn warps(&self) -> u32 {
+        crate::thread::block_threads().div_ceil(WARP_SIZE)
+    }
 }
 
 /// `op` folded over `value` of every thread of the block; every thread gets the result. `scratch`
-/// holds at least [`scratch_len`]`(blockDim)` elements and may be reused when this returns.
+/// may be passed again when this returns.
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
-pub fn reduce<T: Shuffle>(value: T, op: impl Fn(T, T) -> T, scratch: DynamicShared<T>) -> T {
+pub fn reduce<T: Shuffle>(value: T, op: impl Fn(T, T) -> T, scratch: &Scratch<T>) -> T {
     let in_warp = warp::reduce(value, &op);
     if warp::lane_id() == 0 {
-        // SAFETY: one element per warp, written by its lane 0 alone.
+        // SAFETY: the scratch has a slot per warp of the block (`Scratch`), written here by the
+        // warp's lane 0 alone.
         unsafe { scratch.write(warp::warp_id() as usize, in_warp) };
     }
     crate::thread::sync_threads();
-    let warps = crate::thread::block_threads().div_ceil(WARP_SIZE);
-    let total = fold_warps(scratch, warps, &op).unwrap_or(in_warp);
+    // SAFETY: every warp wrote its slot before the barrier (every thread of the block calls this),
+    // and none writes again before the next.
+    let total = unsafe { scratch.fold(scratch.warps(), &op) }.unwrap_or(in_warp);
     crate::thread::sync_threads();
     total
 }
@@ -127,7 +184,7 @@ pub fn reduce<T: Shuffle>(value: T, op: impl Fn(T, T) -> T, scratch: DynamicShar
 /// [`reduce`].
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
-pub fn inclusive_scan<T: Shuffle>(value: T, op: impl Fn(T, T) -> T, scratch: DynamicShared<T>) -> (T, T) {
+pub fn inclusive_scan<T: Shuffle>(value: T, op: impl Fn(T, T) -> T, scratch: &Scratch<T>) -> (T, T) {
     let in_warp = warp::inclusive_scan(value, &op);
     let (prefix, total) = warp_prefix(in_warp, &op, scratch);
     (prefix.map_or(in_warp, |p| op(p, in_warp)), total)
@@ -141,7 +198,7 @@ pub fn exclusive_scan<T: Shuffle>(
     value: T,
     op: impl Fn(T, T) -> T,
     identity: T,
-    scratch: DynamicShared<T>,
+    scratch: &Scratch<T>,
 ) -> (T, T) {
     let inclusive = warp::inclusive_scan(value, &op);
     let before = warp::shfl_up_sync(warp::FULL_MASK, inclusive, 1);
@@ -154,16 +211,17 @@ pub fn exclusive_scan<T: Shuffle>(
 /// (`in_warp`, whose last lane holds the warp's total).
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
-fn warp_prefix<T: Shuffle>(in_warp: T, op: &impl Fn(T, T) -> T, scratch: DynamicShared<T>) -> (Option<T>, T) {
+fn warp_prefix<T: Shuffle>(in_warp: T, op: &impl Fn(T, T) -> T, scratch: &Scratch<T>) -> (Option<T>, T) {
     let warp = warp::warp_id();
     if warp::lane_id() == WARP_SIZE - 1 {
-        // SAFETY: one element per warp, written by its last lane alone.
+        // SAFETY: the scratch has a slot per warp of the block, whole warps (`Scratch`), written
+        // here by the warp's last lane alone.
         unsafe { scratch.write(warp as usize, in_warp) };
     }
     crate::thread::sync_threads();
-    let warps = crate::thread::block_threads().div_ceil(WARP_SIZE);
-    let prefix = fold_warps(scratch, warp, op);
-    let total = fold_warps(scratch, warps, op).unwrap_or(in_warp);
+    // SAFETY: every warp wrote its slot before the barrier (every thread of the block calls this),
+    // none writes again before the next, and `warp` is below the warp count.
+    let (prefix, total) = unsafe { (scratch.fold(warp, op), scratch.fold(scratch.warps(), op)) };
     crate::thread::sync_threads();
-    (prefix, total)
+    (prefix, total.unwrap_or(in_warp))
 }

@@ -1,4 +1,37 @@
-//! Launch-sized ("dynamic") shared memory: one region per block, sized by the launch.
+//! Launch-sized ("dynamic") shared memory: one region per block, sized by the launch, as safe
+//! tiles for the usual patterns or as raw arrays.
+//!
+//! **Safe tiles** ([`Tile`], [`Tile2d`], [`Counters`], the block collectives' [`Scratch`]): each
+//! thread writes only the slots it owns, the block barrier [`sync_threads`](fn@sync_threads)
+//! turns a written tile into a readable one (reading before it does not compile), reads are
+//! bounds-checked, and counters are updated atomically by anyone:
+//!
+//! ```ignore
+//! let threads = shared::Threads::block();                   // thread rank t owns slots t, t + threads, …
+//! let mut smem = shared::Allocator::new();
+//! let mut tile = smem.tile::<f32>(n);
+//! tile.fill(threads, |i: usize| x[base + i]);                // write phase: own slots only
+//! let tile = shared::sync_threads(tile);                     // barrier: now a TileRead
+//! y[base + i] = tile[n - 1 - i];                             // read phase: any slot, checked
+//! ```
+//!
+//! | allocation (`smem: Allocator`) | write phase | after `sync_threads` |
+//! |---|---|---|
+//! | `smem.tile::<T>(len) -> Tile<T>` | `fill(threads, \|i: usize\| value)` (or `i: u32`) | `TileRead<T>`: `t[i]`, `into_matrix(rows, cols)`, `into_f32x4()` (16-byte reads) |
+//! | `smem.tile_rows::<T>(rows, cols, pitch)`, `tile_columns(…) -> Tile2d<T>` | `fill(threads, \|r: usize, c: usize\| value)`, `fill_where(…, \|r, c\| Option)` | `Tile2dRead<T>`: `t[(r, c)]`, `window(threads, rows, cols)` (a stencil thread's halo window, `w[(i, j)]`) |
+//! | `smem.counters::<T>(len, threads) -> ZeroedCounters<T>` | (zeroed by their owners) | `Counters<T>`: `add`, `fetch_add`, `fetch_max` (atomic, any thread); then `TileRead<T>` |
+//! | `smem.scratch::<T>(threads) -> Scratch<T>` | — | passed to `block::reduce`, `block::inclusive_scan`, `block::exclusive_scan` |
+//!
+//! The barrier is `shared::sync_threads<P: Phase>(tiles: P) -> P::Next`, for one of these or a
+//! tuple of up to four. Ownership follows a [`Threads`]: [`Threads::block`] describes any block; [`Threads::exactly::<BX, BY>`](Threads::exactly) checks
+//! a `BX × BY` block once and makes the ownership loops' steps constants. What the types prove,
+//! what stays the kernel's duty (every thread at the same barrier, the same allocations in every
+//! thread) and what the simulator checks (both duties, and every access of these types for races
+//! between threads): see [Safe tiles in detail](#safe-tiles-in-detail) below.
+//!
+//! **Raw arrays** ([`DynamicShared`], from [`Allocator::array`], [`region`] or [`dynamic`]): any
+//! access pattern (warp-specialised pipelines, `cp.async`, `ldmatrix`), with `unsafe` reads,
+//! writes and atomics whose contract is the caller's:
 //!
 //! ```ignore
 //! let tile = shared::dynamic::<f32>();          // the whole region as f32
@@ -7,10 +40,10 @@
 //! let y = unsafe { tile.read(j) };
 //! ```
 //!
-//! Several arrays of different types go in one region through an [`Allocator`], which places each
-//! at the next offset aligned for its type. The host sizes the launch with a [`Layout`] built by
-//! the same steps — the allocator is a layout that hands out the arrays — so a kernel module
-//! exports one `const fn` giving its layout and both sides use it:
+//! Several arrays and tiles of different types go in one region through an [`Allocator`], which
+//! places each at the next offset aligned for its type. The host sizes the launch with a
+//! [`Layout`] built by the same steps — the allocator is a layout that hands out the arrays — so a
+//! kernel module exports one `const fn` giving its layout and both sides use it:
 //!
 //! ```ignore
 //! pub const fn shared_layout(n: usize, m: usize) -> shared::Layout {
@@ -18,7 +51,7 @@
 //! }
 //! // in the kernel:
 //! let mut smem = shared::Allocator::new();
-//! let a = smem.array::<f32>(n);
+//! let a = smem.tile::<f32>(n);
 //! let b = smem.array::<f64>(m);
 //! // on the host: LaunchConfig { shared_bytes: shared_layout(n, m).bytes_u32(), .. }
 //! ```
@@ -27,9 +60,76 @@
 //! NVPTX backend places every `static` in the global address space (`#[link_section]` does not
 //! choose address spaces there), and the launch-sized region is the only shared memory it exposes.
 //!
-//! On the GPU an access is a plain `ld.shared`/`st.shared` with no bounds check. In the simulator
-//! every access is checked, and one out of range panics with a message naming the kernel, the block
-//! and the thread.
+//! On the GPU a raw access is a plain `ld.shared`/`st.shared` with no bounds check. In the
+//! simulator every access is checked, and one out of range panics with a message naming the
+//! kernel, the block and the thread.
+//!
+//! # Safe tiles in detail
+//!
+//! * **Slot ownership.** In a write phase a thread writes only the slots it owns, through
+//!   [`Tile::fill`] or [`Tile2d::fill`]/[`fill_where`](Tile2d::fill_where), which call a closure
+//!   for each of them: in a [`Tile`] slot `i` belongs to the thread of rank `i mod threads`, in a
+//!   [`Tile2d`] element `(r, c)` to the thread at `(c mod nx, r mod ny)` of the block seen as an
+//!   `nx × ny` grid ([`Threads`]). Two threads never write one slot, whatever the closure does.
+//! * **Phases.** A write phase has no reads and a read phase no writes; only
+//!   [`sync_threads`](fn@sync_threads) — the block barrier — turns one into the other, consuming
+//!   the tiles it is given (several at once in a tuple) and returning them in their next phase:
+//!   [`Tile`] ⇄ [`TileRead`], [`Tile2d`] ⇄ [`Tile2dRead`], and for counters
+//!   [`ZeroedCounters`] → [`Counters`] (atomics only) → [`TileRead`]. None of them is `Copy`, so
+//!   no copy of a phase outlives the barrier. Reading before the barrier does not compile:
+//!
+//!   ```compile_fail
+//!   # use gpu_std::shared::{Allocator, Threads};
+//!   # fn kernel() {
+//!   let mut tile = Allocator::new().tile::<f32>(64);
+//!   tile.fill(Threads::block(), |i: usize| i as f32);
+//!   let x = tile[0];                                      // a Tile has no reads
+//!   # }
+//!   ```
+//!
+//!   while after the barrier it does:
+//!
+//!   ```no_run
+//!   # use gpu_std::shared::{self, Allocator, Threads};
+//!   # fn kernel() {
+//!   let mut tile = Allocator::new().tile::<f32>(64);
+//!   tile.fill(Threads::block(), |i: usize| i as f32);
+//!   let tile = shared::sync_threads(tile);                // a TileRead
+//!   let x = tile[0];
+//!   # }
+//!   ```
+//! * **Bounds.** Reads are checked against the tile (the index, or row and column of a 2-D tile):
+//!   a panic naming kernel, block, thread and line in the simulator, `trap` on the GPU; LLVM drops
+//!   the check where the kernel's loop bounds prove it, as for [`Slice`](crate::Slice)s. The
+//!   writes of `fill` need none: its loops stay inside the tile. An allocation that does not fit
+//!   the launch's dynamic shared memory stops the kernel too.
+//! * **Values.** Tiles hold [`Plain`] values (integers, floats, arrays of them), for which any
+//!   bits are a value: a slot no thread wrote reads as whatever was there (the simulator fills
+//!   shared memory with `0xff` bytes, a NaN for floats), never as undefined behaviour.
+//!
+//! **What stays the kernel's duty.** Two rules are about the whole block, which Rust's types cannot see; the simulator checks both.
+//!
+//! * **Every thread of the block reaches the same [`sync_threads`](fn@sync_threads)** (or has
+//!   returned), as for any `__syncthreads()`: a barrier inside a branch that some threads skip
+//!   would let one thread read while another still writes (and is undefined on the GPU). The
+//!   simulator stops the launch when threads meet at different barriers, naming both lines.
+//! * **Every thread allocates the same tiles in the same order from one [`Allocator`]** (block
+//!   uniform sizes, no second allocator over the same memory, no raw [`region`]
+//!   overlapping a tile): tiles that overlap with different owners break the ownership above.
+//!
+//! Beyond those, the simulator checks the result itself: it records which thread wrote, read or
+//! atomically updated each byte of shared memory through these types since the last barrier, and
+//! a conflicting access (a write with anything, a plain access with an atomic one) stops the
+//! launch with both threads named — whatever broke the rules.
+//!
+//! **Cost.** On the GPU an access is the same `ld.shared`/`st.shared` as through
+//! [`DynamicShared`]; `fill` is the loop a kernel would write. What the types add is once per
+//! kernel: [`Threads::exactly`] compares the block's shape with its constants (three compares and
+//! a `trap`), and each allocation compares its end with the launch's shared bytes.
+
+mod tile;
+pub use crate::block::Scratch;
+pub use tile::*;
 
 /// A typed view of (part of) the block's dynamic shared memory. `Copy`, like a pointer.
 #[derive(Clone, Copy)]
@@ -164,11 +264,6 @@ impl<T: Copy> DynamicShared<T> {
 #[repr(C, align(8))]
 struct F32x2([f32; 2]);
 
-/// Four f32 as one 16-byte shared-memory access.
-#[derive(Clone, Copy)]
-#[repr(C, align(16))]
-struct F32x4([f32; 4]);
-
 impl DynamicShared<f32> {
     /// Elements `i..i + 4` in one 16-byte load (`ld.shared.v4`).
     ///
@@ -271,8 +366,10 @@ impl Default for Layout {
 /// Hands out consecutive typed arrays of the block's dynamic shared memory, following a
 /// [`Layout`]. Every thread of a block makes the same calls in the same order, so they all get the
 /// same arrays. In the simulator an array past the launch's shared bytes panics with the offset,
-/// size and what the launch gave; on the GPU nothing is checked.
-#[derive(Clone, Copy, Debug, Default)]
+/// size and what the launch gave; on the GPU nothing is checked for raw arrays, and the safe
+/// tiles' allocations are checked against the launch's shared bytes. Not `Copy`: a copy would
+/// hand out the same memory twice.
+#[derive(Debug, Default)]
 pub struct Allocator {
     layout: Layout,
 }

@@ -198,16 +198,16 @@ pub fn block_probe(x: &[u32], out: &mut [u32]) {
     let i = thread::index_1d() as usize;
     let v = x[i];
     let mut smem = shared::Allocator::new();
-    let sums = smem.array::<u64>(block::scratch_len(thread::block_threads()));
-    let maxima = smem.array::<f32>(block::scratch_len(thread::block_threads()));
+    let sums = smem.scratch::<u64>(shared::Threads::block());
+    let maxima = smem.scratch::<f32>(shared::Threads::block());
     let o = BLOCK_RESULTS * i;
     out[o] = block::sync_threads_count(v % 2 == 1);
     out[o + 1] =
         block::sync_threads_and(v % 2 == 1) as u32 | (block::sync_threads_or(v % 2 == 1) as u32) << 1;
-    out[o + 2] = block::reduce(v as u64, |a, b| a + b, sums) as u32;
-    out[o + 3] = block::reduce(v as f32, f32::max, maxima) as u32;
-    let (inclusive, total) = block::inclusive_scan(v as u64, |a, b| a + b, sums);
-    let (exclusive, total_again) = block::exclusive_scan(v as u64, |a, b| a + b, 0, sums);
+    out[o + 2] = block::reduce(v as u64, |a, b| a + b, &sums) as u32;
+    out[o + 3] = block::reduce(v as f32, f32::max, &maxima) as u32;
+    let (inclusive, total) = block::inclusive_scan(v as u64, |a, b| a + b, &sums);
+    let (exclusive, total_again) = block::exclusive_scan(v as u64, |a, b| a + b, 0, &sums);
     out[o + 4] = inclusive as u32 ^ (exclusive as u32) << 16;
     out[o + 5] = (total == total_again) as u32;
 }

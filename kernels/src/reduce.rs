@@ -124,7 +124,7 @@ fn one_pass<R: Reduction>(
     done: SliceMut<u32>,
     mut out: SliceMut<f32>,
 ) {
-    let scratch = shared::Allocator::new().array::<R::Acc>(block::scratch_len(thread::block_dim_x()));
+    let scratch = shared::Allocator::new().scratch::<R::Acc>(shared::Threads::block());
     let n = x.len();
     let stride = thread::grid_stride_1d() as usize;
     let mut acc = [R::identity(); 4];
@@ -152,7 +152,7 @@ fn one_pass<R: Reduction>(
         }
     }
     let mine = R::combine(R::combine(acc[0], acc[1]), R::combine(acc[2], acc[3]));
-    let block_value = block::reduce(mine, R::combine, scratch);
+    let block_value = block::reduce(mine, R::combine, &scratch);
 
     let blocks = thread::grid_dim_x();
     let b = thread::block_idx_x() as usize;
@@ -173,7 +173,7 @@ fn one_pass<R: Reduction>(
         total = R::combine(total, R::load(&partials, p));
         p += thread::block_dim_x() as usize;
     }
-    let total = block::reduce(total, R::combine, scratch);
+    let total = block::reduce(total, R::combine, &scratch);
     if first {
         R::store(total, &mut out, 0);
         // Ready for the next launch.

@@ -34,7 +34,7 @@ const PREFIX: u32 = 2;
 /// Dynamic shared memory of [`inclusive_scan_u32`]: the block scan's scratch, the tile number and
 /// the tile's exclusive prefix.
 pub const fn shared_layout() -> shared::Layout {
-    block::scratch_layout::<u32>(BLOCK).array::<u32>(2)
+    block::scratch_layout::<u32>(BLOCK).array::<u32>(1).array::<u32>(1)
 }
 
 #[inline(always)]
@@ -89,23 +89,22 @@ fn look_back(statuses: &SliceMut<u64>, tile: usize, epoch: u32) -> u32 {
 /// launch's on these `statuses` (and from 0, their initial value).
 #[kernel]
 pub fn inclusive_scan_u32(x: &[u32], epoch: u32, statuses: &mut [u64], counter: &mut [u32], y: &mut [u32]) {
+    let threads = shared::Threads::block();
     let mut smem = shared::Allocator::new();
-    let scratch = smem.array::<u32>(block::scratch_len(BLOCK));
-    let tile_info = smem.array::<u32>(2);
+    let scratch = smem.scratch::<u32>(threads);
+    // One slot each, so thread 0's: the tile number and the tile's exclusive prefix.
+    let (mut tile_number, mut prefix) = (smem.tile::<u32>(1), smem.tile::<u32>(1));
     let t = thread::thread_idx_x();
     let tiles = thread::grid_dim_x();
-    if t == 0 {
+    tile_number.fill(threads, |_: u32| {
         let tile = counter.atomic(0).fetch_add(1);
         if tile == tiles - 1 {
             // Every block has its tile: ready for the next launch.
             counter.atomic(0).store(0);
         }
-        // SAFETY: element 0 of 2, written by thread 0 before the barrier.
-        unsafe { tile_info.write(0, tile) };
-    }
-    thread::sync_threads();
-    // SAFETY: written before the barrier.
-    let tile = unsafe { tile_info.read(0) } as usize;
+        tile
+    });
+    let tile = shared::sync_threads(tile_number)[0] as usize;
 
     let n = x.len().min(y.len());
     let lane = warp::lane_id() as usize;
@@ -133,22 +132,19 @@ pub fn inclusive_scan_u32(x: &[u32], epoch: u32, statuses: &mut [u64], counter: 
     }
     // The warps before this one: only each warp's last lane contributes its warp's total.
     let warp_total = if lane == 31 { before_row } else { 0 };
-    let (before_warp, tile_total) = block::exclusive_scan(warp_total, u32::wrapping_add, 0, scratch);
+    let (before_warp, tile_total) = block::exclusive_scan(warp_total, u32::wrapping_add, 0, &scratch);
 
     if warp::warp_id() == 0 {
         if t == 0 && tile > 0 {
             statuses.atomic(tile).store(status(epoch, AGGREGATE, tile_total));
         }
         let before_tile = if tile == 0 { 0 } else { look_back(&statuses, tile, epoch) };
-        if t == 0 {
+        prefix.fill(threads, |_: u32| {
             statuses.atomic(tile).store(status(epoch, PREFIX, before_tile.wrapping_add(tile_total)));
-            // SAFETY: element 1 of 2, written by thread 0 before the barrier.
-            unsafe { tile_info.write(1, before_tile) };
-        }
+            before_tile
+        });
     }
-    thread::sync_threads();
-    // SAFETY: written before the barrier.
-    let before = unsafe { tile_info.read(1) }.wrapping_add(before_warp);
+    let before = shared::sync_threads(prefix)[0].wrapping_add(before_warp);
     for (q, row) in rows.iter().enumerate() {
         store4(y, first + 128 * q, n, vector, row.map(|v| v.wrapping_add(before)));
     }

@@ -85,26 +85,52 @@ pub(crate) enum BarrierOp {
 /// (`And`) or any (`Or`) did, as 0 or 1.
 #[track_caller]
 pub(crate) fn sync_threads(op: BarrierOp, predicate: bool) -> u32 {
+    barrier(op, predicate, false)
+}
+
+/// The barrier of [`shared::sync_threads`](crate::shared::sync_threads): a plain one that every
+/// thread of the block must reach at the same call (the same source location), since it moves
+/// tiles from one phase to the next in every thread at once.
+#[track_caller]
+pub(crate) fn tile_barrier() {
+    barrier(BarrierOp::Plain, false, true);
+}
+
+#[track_caller]
+fn barrier(op: BarrierOp, predicate: bool, one_site: bool) -> u32 {
     let site = Location::caller();
-    with_block(|t, b| {
-        {
-            let mut bar = b.barrier.borrow_mut();
-            if bar.arrived > 0 && bar.op != op {
-                let (first, first_site) = (bar.op, bar.site);
-                drop(bar);
-                panic!(
-                    "a {op:?} block barrier at {site} meets a {first:?} one at {first_site}: every thread of \
-                     a block must reach the same kind of barrier"
-                );
-            }
-            if bar.arrived == 0 {
-                bar.op = op;
-                bar.site = site;
-                bar.count = 0;
-            }
-            bar.arrived += 1;
-            bar.count += predicate as u32;
+    let arrived = with_block(|_, b| {
+        let mut bar = b.barrier.borrow_mut();
+        if bar.arrived > 0 && bar.op != op {
+            return Err(format!(
+                "a {op:?} block barrier at {site} meets a {:?} one at {}: every thread of a block must reach \
+                 the same kind of barrier",
+                bar.op, bar.site
+            ));
         }
+        if bar.arrived > 0 && (bar.one_site || one_site) && bar.site != site {
+            return Err(format!(
+                "the block's threads meet at different barriers, {} and {site}, one of them \
+                 shared::sync_threads: its tiles change phase in every thread at once, so every thread of \
+                 the block must reach the same call (divergent barriers are undefined on the GPU)",
+                bar.site
+            ));
+        }
+        if bar.arrived == 0 {
+            bar.op = op;
+            bar.site = site;
+            bar.count = 0;
+            bar.one_site = false;
+        }
+        bar.one_site |= one_site;
+        bar.arrived += 1;
+        bar.count += predicate as u32;
+        Ok(())
+    });
+    if let Err(message) = arrived {
+        panic!("{message}");
+    }
+    with_block(|t, b| {
         if !b.complete_barrier() {
             b.suspend(t.rank, Wait::Barrier { site });
         }
@@ -168,6 +194,68 @@ pub(crate) fn shared_region(byte_offset: usize, len: usize, size: usize, align: 
 #[track_caller]
 pub(crate) fn shared_out_of_range(index: usize, len: usize) -> ! {
     panic!("shared memory index {index} out of range for a region of {len} elements")
+}
+
+/// How a thread touches shared memory through the safe shared-memory types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+    Atomic,
+}
+
+/// The race check of the safe shared-memory types: records that this thread accesses the `bytes`
+/// bytes at `ptr` (in the block's shared memory) and panics if another thread accessed one of them
+/// since the last barrier in a way that conflicts (a write with anything, a plain access with an
+/// atomic one), naming both threads. Tiles that alias (two allocators, allocations that differ
+/// between threads), phases that diverge and ownership broken any other way all end here.
+#[track_caller]
+pub(crate) fn shared_access(ptr: *const u8, bytes: usize, access: Access) {
+    let conflict = with_block(|t, b| {
+        let start = (ptr as usize).wrapping_sub(b.shared_base() as usize);
+        let mut shadow = b.shadow.borrow_mut();
+        let entries = shadow.get_mut(start..start.checked_add(bytes)?)?;
+        let (block, round) = (b.generation.get(), b.barrier.borrow().rounds);
+        let me = t.rank as u16;
+        for (i, e) in entries.iter_mut().enumerate() {
+            if e.block != block || e.round != round {
+                *e = ShadowByte { block, round, writer: NOBODY, reader: NOBODY, atomic: NOBODY };
+            }
+            let other = |who: u16| who != NOBODY && who != me;
+            let (what, who) = match access {
+                Access::Read if other(e.writer) => ("reads", ("wrote", e.writer)),
+                Access::Read if other(e.atomic) => ("reads", ("updated atomically", e.atomic)),
+                Access::Write if other(e.writer) => ("writes", ("wrote", e.writer)),
+                Access::Write if other(e.reader) => ("writes", ("read", e.reader)),
+                Access::Write if other(e.atomic) => ("writes", ("updated atomically", e.atomic)),
+                Access::Atomic if other(e.writer) => ("updates atomically", ("wrote", e.writer)),
+                Access::Atomic if other(e.reader) => ("updates atomically", ("read", e.reader)),
+                _ => {
+                    let slot = match access {
+                        Access::Read => &mut e.reader,
+                        Access::Write => &mut e.writer,
+                        Access::Atomic => &mut e.atomic,
+                    };
+                    *slot = if *slot == NOBODY || *slot == me { me } else { SEVERAL };
+                    continue;
+                }
+            };
+            let (did, by) = who;
+            let by = match by {
+                SEVERAL => "other threads".to_string(),
+                rank => format!("thread {}", t.block_dim.unflatten(rank as u64)),
+            };
+            return Some(format!(
+                "shared-memory race: this thread {what} byte {} of the block's shared memory, which {by} \
+                 {did} since the last barrier",
+                start + i
+            ));
+        }
+        None
+    });
+    if let Some(message) = conflict {
+        panic!("{message}");
+    }
 }
 
 /// What a warp collective computes from the values of the lanes of its mask.

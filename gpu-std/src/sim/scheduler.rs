@@ -80,7 +80,29 @@ pub(super) struct BarrierState {
     pub(super) count: u32,
     pub(super) result: u32,
     pub(super) site: &'static Location<'static>,
+    /// Whether a thread arrived through [`shared::sync_threads`](crate::shared::sync_threads),
+    /// which needs every thread at the same call.
+    pub(super) one_site: bool,
+    /// Barrier-0 rounds completed in this block: the shared-memory race check's epoch.
+    pub(super) rounds: u32,
 }
+
+/// What the race check knows of one byte of shared memory in the current barrier round: the
+/// thread that wrote it, read it, or used it atomically through the safe shared-memory types
+/// ([`NOBODY`] or [`SEVERAL`] otherwise). Entries of an earlier round or block count as empty.
+#[derive(Clone, Copy)]
+pub(super) struct ShadowByte {
+    pub(super) block: u32,
+    pub(super) round: u32,
+    pub(super) writer: u16,
+    pub(super) reader: u16,
+    pub(super) atomic: u16,
+}
+
+/// No thread (in a [`ShadowByte`]).
+pub(super) const NOBODY: u16 = u16::MAX;
+/// More than one thread (in a [`ShadowByte`]).
+pub(super) const SEVERAL: u16 = u16::MAX - 1;
 
 #[derive(Default)]
 pub(super) struct NamedRound {
@@ -93,6 +115,10 @@ pub(super) struct NamedRound {
 pub(super) struct BlockState {
     pub(super) threads: usize,
     pub(super) shared: UnsafeCell<Vec<u128>>,
+    /// The race check's record, one entry per byte of `shared`.
+    pub(super) shadow: RefCell<Vec<ShadowByte>>,
+    /// Blocks run by this state so far: tells the shadow's entries of earlier blocks apart.
+    pub(super) generation: Cell<u32>,
     pub(super) lanes: Vec<Lane>,
     pub(super) live: Cell<usize>,
     pub(super) barrier: RefCell<BarrierState>,
@@ -107,6 +133,17 @@ impl BlockState {
         Self {
             threads,
             shared: UnsafeCell::new(vec![u128::MAX; shared_bytes.div_ceil(16)]),
+            shadow: RefCell::new(vec![
+                ShadowByte {
+                    block: 0,
+                    round: 0,
+                    writer: NOBODY,
+                    reader: NOBODY,
+                    atomic: NOBODY
+                };
+                shared_bytes
+            ]),
+            generation: Cell::new(0),
             lanes: (0..threads)
                 .map(|_| Lane {
                     status: Cell::new(Status::Runnable),
@@ -121,6 +158,8 @@ impl BlockState {
                 count: 0,
                 result: 0,
                 site: Location::caller(),
+                one_site: false,
+                rounds: 0,
             }),
             named: (0..crate::thread::NAMED_BARRIERS).map(|_| RefCell::default()).collect(),
             warps: (0..threads.div_ceil(32))
@@ -153,7 +192,12 @@ impl BlockState {
             lane.status.set(Status::Runnable);
         }
         self.live.set(self.threads);
-        self.barrier.borrow_mut().arrived = 0;
+        self.generation.set(self.generation.get() + 1);
+        {
+            let mut bar = self.barrier.borrow_mut();
+            bar.arrived = 0;
+            bar.rounds = 0;
+        }
         for round in &self.named {
             *round.borrow_mut() = NamedRound::default();
         }
@@ -207,6 +251,7 @@ impl BlockState {
             BarrierOp::Or => (bar.count > 0) as u32,
         };
         bar.arrived = 0;
+        bar.rounds = bar.rounds.wrapping_add(1);
         drop(bar);
         self.release(|w| matches!(w, Wait::Barrier { .. }));
         true
