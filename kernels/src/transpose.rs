@@ -2,7 +2,8 @@
 //! it column by column, so that both the loads and the stores of a warp are coalesced.
 //!
 //! The example of shared memory as a staging buffer: the tile is 32 × 33 (one padding column), so
-//! that a warp reading a tile column touches 32 different banks. Host side:
+//! that a warp reading a tile column touches 32 different banks. Safe shared memory: a
+//! [`shared::Tile2d`] filled by its owners, read after `shared::sync_threads`. Host side:
 //! `host/src/families/transpose.rs`; tests: `tests/transpose.rs`; benchmark: `benches/transpose.rs`.
 
 use gpu_std::{kernel, shared, thread};
@@ -26,28 +27,26 @@ pub const fn shared_layout() -> shared::Layout {
 /// [`shared_layout`]`()` bytes of dynamic shared memory.
 #[kernel]
 pub fn transpose_f32(input: &[f32], rows: u32, cols: u32, output: &mut [f32]) {
-    let tile = shared::Allocator::new().array::<f32>((TILE * STRIDE) as usize);
-    let (tx, ty) = (thread::thread_idx_x(), thread::thread_idx_y());
+    let threads = shared::Threads::exactly::<TILE, ROWS>();
+    let t = TILE as usize;
+    let mut tile = shared::Allocator::new().tile_rows::<f32>(t, t, STRIDE as usize);
     let (col0, row0) = (thread::block_idx_x() * TILE, thread::block_idx_y() * TILE);
     let src = input.matrix(rows, cols);
-    let mut j = ty;
-    while j < TILE {
-        let (r, c) = (row0 + j, col0 + tx);
-        if r < rows && c < cols {
-            // SAFETY: `j, tx < TILE`, inside the tile; each element written by one thread.
-            unsafe { tile.write((j * STRIDE + tx) as usize, src[(r, c)]) };
-        }
-        j += ROWS;
-    }
-    thread::sync_threads();
+    // Element (j, i) of the tile is input (row0 + j, col0 + i); thread (x, y) loads rows
+    // y, y + ROWS, … of column x.
+    tile.fill_where(threads, |j: u32, i: u32| {
+        let (r, c) = (row0 + j, col0 + i);
+        (r < rows && c < cols).then(|| src[(r, c)])
+    });
+    let tile = shared::sync_threads(tile);
     let mut dst = output.matrix(cols, rows);
-    let mut j = ty;
+    let tx = threads.x();
+    let mut j = threads.y();
     while j < TILE {
         // Output row `col0 + j` is input column `col0 + j`.
         let (r, c) = (col0 + j, row0 + tx);
         if r < cols && c < rows {
-            // SAFETY: inside the tile; written before the barrier.
-            dst[(r, c)] = unsafe { tile.read((tx * STRIDE + j) as usize) };
+            dst[(r, c)] = tile[(tx as usize, j as usize)];
         }
         j += ROWS;
     }
