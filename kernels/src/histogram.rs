@@ -2,8 +2,9 @@
 //! share in shared memory, then adds its counts to the global histogram.
 //!
 //! The example of the device library's atomics: `red.shared.add` for the block's counts (spread
-//! over [`REPLICAS`] copies, so that warps do not contend for one counter), `red.global.add` for
-//! the merge. Host side: `host/src/families/histogram.rs`; tests: `tests/histogram.rs`; benchmark:
+//! over [`REPLICAS`] copies, so that warps do not contend for one counter; safe
+//! [`shared::Counters`], zeroed by their owners and read as totals after the barrier),
+//! `red.global.add` for the merge. Host side: `host/src/families/histogram.rs`; tests: `tests/histogram.rs`; benchmark:
 //! `benches/histogram.rs`.
 
 use gpu_std::{kernel, shared, thread, warp};
@@ -26,23 +27,15 @@ pub const fn shared_layout() -> shared::Layout {
 /// blocks per SM saturates memory) and [`shared_layout`]`()` bytes of dynamic shared memory.
 #[kernel]
 pub fn histogram_u8(words: &[u32], n: u32, hist: &mut [u32]) {
-    let counts = shared::Allocator::new().array::<u32>((REPLICAS * BINS) as usize);
-    let t = thread::thread_idx_x();
-    let threads = thread::block_dim_x();
-    let mut b = t;
-    while b < REPLICAS * BINS {
-        // SAFETY: `b` is below the array's length; each counter zeroed by one thread.
-        unsafe { counts.write(b as usize, 0) };
-        b += threads;
-    }
-    thread::sync_threads();
+    let threads = shared::Threads::block();
+    let counts = shared::Allocator::new().counters::<u32>((REPLICAS * BINS) as usize, threads);
+    let counts = shared::sync_threads(counts);
 
     let replica = (warp::warp_id() % REPLICAS) * BINS;
     let count_word = |word: u32, bytes: u32| {
         for j in 0..bytes {
             let bin = (word >> (8 * j)) & 0xff;
-            // SAFETY: `replica + bin < REPLICAS · BINS`, the array's length.
-            unsafe { counts.atomic((replica + bin) as usize).add(1) };
+            counts.add((replica + bin) as usize, 1);
         }
     };
     let full_words = n / 4;
@@ -73,18 +66,17 @@ pub fn histogram_u8(words: &[u32], n: u32, hist: &mut [u32]) {
     if thread::index_1d() == 0 && !n.is_multiple_of(4) {
         count_word(words[full_words as usize], n % 4);
     }
-    thread::sync_threads();
+    let counts = shared::sync_threads(counts);
 
-    let mut b = t;
+    let mut b = threads.rank();
     while b < BINS {
         let mut total = 0u32;
         for r in 0..REPLICAS {
-            // SAFETY: `r·BINS + b < REPLICAS · BINS`; the counts are final after the barrier.
-            total += unsafe { counts.read((r * BINS + b) as usize) };
+            total += counts[(r * BINS + b) as usize];
         }
         if total > 0 {
             hist.atomic(b as usize).add(total);
         }
-        b += threads;
+        b += threads.count();
     }
 }
