@@ -14,7 +14,9 @@
 //!   pixel, everything read from global memory; in f64 for reference-precision runs.
 //! * [`conv2d_tiled`] (f32): a block stages its input tile plus halo and the (flipped) mask in
 //!   shared memory once, then each thread computes [`TILED_ROWS_PER_THREAD`] outputs of one column
-//!   from registers.
+//!   from registers. Its shared memory is safe: a [`shared::Tile2d`] with the halo and a
+//!   [`shared::Tile`] filled by their owners, read after `shared::sync_threads` through the thread's
+//!   halo window, whose bounds checks the loops prove.
 //!
 //! Host side: `host/src/families/conv.rs`; tests: `tests/conv.rs`; benchmark: `benches/conv.rs`.
 
@@ -39,7 +41,6 @@ pub const TILED_TILE_ROWS: u32 = TILED_BLOCK_Y * TILED_ROWS_PER_THREAD;
 pub const TILED_TILE_COLS: u32 = BLOCK_X;
 
 const ROWS_PER_THREAD: usize = TILED_ROWS_PER_THREAD as usize;
-const TILED_THREADS: usize = (BLOCK_X * TILED_BLOCK_Y) as usize;
 /// Length of the unrolled index lists in `Tile::run`, and of the register arrays they index (the
 /// unused tails fold away): output rows per thread, and the input window (rows per thread plus
 /// the largest mask's halo).
@@ -213,99 +214,87 @@ impl Tile {
     /// # Safety
     /// As for [`conv2d_tiled`].
     unsafe fn run<const MH: usize>(self) {
-        // SAFETY: global indices are in range by the caller's contract (`image` and `out` hold
-        // rows·cols values, `mask` mask_rows·mask_cols) and the comparisons before each access;
-        // shared-memory indices stay inside the arrays sized from the same mask dimensions, each
-        // element written before the barrier and read after it. Unchecked on the GPU because the
-        // checks cost 3% here (docs/benchmarks/kernel-forms.md); the simulator checks them all.
-        unsafe {
-            let Tile { image, rows, cols, mask, mask_cols, mut out } = self;
-            let mw = mask_cols as usize;
-            let mh_padded = padded_mask_rows(MH);
-            let stride = tile_column_stride(MH);
-            let tile_cols = TILED_TILE_COLS as usize + mw - 1;
-            let tile_rows = TILED_TILE_ROWS as usize + MH - 1;
+        let Tile { image, rows, cols, mask, mask_cols, mut out } = self;
+        let mw = mask_cols as usize;
+        let mh_padded = padded_mask_rows(MH);
+        let tile_cols = TILED_TILE_COLS as usize + mw - 1;
+        let tile_rows = TILED_TILE_ROWS as usize + MH - 1;
+        let threads = shared::Threads::exactly::<BLOCK_X, TILED_BLOCK_Y>();
 
-            // Shared layout: flipped[l·mh_padded + k] = mask[MH−1−k, mw−1−l] (0 for k ≥ MH), then the
-            // tile, column-major: tile[c·stride + r] = image[y0 − dr + r, x0 − dc + c].
-            let mut smem = shared::Allocator::new();
-            let (flipped, tile) =
-                (smem.array::<f32>(tiled_mask_len(MH, mw)), smem.array::<f32>(tiled_tile_len(MH, mw)));
-            let mask_len = flipped.len();
-
-            let (tx, ty) = (thread::thread_idx_x() as usize, thread::thread_idx_y() as usize);
-            let tid = ty * BLOCK_X as usize + tx;
-
-            let mut i = tid;
-            while i < mask_len {
-                let (l, k) = (i / mh_padded, i % mh_padded);
-                let v = if k < MH { mask.get_unchecked((MH - 1 - k) * mw + (mw - 1 - l)) } else { 0.0 };
-                flipped.write(i, v);
-                i += TILED_THREADS;
+        // Shared layout: flipped[l·mh_padded + k] = mask[MH−1−k, mw−1−l] (0 for k ≥ MH), then the
+        // tile, column-major: tile[(r, c)] = image[y0 − dr + r, x0 − dc + c].
+        let mut smem = shared::Allocator::new();
+        let mut flipped = smem.tile::<f32>(tiled_mask_len(MH, mw));
+        let mut tile = smem.tile_columns::<f32>(tile_rows, tile_cols, tile_column_stride(MH));
+        // Global indices are in range by the caller's contract (`image` and `out` hold rows·cols
+        // values, `mask` mask_rows·mask_cols) and the comparisons before each access; unchecked on
+        // the GPU because the checks cost 3% here (docs/benchmarks/kernel-forms.md), checked in the
+        // simulator.
+        flipped.fill(threads, |i: usize| {
+            let (l, k) = (i / mh_padded, i % mh_padded);
+            // SAFETY: `k < MH` and `l < mw`: inside the mask (see above).
+            if k < MH { unsafe { mask.get_unchecked((MH - 1 - k) * mw + (mw - 1 - l)) } } else { 0.0 }
+        });
+        let x0 = thread::block_idx_x() * TILED_TILE_COLS;
+        let y0 = thread::block_idx_y() * TILED_TILE_ROWS;
+        let (dr, dc) = (MH as u32 / 2, mask_cols / 2);
+        tile.fill(threads, |r: usize, c: usize| {
+            // Below zero the subtraction wraps to a huge value and fails the bound. `&`, not `&&`:
+            // one branch, which ptxas unrolls (with `&&`, two, and the staging loop stays rolled).
+            let (gy, gx) = ((y0 + r as u32).wrapping_sub(dr), (x0 + c as u32).wrapping_sub(dc));
+            if (gy < rows) & (gx < cols) {
+                // SAFETY: `gy < rows` and `gx < cols`: inside the image (see above).
+                unsafe { image.get_unchecked(gy as usize * cols as usize + gx as usize) }
+            } else {
+                0.0
             }
+        });
+        let (flipped, tile) = shared::sync_threads((flipped, tile));
+        // flipped[(l, k / 4)]: mask rows k..k + 4 of column l in one 16-byte load.
+        let flipped = flipped.into_f32x4().into_matrix(mw, mh_padded / 4);
+        // tile_window[(s, l)] = tile[(first_row + s, tx + l)], for s < ROWS_PER_THREAD + MH − 1 and
+        // l < mw, the loops' bounds.
+        let tile_window = tile.window(threads, ROWS_PER_THREAD, 1);
 
-            let x0 = thread::block_idx_x() * TILED_TILE_COLS;
-            let y0 = thread::block_idx_y() * TILED_TILE_ROWS;
-            let (dr, dc) = (MH as u32 / 2, mask_cols / 2);
-            let mut r = ty;
-            while r < tile_rows {
-                // Below zero the subtraction wraps to a huge value and fails the bound.
-                let gy = (y0 + r as u32).wrapping_sub(dr);
-                let mut c = tx;
-                while c < tile_cols {
-                    let gx = (x0 + c as u32).wrapping_sub(dc);
-                    let v = if gy < rows && gx < cols {
-                        image.get_unchecked(gy as usize * cols as usize + gx as usize)
-                    } else {
-                        0.0
-                    };
-                    tile.write(c * stride + r, v);
-                    c += BLOCK_X as usize;
+        // out[first_row + r] = Σ_{l, k} flipped[l, k] · tile[first_row + r + k, tx + l]. The loops
+        // over the window, the mask rows and the output rows are unrolled, so `window`, `acc` and
+        // `m4` live in registers; the conditions on `MH` fold away at compile time.
+        let first_row = threads.y() as usize * ROWS_PER_THREAD;
+        let mut acc = [0.0f32; ROWS_CAPACITY];
+        for l in 0..mw {
+            let mut window = [0.0f32; WINDOW_CAPACITY];
+            unroll!(s in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30
+                          31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61] {
+                if s < ROWS_PER_THREAD + MH - 1 {
+                    window[s] = tile_window[(s, l)];
                 }
-                r += TILED_BLOCK_Y as usize;
-            }
-            thread::sync_threads();
-
-            // out[first_row + r] = Σ_{l, k} flipped[l, k] · tile[tx + l, first_row + r + k]. The loops
-            // over the window, the mask rows and the output rows are unrolled, so `window`, `acc` and
-            // `m4` live in registers; the conditions on `MH` fold away at compile time.
-            let first_row = ty * ROWS_PER_THREAD;
-            let mut acc = [0.0f32; ROWS_CAPACITY];
-            for l in 0..mw {
-                let column = (tx + l) * stride + first_row;
-                let mut window = [0.0f32; WINDOW_CAPACITY];
-                unroll!(s in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30
-                              31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61] {
-                    if s < ROWS_PER_THREAD + MH - 1 {
-                        window[s] = tile.read(column + s);
+            });
+            let mut m4 = [0.0f32; 4];
+            unroll!(k in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29
+                          30] {
+                if k < MH {
+                    if k.is_multiple_of(4) {
+                        m4 = flipped[(l, k / 4)].0;
                     }
-                });
-                let mut m4 = [0.0f32; 4];
-                unroll!(k in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29
-                              30] {
-                    if k < MH {
-                        if k.is_multiple_of(4) {
-                            m4 = flipped.read_f32x4(l * mh_padded + k);
+                    unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28
+                                  29 30 31] {
+                        if r < ROWS_PER_THREAD {
+                            acc[r] = math::fma(m4[k % 4], window[r + k], acc[r]);
                         }
-                        unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28
-                                      29 30 31] {
-                            if r < ROWS_PER_THREAD {
-                                acc[r] = math::fma(m4[k % 4], window[r + k], acc[r]);
-                            }
-                        });
-                    }
-                });
-            }
+                    });
+                }
+            });
+        }
 
-            let x = x0 + tx as u32;
-            if x < cols {
-                unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31] {
-                    let y = y0 + (first_row + r) as u32;
-                    if r < ROWS_PER_THREAD && y < rows {
-                        out.set_unchecked(y as usize * cols as usize + x as usize, acc[r]);
-                    }
-                });
-            }
+        let x = x0 + threads.x();
+        if x < cols {
+            unroll!(r in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31] {
+                let y = y0 + (first_row + r) as u32;
+                if r < ROWS_PER_THREAD && y < rows {
+                    // SAFETY: `y < rows` and `x < cols`: inside the output (see above).
+                    unsafe { out.set_unchecked(y as usize * cols as usize + x as usize, acc[r]) };
+                }
+            });
         }
     }
 }
