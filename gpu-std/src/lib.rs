@@ -6,8 +6,9 @@
 //!   [`thread::sync_threads`];
 //! * [`slice`](mod@slice): device slices, [`Slice`] and [`SliceMut`], the kernel-parameter form of `&[T]` and
 //!   `&mut [T]`, with bounds-checked indexing;
-//! * [`shared`]: the launch-sized (dynamic) shared memory as typed arrays, placed by a
-//!   [`shared::Allocator`] whose [`shared::Layout`] the host sizes launches with;
+//! * [`shared`]: the launch-sized (dynamic) shared memory, placed by a [`shared::Allocator`] whose
+//!   [`shared::Layout`] the host sizes launches with: safe tiles written by their owners and read
+//!   after [`shared::sync_threads`](fn@shared::sync_threads), atomic counters, and raw arrays;
 //! * [`math`]: f32/f64 math through CUDA's libdevice, the [`Float`] trait of generic kernels, and
 //!   [`math::fast`] approximate variants;
 //! * [`warp`]: warp collectives: shuffles, votes, reductions and scans;
@@ -75,8 +76,8 @@
 //! }
 //! // in the kernel:
 //! let mut smem = shared::Allocator::new();
-//! let sums = smem.array::<f32>(thread::block_dim_x() as usize);
-//! let flag = smem.array::<u32>(1);
+//! let sums = smem.tile::<f32>(thread::block_dim_x() as usize);
+//! let flag = smem.tile::<u32>(1);
 //! ```
 //!
 //! On the host, [`KernelFn`] descriptors are launched with the buffers themselves for slices:
