@@ -11,8 +11,10 @@ site=$(mktemp -d)
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$site" \
   "$bundle"/python/kernel_suite-*.whl
 export PYTHONPATH=$site XLA_PYTHON_CLIENT_PREALLOCATE=false
+# --rootdir: test modules named from their folder, never after a folder above it that has the
+# package's name.
 (cd "$site" && KERNEL_SUITE_REQUIRE_GPU=1 python3 -m pytest -q -rs -p no:cacheprovider --import-mode=importlib \
-  "$bundle/python/tests")
+  --rootdir "$bundle/python/tests" "$bundle/python/tests")
 rc=$?
 if [ "${1:-}" = bench ]; then
   "$bundle/benches/conv" >"$site/rust-conv.log" 2>&1

@@ -12,6 +12,7 @@ python3 -m venv --clear "$venv"
 "$root/scripts/python-wheel.sh" "$root/target/wheels"
 wheel=$(ls "$root"/target/wheels/kernel_suite-*.whl)
 "$venv/bin/pip" install --quiet --disable-pip-version-check "$wheel[test]"
-# From outside the source tree, so that `import kernel_suite` is the installed wheel.
+# From outside the source tree, so that `import kernel_suite` is the installed wheel; --rootdir: test
+# modules named from their folder, never after a folder above it that has the package's name.
 cd "$root/target"
-"$venv/bin/python" -m pytest -q -rs --import-mode=importlib "$root/python/tests" "$@"
+"$venv/bin/python" -m pytest -q -rs --import-mode=importlib --rootdir "$root/python/tests" "$root/python/tests" "$@"
