@@ -2,7 +2,7 @@
 # `svd` on one GPU against two and all GPUs, run from the GPU bundle (scripts/gpu-bundle.sh) on a
 # machine with several: the standard 8 × 2048² workload and 512 images of 1024², `--ranks 50`, with
 # PNGs and with `--no-images`, three runs each (job time after start-up, and start-up), then one
-# `--profile` run per GPU count (each GPU's timeline and profile) and every report compared with
+# `--profile` run of each (each GPU's timeline and profile) and every report compared with
 # one GPU's image by image. Logs: LOG_DIR/*.log; the summary on stdout.
 # Usage: gpu-bundle/svd-gpus-bench.sh LOG_DIR [RUNS]
 set -uo pipefail
@@ -44,19 +44,22 @@ for dir in "$work/wl/w2048" "$work/w512"; do
       rm -rf "$work"/out-"$name"-"$images"-"$gpus"-[2-9]
     done
   done
-  for gpus in $counts; do
-    # shellcheck disable=SC2046
-    "$bundle/bin/svd" "$dir" --ranks 50 --device gpu $(gpu_flag $gpus) --no-images --profile \
-      --out-dir "$work/prof-$name-$gpus" --json "$logs/$name-profile-$gpus.json" >"$logs/$name-profile-$gpus.log" 2>&1
-    echo "$name --profile gpus=$gpus: $(grep -E '^job:' "$logs/$name-profile-$gpus.log")"
-    grep -E '^  sums|timeline:' "$logs/$name-profile-$gpus.log" | sed 's/^/    /'
-    python3 - "$logs/$name-profile-$gpus.json" <<'PY'
+  for gpus in $counts; do for images in png none; do
+    extra=""; [ $images = none ] && extra="--no-images"
+    p=$name-profile-$images-$gpus
+    # shellcheck disable=SC2046,SC2086
+    "$bundle/bin/svd" "$dir" --ranks 50 --device gpu $(gpu_flag $gpus) $extra --profile \
+      --out-dir "$work/prof-$p" --json "$logs/$p.json" >"$logs/$p.log" 2>&1
+    rm -rf "$work/prof-$p"
+    echo "$name $images --profile gpus=$gpus: $(grep -E '^job:' "$logs/$p.log")"
+    grep -E '^  sums|timeline:' "$logs/$p.log" | sed 's/^/    /'
+    python3 - "$logs/$p.json" <<'PY'
 import json, sys
 for s in json.load(open(sys.argv[1]))["startup"]:
     print(f"    GPU {s['gpu']} start-up (ms): driver {s['init_ms']:.1f}, context {s['context_ms']:.1f}, "
           f"module {s['module_load_ms']:.1f}")
 PY
-  done
+  done; done
   for images in png none; do
     for gpus in $counts; do
       [ "$gpus" = 1 ] && continue

@@ -6,7 +6,7 @@
 
 use crate::cli::{DeviceArgs, DeviceChoice, Target};
 use crate::profile::Report;
-use crate::svd_batch::{BatchSpan, run_gpu};
+use crate::svd_batch::{BatchSpan, run_gpu, run_gpu_staged};
 use crate::svd_job::{self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, Sink, run_cpu};
 use crate::svd_outputs::{ImageReport, Outputs};
 use crate::{Device, GpuOptions, Startup, device::gpu_count, svd};
@@ -446,13 +446,14 @@ impl Engine {
                                         if device.profile {
                                             d.enable_profiling()?;
                                         }
-                                        Ok(d)
+                                        let staging = d.staging()?;
+                                        Ok((d, staging))
                                     });
                                     all_open.wait();
-                                    let opened = opened?;
+                                    let (opened, mut staging) = opened?;
                                     println!("GPU {gpu}: {}", opened.describe());
                                     started(opened.startup().map(|startup| StartupReport { gpu, startup }));
-                                    let batches = run_gpu(&opened, queue, spread, sink)
+                                    let batches = run_gpu_staged(&opened, &mut staging, queue, spread, sink)
                                         .with_context(|| format!("GPU {gpu}"))?;
                                     ended(Instant::now());
                                     let profile = opened.profile_report()?;
