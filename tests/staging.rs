@@ -50,6 +50,36 @@ fn staged_copies_round_trip_ranges_of_any_size() {
     }
 }
 
+/// `upload_parts`: parts of odd sizes (an empty one among them) that cross chunk boundaries land
+/// one after the other from the offset, the buffer around them still poison; too many elements for
+/// the buffer are refused.
+#[test]
+fn staged_parts_land_one_after_the_other() {
+    for device in common::devices("staged_parts_land_one_after_the_other") {
+        let mut staging = device.staging().unwrap();
+        let queue = device.queue();
+        let chunk = STAGING_CHUNK_BYTES / 4;
+        let mut rng = common::rng(77);
+        let parts: Vec<Vec<f32>> = [chunk / 3 + 1, 0, chunk + 5, 17, 2 * chunk - 3]
+            .iter()
+            .map(|&len| common::random_vec(&mut rng, len, -1.0, 1.0))
+            .collect();
+        let joined: Vec<f32> = parts.concat();
+        let offset = 9;
+        let total = offset + joined.len() + 13;
+        let mut buffer = device.alloc::<f32>(total).unwrap();
+        let slices: Vec<&[f32]> = parts.iter().map(Vec::as_slice).collect();
+        staging.upload_parts(&device, queue, &slices, &mut buffer, offset).unwrap();
+        let mut whole = vec![0.0f32; total];
+        staging.download(&device, queue, &buffer, 0, &mut whole).unwrap();
+        let label = device.describe();
+        assert!(whole[offset..offset + joined.len()] == joined[..], "{label}");
+        assert!(whole[..offset].iter().chain(&whole[offset + joined.len()..]).all(|v| v.is_nan()), "{label}");
+        let err = staging.upload_parts(&device, queue, &slices, &mut buffer, 23).unwrap_err();
+        assert!(err.to_string().contains(&format!("copy of {} elements at", joined.len())), "{err}");
+    }
+}
+
 /// The device's own copies (`upload`, `download_into`): large ones go through its staging on a GPU,
 /// page-locked memory is copied directly, every size round-trips exactly, and `copy_totals`
 /// counts every byte once.

@@ -295,30 +295,36 @@ fn upload_batch(device: &Device, batch: &[JobImage], staging: &mut Staging) -> R
     match &batch[0].pixels {
         Pixels::Gray8 { .. } => {
             let mut raw = device.alloc::<u8>(images * mn)?;
-            for (i, image) in batch.iter().enumerate() {
-                if let Pixels::Gray8 { data, .. } = &image.pixels {
-                    staging.upload(device, q, data, &mut raw, i * mn)?;
-                }
-            }
+            let parts: Vec<&[u8]> = batch
+                .iter()
+                .map(|image| match &image.pixels {
+                    Pixels::Gray8 { data, .. } => data.as_slice(),
+                    Pixels::Float(_) => unreachable!("a batch holds one pixel type"),
+                })
+                .collect();
+            staging.upload_parts(device, q, &parts, &mut raw, 0)?;
             // SAFETY: both buffers live until the queue is synchronised below.
             unsafe { launch_gray8_to_f64(device, q, &raw, &mut a)? };
             device.sync_queue(q)?;
         }
         Pixels::Float(_) => {
             let mut raw = device.alloc::<f32>(images * mn)?;
-            for (i, image) in batch.iter().enumerate() {
-                if let Pixels::Float(pixels) = &image.pixels {
-                    if let Some(((y, x), v)) = pixels.indexed_iter().find(|(_, v)| !v.is_finite()) {
-                        return Err(Error::InvalidInput(format!(
-                            "{}: pixel ({y}, {x}) is {v}: the image must be finite",
-                            image.name
-                        )));
-                    }
-                    let pixels = pixels.as_standard_layout();
-                    let values = pixels.as_slice().expect("standard layout");
-                    staging.upload(device, q, values, &mut raw, i * mn)?;
+            let mut standard = Vec::with_capacity(images);
+            for image in batch {
+                let Pixels::Float(pixels) = &image.pixels else {
+                    unreachable!("a batch holds one pixel type")
+                };
+                if let Some(((y, x), v)) = pixels.indexed_iter().find(|(_, v)| !v.is_finite()) {
+                    return Err(Error::InvalidInput(format!(
+                        "{}: pixel ({y}, {x}) is {v}: the image must be finite",
+                        image.name
+                    )));
                 }
+                standard.push(pixels.as_standard_layout());
             }
+            let parts: Vec<&[f32]> =
+                standard.iter().map(|pixels| pixels.as_slice().expect("standard layout")).collect();
+            staging.upload_parts(device, q, &parts, &mut raw, 0)?;
             // SAFETY: both buffers live until the queue is synchronised below.
             unsafe { launch_f32_to_f64(device, q, raw.view(..)?, a.view_mut(..)?)? };
             device.sync_queue(q)?;

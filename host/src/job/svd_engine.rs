@@ -7,7 +7,7 @@
 use crate::cli::{DeviceArgs, DeviceChoice, Target};
 use crate::profile::Report;
 use crate::svd_batch::{BatchSpan, run_gpu, run_gpu_staged};
-use crate::svd_job::{self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, Sink, run_cpu};
+use crate::svd_job::{self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, run_cpu};
 use crate::svd_outputs::{ImageReport, Outputs};
 use crate::{Device, GpuOptions, Startup, device::gpu_count, svd};
 use anyhow::{Context, anyhow, bail, ensure};
@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{SyncSender, sync_channel};
 use std::time::Instant;
 
 /// `--shard I/N`: every `N`-th image of the job from the `I`-th (0-based) on.
@@ -369,11 +369,21 @@ impl Engine {
         let ended = |at: Instant| ends.lock().expect("no panics while holding the lock").push(at);
         let gpu_runs = Mutex::new(Vec::new());
         let record = |run: GpuRun| gpu_runs.lock().expect("no panics while holding the lock").push(run);
+        // Encoders still running: several GPUs' engines close their devices only once none is, so
+        // that the contexts' teardown (hundreds of milliseconds of driver work) does not compete
+        // with the last images' encoding.
+        let encoding_left = (Mutex::new(encoders), std::sync::Condvar::new());
+        let encoding_done = || {
+            let (left, changed) = &encoding_left;
+            let mut left = left.lock().expect("no panics while holding the lock");
+            while *left > 0 {
+                left = changed.wait(left).expect("no panics while holding the lock");
+            }
+        };
         std::thread::scope(|scope| {
             for _ in 0..encoders {
                 scope.spawn(|| {
-                    // When this encoder finished its last image (it exits only once every engine
-                    // is done, devices closed).
+                    // When this encoder finished its last image (it exits once every engine is done).
                     let mut last = None;
                     loop {
                         let next = receiver.lock().expect("no panics while holding the lock").recv();
@@ -394,18 +404,24 @@ impl Engine {
                         last = Some(Instant::now());
                     }
                     last.map(ended);
+                    let (left, changed) = &encoding_left;
+                    *left.lock().expect("no panics while holding the lock") -= 1;
+                    changed.notify_all();
                 });
             }
             let failure = &failure;
-            let send = move |mut result: ImageResult| -> crate::Result<()> {
-                let stopped = || crate::Error::InvalidInput("stopped after an earlier error".into());
-                if failure.failed() {
-                    return Err(stopped());
+            // An engine's sink: the channel closes, and the encoders stop, once every engine has
+            // dropped its own.
+            let sink_with = |sender: SyncSender<ImageResult>| {
+                move |mut result: ImageResult| -> crate::Result<()> {
+                    let stopped = || crate::Error::InvalidInput("stopped after an earlier error".into());
+                    if failure.failed() {
+                        return Err(stopped());
+                    }
+                    result.times.decode_ms = queue.take_decode_ms(result.index);
+                    sender.send(result).map_err(|_| stopped())
                 }
-                result.times.decode_ms = queue.take_decode_ms(result.index);
-                sender.send(result).map_err(|_| stopped())
             };
-            let sink: Sink = &send;
             let started = |gpu_startup: Option<StartupReport>| {
                 starts.lock().expect("no panics while holding the lock").push(Instant::now());
                 startups.lock().expect("no panics while holding the lock").extend(gpu_startup);
@@ -413,14 +429,14 @@ impl Engine {
             match self {
                 Engine::Cpu => {
                     started(None);
-                    if let Err(e) = run_cpu(queue, options, sink) {
+                    if let Err(e) = run_cpu(queue, options, &sink_with(sender)) {
                         failure.record(e.into());
                     }
                     ended(Instant::now());
                 }
                 Engine::One(one) => {
                     started(one.startup().map(|startup| StartupReport { gpu: device.gpu, startup }));
-                    match run_gpu(one, queue, options, sink) {
+                    match run_gpu(one, queue, options, &sink_with(sender)) {
                         Ok(batches) => record(GpuRun { gpu: device.gpu, batches, profile: None }),
                         Err(e) => failure.record(e.into()),
                     }
@@ -436,9 +452,11 @@ impl Engine {
                     // The job starts once every GPU is open: a GPU that opened late would find
                     // the work taken.
                     let all_open = std::sync::Barrier::new(ordinals.len());
+                    let encoding_done = &encoding_done;
                     std::thread::scope(|gpus| {
                         for &gpu in ordinals {
                             let (started, all_open, record, spread) = (&started, &all_open, &record, &spread);
+                            let sink = sink_with(sender.clone());
                             gpus.spawn(move || {
                                 let run = || -> anyhow::Result<()> {
                                     // A device belongs to the thread that opened it.
@@ -453,9 +471,11 @@ impl Engine {
                                     let (opened, mut staging) = opened?;
                                     println!("GPU {gpu}: {}", opened.describe());
                                     started(opened.startup().map(|startup| StartupReport { gpu, startup }));
-                                    let batches = run_gpu_staged(&opened, &mut staging, queue, spread, sink)
+                                    let batches = run_gpu_staged(&opened, &mut staging, queue, spread, &sink)
                                         .with_context(|| format!("GPU {gpu}"))?;
                                     ended(Instant::now());
+                                    drop(sink);
+                                    encoding_done();
                                     let profile = opened.profile_report()?;
                                     record(GpuRun { gpu, batches, profile });
                                     Ok(())
@@ -465,11 +485,10 @@ impl Engine {
                                 }
                             });
                         }
+                        drop(sender);
                     });
                 }
             }
-            // No more results: the encoders finish the queued ones and stop.
-            drop(send);
         });
         failure.into_result()?;
         let job_start =

@@ -47,19 +47,37 @@ impl Staging {
         buffer: &mut Buffer<T>,
         offset: usize,
     ) -> Result<()> {
-        in_range(offset, data.len(), buffer.len())?;
+        self.upload_parts(device, queue, &[data], buffer, offset)
+    }
+
+    /// Copies `parts`, one after the other, into `buffer` from `offset` on `queue`, as one transfer:
+    /// a batch's images in full chunks with one crew of copying threads, where a transfer per image
+    /// would pay a crew and a half-empty chunk each. The parts may change as soon as this returns.
+    pub fn upload_parts<T: Element>(
+        &mut self,
+        device: &Device,
+        queue: &Queue,
+        parts: &[&[T]],
+        buffer: &mut Buffer<T>,
+        offset: usize,
+    ) -> Result<()> {
+        in_range(offset, parts.iter().map(|p| p.len()).sum(), buffer.len())?;
         let stream = match (&mut buffer.inner, &queue.stream) {
             (BufferInner::Host(v), None) => {
-                v[offset..offset + data.len()].copy_from_slice(data);
+                let mut at = offset;
+                for part in parts {
+                    v[at..at + part.len()].copy_from_slice(part);
+                    at += part.len();
+                }
                 return Ok(());
             }
             (BufferInner::Gpu(b), Some(stream)) => (stream, device_address(b, offset)),
             _ => return Err(mixed_devices()),
         };
         let (stream, base) = stream;
-        let bytes = as_bytes(data);
+        let bytes = Concatenation::of(parts);
         let _phase = Phase::new("H2D (staged)");
-        let chunks = bytes.len().div_ceil(STAGING_CHUNK_BYTES);
+        let chunks = bytes.len.div_ceil(STAGING_CHUNK_BYTES);
         let slots = [self.chunks[0].as_mut_ptr() as usize, self.chunks[1].as_mut_ptr() as usize];
         let share = |c: usize, range: std::ops::Range<usize>| {
             let at = c * STAGING_CHUNK_BYTES;
@@ -68,10 +86,10 @@ impl Staging {
             let slot = unsafe {
                 std::slice::from_raw_parts_mut((slots[c % 2] + range.start) as *mut u8, range.len())
             };
-            slot.copy_from_slice(&bytes[at + range.start..at + range.end]);
+            bytes.copy_to(slot, at + range.start);
         };
-        let chunk_len = |c: usize| STAGING_CHUNK_BYTES.min(bytes.len() - c * STAGING_CHUNK_BYTES);
-        Crew::run(chunks, bytes.len(), &chunk_len, &share, |crew| {
+        let chunk_len = |c: usize| STAGING_CHUNK_BYTES.min(bytes.len - c * STAGING_CHUNK_BYTES);
+        Crew::run(chunks, bytes.len, &chunk_len, &share, |crew| {
             crew.upload(
                 |slot| self.done[slot].synchronize().map_err(|source| device.kernel_error(source)),
                 |c| {
@@ -160,6 +178,41 @@ impl Staging {
                 |slot| self.done[slot].synchronize().map_err(|source| device.kernel_error(source)),
             )
         })
+    }
+}
+
+/// Byte slices read as one: the source of [`Staging::upload_parts`].
+struct Concatenation<'a> {
+    parts: Vec<&'a [u8]>,
+    /// Where each part starts.
+    starts: Vec<usize>,
+    /// Bytes in all.
+    len: usize,
+}
+
+impl<'a> Concatenation<'a> {
+    fn of<T: Element>(parts: &[&'a [T]]) -> Self {
+        let parts: Vec<&[u8]> = parts.iter().map(|p| as_bytes(p)).collect();
+        let mut starts = Vec::with_capacity(parts.len());
+        let mut len = 0;
+        for part in &parts {
+            starts.push(len);
+            len += part.len();
+        }
+        Concatenation { parts, starts, len }
+    }
+
+    /// Copies the bytes `from..from + out.len()` (inside `0..len`) into `out`.
+    fn copy_to(&self, out: &mut [u8], from: usize) {
+        let mut part = self.starts.partition_point(|&start| start <= from) - 1;
+        let mut done = 0;
+        while done < out.len() {
+            let inside = from + done - self.starts[part];
+            let n = (self.parts[part].len() - inside).min(out.len() - done);
+            out[done..done + n].copy_from_slice(&self.parts[part][inside..inside + n]);
+            done += n;
+            part += 1;
+        }
     }
 }
 
