@@ -117,3 +117,39 @@ fn device_copies_of_any_size_round_trip_and_are_counted() {
         );
     }
 }
+
+/// `zeroed` and `fill`: every element set, whatever the element's width and bytes (one byte
+/// repeated, two, four, or an 8-byte value whose halves differ), over poisoned memory; an empty
+/// buffer is no error.
+#[test]
+fn buffers_zeroed_and_filled() {
+    for device in common::devices("buffers_zeroed_and_filled") {
+        device.set_poison_allocations(true);
+        let label = device.describe();
+        let len = 3 * STAGING_CHUNK_BYTES / 8 + 5;
+        assert!(
+            device.download(&device.zeroed::<f64>(len).unwrap()).unwrap().iter().all(|&v| v == 0.0),
+            "{label}"
+        );
+        assert!(device.download(&device.zeroed::<u8>(7).unwrap()).unwrap() == [0; 7], "{label}");
+        fn check<T: kernel_suite::Element + PartialEq + std::fmt::Debug>(
+            device: &kernel_suite::Device,
+            len: usize,
+            value: T,
+        ) {
+            let mut buffer = device.alloc::<T>(len).unwrap();
+            device.fill(&mut buffer, value).unwrap();
+            let back = device.download(&buffer).unwrap();
+            assert!(back.iter().all(|v| *v == value), "{value:?} on {}: {:?}", device.describe(), &back[..4]);
+        }
+        check(&device, len, 0x5au8);
+        check(&device, len, -2i16);
+        check(&device, len, 0x0102u16);
+        check(&device, len, 1.5f32);
+        check(&device, len, 1.0f64);
+        check(&device, len, -1i64);
+        check(&device, 1001, 3u32);
+        let mut empty = device.alloc::<f64>(0).unwrap();
+        device.fill(&mut empty, 2.0).unwrap();
+    }
+}

@@ -52,6 +52,49 @@ impl Device {
         Ok(Buffer { inner })
     }
 
+    /// A buffer of `len` zeros (all bytes 0: `0.0` for floats), set on the device's queue before
+    /// any later work on it.
+    pub fn zeroed<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
+        let mut buffer = self.alloc(len)?;
+        self.fill(&mut buffer, T::default())?;
+        Ok(buffer)
+    }
+
+    /// Sets every element of `buffer` to `value`, on the device's queue before any later work on
+    /// it (`cuMemsetD8/D16/D32Async` where the value's bytes allow; an 8-byte value whose halves
+    /// differ, like `1.0f64`, is uploaded).
+    pub fn fill<T: Element>(&self, buffer: &mut Buffer<T>, value: T) -> Result<()> {
+        if let BufferInner::Host(v) = &mut buffer.inner {
+            v.fill(value);
+            return Ok(());
+        }
+        let len = buffer.len();
+        if len == 0 {
+            return Ok(());
+        }
+        let address = buffer.as_kernel_ptr() as cust::sys::CUdeviceptr;
+        let bytes: &[u8] = as_byte_slice(&value);
+        let stream = self.queue.stream.as_ref().map_or(std::ptr::null_mut(), |s| s.as_inner());
+        let repeated =
+            |width: usize| width <= bytes.len() && bytes.chunks(width).all(|c| c == &bytes[..width]);
+        let (units, width) = (len * bytes.len(), bytes.len());
+        // SAFETY (each memset): `address` and the count describe the buffer's memory; the memset is
+        // ordered on the device's queue before any later work there.
+        let set = if repeated(1) {
+            unsafe { cust::sys::cuMemsetD8Async(address, bytes[0], units, stream) }
+        } else if repeated(2) {
+            let pattern = u16::from_ne_bytes([bytes[0], bytes[1]]);
+            unsafe { cust::sys::cuMemsetD16Async(address, pattern, units / 2, stream) }
+        } else if repeated(4) {
+            let pattern = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+            unsafe { cust::sys::cuMemsetD32Async(address, pattern, units / 4, stream) }
+        } else {
+            debug_assert_eq!(width, 8);
+            return self.upload_into(buffer, &vec![value; len]);
+        };
+        raw("cuMemsetAsync", set)
+    }
+
     /// `len` uninitialised elements for temporaries of the work on `queue`, allocated and later
     /// freed in the queue's order (`cuMemAllocAsync`/`cuMemFreeAsync` from the device's memory
     /// pool): unlike [`Device::alloc`] neither synchronizes the device, and after the first use the
@@ -606,4 +649,10 @@ fn is_page_locked(ptr: *const std::ffi::c_void) -> bool {
         unsafe { cust::sys::cuPointerGetAttributes(1, &mut attribute, data.as_mut_ptr(), ptr as u64) };
     status == cust::sys::cudaError_enum::CUDA_SUCCESS
         && memory_type == cust::sys::CUmemorytype_enum::CU_MEMORYTYPE_HOST as u32
+}
+
+/// The bytes of one element.
+fn as_byte_slice<T: Element>(value: &T) -> &[u8] {
+    // SAFETY: an `Element` is a plain number: all its bytes are initialised.
+    unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
