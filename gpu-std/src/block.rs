@@ -118,8 +118,7 @@ impl<T: Copy> Scratch<T> {
         }
         // SAFETY: guaranteed by the caller.
         let at = unsafe { self.ptr.add(w) };
-        #[cfg(not(target_arch = "nvptx64"))]
-        crate::sim::shared_access(at as *const u8, size_of::<T>(), crate::sim::Access::Write);
+        crate::shared::note(at, crate::shared::Access::Write);
         // SAFETY: as above.
         unsafe { at.write(value) }
     }
@@ -140,8 +139,7 @@ impl<T: Copy> Scratch<T> {
             }
             // SAFETY: guaranteed by the caller.
             let at = unsafe { self.ptr.add(w as usize) };
-            #[cfg(not(target_arch = "nvptx64"))]
-            crate::sim::shared_access(at as *const u8, size_of::<T>(), crate::sim::Access::Read);
+            crate::shared::note(at, crate::shared::Access::Read);
             // SAFETY: as above.
             let v = unsafe { at.read() };
             acc = Some(match acc {

@@ -130,6 +130,7 @@
 mod tile;
 pub use crate::block::Scratch;
 pub use tile::*;
+pub(crate) use tile::{Access, note};
 
 /// A typed view of (part of) the block's dynamic shared memory. `Copy`, like a pointer.
 #[derive(Clone, Copy)]

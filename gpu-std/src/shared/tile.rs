@@ -162,34 +162,23 @@ fn bad_allocation(what: &str, a: usize, b: usize) -> ! {
     }
 }
 
+/// How a thread touches shared memory through the safe shared-memory types: what the simulator's
+/// race check records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+    Atomic,
+}
+
 /// The race check's record of an access (nothing on the GPU).
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
-fn note_read<T>(ptr: *const T) {
+pub(crate) fn note<T>(ptr: *const T, access: Access) {
     #[cfg(not(target_arch = "nvptx64"))]
-    crate::sim::shared_access(ptr as *const u8, size_of::<T>(), crate::sim::Access::Read);
+    crate::sim::shared_access(ptr as *const u8, size_of::<T>(), access);
     #[cfg(target_arch = "nvptx64")]
-    let _ = ptr;
-}
-
-/// As [`note_read`], for a write.
-#[inline(always)]
-#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
-fn note_write<T>(ptr: *const T) {
-    #[cfg(not(target_arch = "nvptx64"))]
-    crate::sim::shared_access(ptr as *const u8, size_of::<T>(), crate::sim::Access::Write);
-    #[cfg(target_arch = "nvptx64")]
-    let _ = ptr;
-}
-
-/// As [`note_read`], for an atomic operation.
-#[inline(always)]
-#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
-fn note_atomic<T>(ptr: *const T) {
-    #[cfg(not(target_arch = "nvptx64"))]
-    crate::sim::shared_access(ptr as *const u8, size_of::<T>(), crate::sim::Access::Atomic);
-    #[cfg(target_arch = "nvptx64")]
-    let _ = ptr;
+    let _ = (ptr, access);
 }
 
 impl Allocator {
@@ -305,7 +294,7 @@ impl<T: Plain> Tile<T> {
             // threads) and nobody reads in the write phase.
             unsafe {
                 let at = self.ptr.add(i.to_usize());
-                note_write(at);
+                note(at, Access::Write);
                 at.write(v);
             }
             i = i + step;
@@ -357,7 +346,7 @@ impl<T: Plain> Index<usize> for TileRead<T> {
         // SAFETY: `i < len`, inside the tile; nobody writes it in the read phase.
         unsafe {
             let at = self.ptr.add(i);
-            note_read(at);
+            note(at, Access::Read);
             &*at
         }
     }
@@ -416,7 +405,7 @@ impl<T: Plain> Tile2d<T> {
                     // `c ≡ x mod nx`) and nobody reads in the write phase.
                     unsafe {
                         let at = self.ptr.add(r.to_usize() * self.row_step + c.to_usize() * self.col_step);
-                        note_write(at);
+                        note(at, Access::Write);
                         at.write(v);
                     }
                 }
@@ -463,7 +452,7 @@ impl<T: Plain> Index<(usize, usize)> for Tile2dRead<T> {
         // SAFETY: inside the tile; nobody writes it in the read phase.
         unsafe {
             let at = self.ptr.add(r * self.row_step + c * self.col_step);
-            note_read(at);
+            note(at, Access::Read);
             &*at
         }
     }
@@ -534,7 +523,7 @@ impl<T: Plain> Index<(usize, usize)> for Window<'_, T> {
         // SAFETY: inside the window, which is inside the tile; nobody writes it in the read phase.
         unsafe {
             let at = self.ptr.add(i * self.row_step + j * self.col_step);
-            note_read(at);
+            note(at, Access::Read);
             &*at
         }
     }
@@ -601,7 +590,7 @@ impl<T: Atomic> Counters<T> {
         }
         // SAFETY: `i < len`, inside the counters.
         let at = unsafe { self.ptr.add(i) };
-        note_atomic(at);
+        note(at, Access::Atomic);
         AtomicRef::new(at, Space::Shared, Scope::Block)
     }
 

@@ -2,6 +2,7 @@
 //! shared memory, warp collectives, `printf!` output.
 
 use super::*;
+use crate::shared::Access;
 
 /// What the device library reads about the current simulated thread.
 #[derive(Clone, Copy)]
@@ -194,14 +195,6 @@ pub(crate) fn shared_region(byte_offset: usize, len: usize, size: usize, align: 
 #[track_caller]
 pub(crate) fn shared_out_of_range(index: usize, len: usize) -> ! {
     panic!("shared memory index {index} out of range for a region of {len} elements")
-}
-
-/// How a thread touches shared memory through the safe shared-memory types.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Access {
-    Read,
-    Write,
-    Atomic,
 }
 
 /// The race check of the safe shared-memory types: records that this thread accesses the `bytes`
