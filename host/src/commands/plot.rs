@@ -302,8 +302,8 @@ pub const LABEL_HEIGHT: u32 = 24;
 
 /// Draws each `(text, x, y)` in black, 16 px sans-serif, with its top-left corner at `(x, y)`, onto
 /// `gray`: row-major 8-bit grayscale pixels, `width × height`. Used to caption image mosaics. Only
-/// each label's strip (the [`LABEL_HEIGHT`] rows from `y`, from `x` to the right edge) is drawn
-/// on, through a small colour copy, so the cost is the labels', not the image's.
+/// each label's strip (the [`LABEL_HEIGHT`] rows from `y`, from `x` as wide as the text can be) is
+/// drawn on, through a small colour copy, so the cost is the labels', not the image's.
 pub fn draw_labels(
     gray: &mut [u8],
     width: usize,
@@ -320,8 +320,10 @@ pub fn draw_labels(
         if x >= width || y >= height {
             return Err(Error::InvalidInput(format!("label {text:?} at ({x}, {y}) is outside the image")));
         }
-        let (strip_w, strip_h) = (width - x, (LABEL_HEIGHT as usize).min(height - y));
-        let rows = || (y..y + strip_h).map(|row| row * width + x..row * width + width);
+        // No glyph of a 16 px font is wider than the strip's height: the strip ends past the text.
+        let strip_w = (text.chars().count() * LABEL_HEIGHT as usize).min(width - x);
+        let strip_h = (LABEL_HEIGHT as usize).min(height - y);
+        let rows = || (y..y + strip_h).map(|row| row * width + x..row * width + x + strip_w);
         let mut rgb: Vec<u8> = rows().flat_map(|span| gray[span].iter().flat_map(|&v| [v, v, v])).collect();
         {
             let root =
