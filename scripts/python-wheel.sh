@@ -11,8 +11,10 @@ cd "$root"
 venv=$root/target/python-venv
 [ -x "$venv/bin/maturin" ] || { python3 -m venv "$venv"; "$venv/bin/pip" install --quiet --disable-pip-version-check "maturin>=1.9,<2"; }
 cargo build --release --quiet --manifest-path python/driver-stub/Cargo.toml
+# Cargo's target directory: `target/` unless CARGO_TARGET_DIR or a config moves it.
+target_dir=$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 mkdir -p python/kernel_suite/_driver_stub
-cp target/release/libcuda_stub.so python/kernel_suite/_driver_stub/libcuda.so.1
+cp "$target_dir/release/libcuda_stub.so" python/kernel_suite/_driver_stub/libcuda.so.1
 rm -rf "$out"
 # `linux` compatibility: no manylinux repair, which would refuse (or bundle) the driver's libcuda.so.1.
 "$venv/bin/maturin" build --release --quiet --compatibility linux -m python/Cargo.toml -o "$out"
