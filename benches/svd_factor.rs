@@ -2,7 +2,7 @@
 //! single images' table).
 //!
 //! Batches of the workloads (64 × 256², 16 × 1024², 8 × 2048², one 4096²) of procedural
-//! photo-like images, `k = 50` (256 for 4096²): the device time of the whole factorisation
+//! photo-like images, `k = 50` (256 for 4096²), and 16 × 1024² of white noise (a flat spectrum): the device time of the whole factorisation
 //! ([`svd_factor::factor`]: Gram matrix, iterations, triplets) as a median of event-timed runs after
 //! a warm-up, its iterations, and the largest singular value error against faer (f64) on the
 //! first image.
@@ -30,32 +30,39 @@ fn measure() -> anyhow::Result<()> {
     let mut table = Table::new(&[
         "workload",
         "k",
-        "iterations (Rayleigh–Ritz)",
+        "iterations (Rayleigh–Ritz, filter)",
         "median ms",
         "min ms",
         "ms per image",
         "max |Δσ|/σ₁ (image 0)",
     ]);
-    let workloads: &[(usize, usize, usize)] = if profile {
-        &[(64, 256, 50), (8, 2048, 50)]
+    // (images, size, k, white noise instead of photo-like images)
+    let workloads: &[(usize, usize, usize, bool)] = if profile {
+        &[(64, 256, 50, false), (8, 2048, 50, false), (16, 1024, 50, true)]
     } else {
         &[
-            (1, 512, 100),
-            (64, 256, 50),
-            (256, 512, 20),
-            (16, 1024, 50),
-            (8, 2048, 50),
-            (8, 2048, 256),
-            (1, 4096, 100),
-            (1, 4096, 256),
+            (1, 512, 100, false),
+            (64, 256, 50, false),
+            (256, 512, 20, false),
+            (16, 1024, 50, false),
+            (16, 1024, 50, true),
+            (8, 2048, 50, false),
+            (8, 2048, 256, false),
+            (1, 4096, 100, false),
+            (1, 4096, 256, false),
         ]
     };
     // The device time of `factor` with the small problems where `solver` says (None: its default):
     // median and min of the runs after the first, the last run's factors and the first image.
-    let time = |count: usize, size: usize, k: usize, solver: Option<SmallSolver>| -> anyhow::Result<_> {
-        let images: Vec<_> = (0..count)
-            .map(|i| workload::procedural_image(i as u64, size, size).mapv(|v| v as f32 / 255.0))
-            .collect();
+    let time = |count: usize,
+                size: usize,
+                k: usize,
+                noise: bool,
+                solver: Option<SmallSolver>|
+     -> anyhow::Result<_> {
+        let image = if noise { workload::noise_image } else { workload::procedural_image };
+        let images: Vec<_> =
+            (0..count).map(|i| image(i as u64, size, size).mapv(|v| v as f32 / 255.0)).collect();
         let host: Vec<f32> = images.iter().flat_map(|i| i.iter().copied()).collect();
         let raw = device.upload(&host)?;
         let mut a = device.alloc::<f64>(host.len())?;
@@ -78,16 +85,16 @@ fn measure() -> anyhow::Result<()> {
     };
     // `--one-image`: only the table of single images below.
     let one_image = std::env::args().any(|a| a == "--one-image");
-    for &(count, size, k) in workloads.iter().filter(|_| !one_image) {
-        let (st, f, first) = time(count, size, k, None)?;
+    for &(count, size, k, noise) in workloads.iter().filter(|_| !one_image) {
+        let (st, f, first) = time(count, size, k, noise, None)?;
         let reference = thin_svd(first.view())?;
         let err =
             f.singular_values[0].iter().zip(&reference.s).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max)
                 / reference.s[0];
         table.row(&[
-            format!("{count} × {size}²"),
+            format!("{count} × {size}²{}", if noise { " noise" } else { "" }),
             k.to_string(),
-            format!("{} ({})", f.iterations, f.rayleigh_ritz_steps),
+            format!("{} ({}, {})", f.iterations, f.rayleigh_ritz_steps, f.filter_steps),
             format!("{:.2}", st.median_ms),
             format!("{:.2}", st.min_ms),
             format!("{:.3}", st.median_ms / count as f64),
@@ -151,7 +158,7 @@ fn measure() -> anyhow::Result<()> {
         "workload",
         "k",
         "solver",
-        "iterations (Rayleigh–Ritz)",
+        "iterations (Rayleigh–Ritz, filter)",
         "median ms",
         "min ms",
         "max |Δσ|/σ₁ against the host solver's",
@@ -159,7 +166,7 @@ fn measure() -> anyhow::Result<()> {
     for &(size, k) in &[(512, 100), (2048, 256), (4096, 100), (4096, 256)] {
         let mut host_sigma = Vec::new();
         for solver in [SmallSolver::Host, SmallSolver::DeviceBlocked] {
-            let (st, f, _) = time(1, size, k, Some(solver))?;
+            let (st, f, _) = time(1, size, k, false, Some(solver))?;
             let sigma = &f.singular_values[0];
             if solver == SmallSolver::Host {
                 host_sigma = sigma.clone();
@@ -170,7 +177,7 @@ fn measure() -> anyhow::Result<()> {
                 format!("1 × {size}²"),
                 k.to_string(),
                 format!("{solver:?}"),
-                format!("{} ({})", f.iterations, f.rayleigh_ritz_steps),
+                format!("{} ({}, {})", f.iterations, f.rayleigh_ritz_steps, f.filter_steps),
                 format!("{:.2}", st.median_ms),
                 format!("{:.2}", st.min_ms),
                 format!("{diff:.1e}"),

@@ -6,7 +6,7 @@
 mod common;
 
 use kernel_suite::svd::thin_svd;
-use kernel_suite::svd_factor::{SmallSolver, Triplets, truncated_svd, truncated_svd_with};
+use kernel_suite::svd_factor::{self, SmallSolver, Triplets, truncated_svd, truncated_svd_with};
 use ndarray::{Array2, ArrayView2};
 use rand::Rng;
 
@@ -148,6 +148,52 @@ fn a_batch_factors_each_image_independently() {
         let got = truncated_svd(&device, &views, 6).unwrap();
         for (i, (image, t)) in images.iter().zip(&got).enumerate() {
             check(&format!("batch image {i} on {}", device.describe()), image.view(), t, 6);
+        }
+    }
+}
+
+/// Flat spectra (white noise, with and without its mean's outlying σ₁; a spectrum of equally
+/// spaced values) take Chebyshev filters between Rayleigh–Ritz steps and converge in far fewer
+/// products with the Gram matrix than power steps' `ln(1/tol)/ln(λ_k/λ_{b+1})`, to the same
+/// accuracy; a batch mixing them with a photo-like image and a zero image too.
+#[test]
+fn flat_spectra_take_chebyshev_filters() {
+    let (m, n, k) = (250, 231, 20);
+    let b = svd_factor::subspace_size(k, n);
+    let centred = {
+        let mut rng = common::rng(41);
+        Array2::from_shape_fn((m, n), |_| rng.random_range(-1.0f32..1.0))
+    };
+    let spaced: Vec<f64> = (0..n).map(|i| 2.0 - i as f64 / n as f64).collect();
+    let cases = [
+        ("uniform noise", random_image(42, m, n)),
+        ("centred noise", centred),
+        ("equally spaced σ", with_singular_values(43, m, n, &spaced)),
+    ];
+    for device in common::devices("flat_spectra_take_chebyshev_filters") {
+        let on = device.describe();
+        for (label, image) in &cases {
+            let reference = thin_svd(image.view()).unwrap();
+            // Power steps alone shrink the worst leading residual by λ_k/λ_{b+1} per product.
+            let rate = (reference.s[k - 1] / reference.s[b]).powi(2);
+            let power_products = (1e5f64).ln() / rate.ln();
+            let a = device.upload(&image.iter().map(|&v| v as f64).collect::<Vec<_>>()).unwrap();
+            let f = svd_factor::factor(&device, &a, (m, n), 1, k).unwrap();
+            assert!(f.filter_steps > 0, "{label} on {on}: no filter ({} iterations)", f.iterations);
+            assert!(
+                (f.iterations as f64) < 0.6 * power_products,
+                "{label} on {on}: {} products ({} in filters), power steps would take about {power_products:.0}",
+                f.iterations,
+                f.filter_steps
+            );
+            let got = truncated_svd(&device, &[image.view()], k).unwrap();
+            check(&format!("{label} on {on}"), image.view(), &got[0], k);
+        }
+        let batch = [cases[0].1.clone(), smooth_image(44, m, n), Array2::zeros((m, n)), cases[2].1.clone()];
+        let views: Vec<_> = batch.iter().map(|i| i.view()).collect();
+        let got = truncated_svd(&device, &views, k).unwrap();
+        for (i, (image, t)) in batch.iter().zip(&got).enumerate() {
+            check(&format!("mixed batch image {i} on {on}"), image.view(), t, k);
         }
     }
 }

@@ -267,6 +267,43 @@ pub fn power_step_columns(qy: &mut [f64], weights: &[f64], r: u32, b: u32) {
     }
 }
 
+/// One step of the Chebyshev filter between Rayleigh–Ritz steps, in place in `vw` (`r × 2b` per
+/// image, images `r·2b` apart), whose halves hold the filter's last two bases `X_{j−1}` (the
+/// columns from `newer`, 0 or `b`) and `X_{j−2}` (the other half), which this overwrites with
+/// `X_j = a·Z + p·X_{j−1} + q·X_{j−2}` for every row and column `i < b`. `Z = G·X_{j−1}` is the
+/// right half of `qy = [Q Y]` (same layout), read only where `a ≠ 0`. `coefficients` holds
+/// `[a, p, q]` per step and image, `3·images` per step; this launch reads step `step`'s. The
+/// Chebyshev three-term recurrence takes `a = 2σ_j/e`, `p = −c·a`, `q = −σ_{j−1}σ_j`; its first
+/// step, from `[V W]` with `W = G·V` already known, `a = 0` (`newer` = 0: `X_1 = p·V + q·W`); an
+/// image whose filter has ended holds its basis with `[0, 1, 0]`. Grid `(x, 1, images)`, any 1-D
+/// block (grid-stride over `r·b`).
+#[kernel]
+pub fn chebyshev_step(
+    qy: &[f64],
+    coefficients: &[f64],
+    r: u32,
+    b: u32,
+    step: u32,
+    newer: u32,
+    vw: &mut [f64],
+) {
+    let (z, images) = (thread::block_idx_z() as usize, thread::grid_dim_z() as usize);
+    let (bu, ru) = (b as usize, r as usize);
+    let qy = qy.sub(z * ru * 2 * bu, ru * 2 * bu);
+    let mut vw = vw.sub(z * ru * 2 * bu, ru * 2 * bu);
+    let c = coefficients.sub((step as usize * images + z) * 3, 3);
+    let (a, p, q) = (c[0], c[1], c[2]);
+    let (newer, older) = (newer as usize, bu - newer as usize);
+    let mut i = thread::index_1d() as usize;
+    while i < ru * bu {
+        let (row, col) = (i / bu, i % bu);
+        let at = row * 2 * bu + col;
+        let product = if a != 0.0 { a * qy[at + bu] } else { 0.0 };
+        vw[at + older] = product + p * vw[at + newer] + q * vw[at + older];
+        i += thread::grid_stride_1d() as usize;
+    }
+}
+
 /// Cholesky QR's small step, one block per image (`blockIdx.x`), any 1-D block size; dynamic
 /// shared memory as for [`ritz_eigen`]. In: the Gram matrix `w = XᵀX` (`b × b` per image,
 /// row-major; only the upper triangle is read). Out: `rinv = R⁻¹` (`b × b`, upper triangular)

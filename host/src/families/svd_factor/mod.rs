@@ -17,10 +17,12 @@ use crate::{Buffer, BufferView, Device, Dim3, LaunchConfig, Queue};
 use kernels::svd_factor::{self as kf, Layout};
 use ndarray::{Array2, ArrayView2};
 
+mod chebyshev;
 mod gemm;
 mod passes;
 mod small;
 
+use chebyshev::ChebyshevFilter;
 use gemm::{gemm, gemm_to_f32, operand};
 pub use passes::{finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums};
 use small::ritz_eigen_host;
@@ -72,8 +74,10 @@ pub struct DeviceFactors {
     pub frobenius_norms: Vec<f64>,
     /// Subspace iterations (products with the Gram matrix) the batch took.
     pub iterations: usize,
-    /// Of those, the ones that ended in a Rayleigh–Ritz step (the others are power steps).
+    /// Of those, the ones that ended in a Rayleigh–Ritz step.
     pub rayleigh_ritz_steps: usize,
+    /// Of those, the steps of Chebyshev filters (the rest are power steps).
+    pub filter_steps: usize,
 }
 
 /// Leading singular triplets of one image, downloaded (for tests and small jobs).
@@ -169,6 +173,8 @@ pub fn factor_with(
     let mut sigma = device.alloc::<f64>(images * b)?;
     let mut inv_sigma = device.alloc::<f64>(images * b)?;
     let mut converged = device.alloc::<u32>(images)?;
+    // The Chebyshev filter's `[a, p, q]` per step and image.
+    let mut coefficients = device.alloc::<f64>(chebyshev::MAX_DEGREE * images * 3)?;
     let gpu = device.backend() == crate::Backend::Gpu;
     // The Jacobi and Cholesky solvers keep their matrices in shared memory where they fit.
     let jacobi_cfg = {
@@ -292,7 +298,7 @@ pub fn factor_with(
     };
 
     cholesky_qr2(&mut qy, &mut vw, &mut gram, &mut scratch, &mut rinv)?;
-    let (mut iterations, mut rayleigh_ritz_steps) = (0, 0);
+    let (mut iterations, mut rayleigh_ritz_steps, mut filter_steps) = (0, 0, 0);
     // Power steps still to take before the next Rayleigh–Ritz step.
     let mut power_steps = 0;
     loop {
@@ -420,10 +426,51 @@ pub fn factor_with(
                 "the GPU SVD did not converge in {MAX_ITERATIONS} iterations for {stuck} of {images} images of {m} × {n}"
             )));
         }
-        power_steps =
-            steps_to_convergence(&device.download(&stats)?, &device.download(&theta)?, &flags, b, k)
-                .min(MAX_ITERATIONS - iterations)
-                .saturating_sub(1);
+        let (stats_host, theta_host) = (device.download(&stats)?, device.download(&theta)?);
+        let budget = MAX_ITERATIONS - iterations;
+        if let Some(filter) =
+            ChebyshevFilter::plan(&stats_host, &theta_host, &flags, (b, k), TOLERANCE, budget)
+        {
+            // A flat spectrum: the Chebyshev filter of [V W] in place (the halves of `vw` take
+            // turns holding its last two bases; each product G·X goes to Y's place in `qy`).
+            filter_steps += filter.degree;
+            iterations += filter.degree - 1;
+            let mut padded = filter.coefficients;
+            padded.resize(coefficients.len(), 0.0);
+            device.upload_into(&mut coefficients, &padded)?;
+            device.upload_into(&mut weights, &filter.weights)?;
+            let mut newer = 0;
+            for step in 0..filter.degree {
+                if step > 0 {
+                    // SAFETY: as above.
+                    unsafe {
+                        gemm(
+                            device,
+                            q,
+                            (op(g.view(..)?, g_layout), op(vw.view(newer..)?, qy_layout)),
+                            (qy.view_mut(b..)?, qy_layout),
+                            None,
+                            (r, b, r),
+                            images,
+                            false,
+                        )?;
+                    }
+                }
+                // SAFETY: as above.
+                unsafe {
+                    device.launch_on(
+                        q,
+                        &kf::CHEBYSHEV_STEP,
+                        columns_cfg,
+                        (&qy, &coefficients, r as u32, b as u32, step as u32, newer as u32, &mut vw),
+                    )?;
+                }
+                newer = b - newer;
+            }
+        } else {
+            power_steps =
+                steps_to_convergence(&stats_host, &theta_host, &flags, b, k).min(budget).saturating_sub(1);
+        }
         // The next basis X = V·E + W·F in Q's place, orthonormalised.
         // SAFETY: as above.
         unsafe {
@@ -482,6 +529,7 @@ pub fn factor_with(
         frobenius_norms,
         iterations,
         rayleigh_ritz_steps,
+        filter_steps,
     })
 }
 

@@ -1,0 +1,273 @@
+//! The Chebyshev filter between Rayleigh–Ritz steps (the Chebyshev-filtered subspace iteration of
+//! Zhou and Saad, as in ChASE), for spectra too flat for power steps: white noise's `λ_k/λ_{b+1}`
+//! is about 1.2, so a power step shrinks a residual by 1.2 where a Chebyshev step (one product
+//! with `G` as well) shrinks it by about 2.5.
+//!
+//! The filter is the Chebyshev polynomial of degree `d` mapped to `[0, θ_b]`, the part of the
+//! spectrum the subspace should not keep (`θ_b` the smallest Ritz value; `G` has no eigenvalue
+//! below 0). On that interval it stays within `±1/T_d(x₁)` of zero, and it grows like `T_d(x)` with
+//! `x = 2θ/θ_b − 1` above it: each wanted pair's residual shrinks by `1/T_d(x_i)`. It is scaled
+//! (the σ recurrence) so that its value at `θ₁` is 1, which keeps every intermediate basis finite.
+//! Applied to the Ritz vectors `V` (with `W = G·V` already known, its first degree costs no
+//! product), then each column divided by the filter's value at its Ritz value, so that the
+//! columns keep about unit norm before Cholesky QR.
+//!
+//! The degree is as high as the residuals need ([`ChebyshevFilter::plan`]), but no higher than
+//! keeps the columns apart for Cholesky QR: a column's error along a larger eigenvector grows
+//! with the filter's value there relative to its own, by up to [`CONTAMINATION_LIMIT`].
+
+use kernels::svd_factor as kf;
+
+/// Most products with `G` one filter takes before the next Rayleigh–Ritz step.
+pub const MAX_DEGREE: usize = 12;
+
+/// Most the filter may amplify a basis column's estimated error along a larger eigenvector
+/// against the column itself (the two Cholesky QR passes then lose at most about 4 of f64's 16
+/// digits in that column).
+pub const CONTAMINATION_LIMIT: f64 = 1e4;
+
+/// One filter for a batch: the coefficients of each step and image, and the weights that scale
+/// the filtered columns, both read by the kernels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChebyshevFilter {
+    /// Products with `G` (steps of the recurrence): at least 2, at most [`MAX_DEGREE`].
+    pub degree: usize,
+    /// `[a, p, q]` per step and image (`degree × images × 3`), as `chebyshev_step` reads them:
+    /// step `j` makes `X_j = a·G·X_{j−1} + p·X_{j−1} + q·X_{j−2}`; its first step `X_1 = p·V + q·W`.
+    /// An image whose degree is lower holds its basis (`[0, 1, 0]`) for the remaining steps; a
+    /// converged image holds `V` throughout.
+    pub coefficients: Vec<f64>,
+    /// The next basis's column weights `[e f g]` per image (`3b` each, as `combine_columns` reads
+    /// `e` and `f`): each column of the half that holds the last step's basis (the right half,
+    /// `W`'s, for odd degrees) divided by the filter's value at its Ritz value.
+    pub weights: Vec<f64>,
+}
+
+/// The filter of one image: its interval's centre and half-width (both `θ_b/2`) and the σ
+/// recurrence's values, one per step.
+struct Interval {
+    centre: f64,
+    half_width: f64,
+    sigmas: Vec<f64>,
+}
+
+impl Interval {
+    /// The filter of `[0, θ_b]` scaled to 1 at `θ₁`, up to `degree` steps; `None` where `θ_b` is
+    /// numerically zero (no interval to damp).
+    fn new(theta: &[f64], degree: usize) -> Option<Self> {
+        let (top, floor) = (theta[0], theta[theta.len() - 1]);
+        if !(top > 0.0 && floor > kf::NULL_THRESHOLD * top) {
+            return None;
+        }
+        let (centre, half_width) = (floor / 2.0, floor / 2.0);
+        let sigma1 = half_width / (top - centre);
+        let mut sigmas = vec![sigma1];
+        for _ in 1..degree {
+            let last = *sigmas.last().expect("one value");
+            sigmas.push(1.0 / (2.0 / sigma1 - last));
+        }
+        Some(Self { centre, half_width, sigmas })
+    }
+
+    /// `[a, p, q]` of step `j` (from 1).
+    fn step(&self, j: usize) -> [f64; 3] {
+        let (c, e, s) = (self.centre, self.half_width, &self.sigmas);
+        if j == 1 {
+            [0.0, -c * s[0] / e, s[0] / e]
+        } else {
+            let a = 2.0 * s[j - 1] / e;
+            [a, -c * a, -s[j - 2] * s[j - 1]]
+        }
+    }
+
+    /// The filter of degree `d` at `θ` (the same recurrence on scalars).
+    fn value(&self, theta: f64, d: usize) -> f64 {
+        let (mut older, mut newer) = (1.0, 1.0);
+        for j in 1..=d {
+            let [a, p, q] = self.step(j);
+            let next = if j == 1 { p + q * theta } else { a * theta * newer + p * newer + q * older };
+            (older, newer) = (newer, next);
+        }
+        newer
+    }
+}
+
+/// `T_d(x)` for `x ≥ 1`.
+fn chebyshev_t(d: usize, x: f64) -> f64 {
+    (d as f64 * x.max(1.0).acosh()).cosh()
+}
+
+impl ChebyshevFilter {
+    /// The filter for the next steps, from the last Rayleigh–Ritz step's `stats` (as
+    /// `ritz_residuals` writes them: `‖W_i‖²` then the residuals `‖W_i − θ_i·V_i‖²`, `2b` per
+    /// image), `theta` (`b` per image, non-increasing) and `converged` flags; at most `budget`
+    /// products. Each image that has not converged gets the degree after which its `k` leading
+    /// pairs should meet `tol` (`‖r_i‖ ≤ tol·√(θ₁·θ_i)`), capped by [`CONTAMINATION_LIMIT`]; the
+    /// batch takes the largest. `None` (power steps instead) where that is below 2, or an image
+    /// still iterating has a numerically zero `θ_b`.
+    pub fn plan(
+        stats: &[f64],
+        theta: &[f64],
+        converged: &[u32],
+        (b, k): (usize, usize),
+        tol: f64,
+        budget: usize,
+    ) -> Option<Self> {
+        let images = converged.len();
+        let max_degree = MAX_DEGREE.min(budget);
+        if max_degree < 2 {
+            return None;
+        }
+        let mut filters = Vec::with_capacity(images);
+        let mut degrees = Vec::with_capacity(images);
+        for img in 0..images {
+            let (stats, theta) = (&stats[img * 2 * b..(img + 1) * 2 * b], &theta[img * b..(img + 1) * b]);
+            if converged[img] == 1 {
+                filters.push(None);
+                degrees.push(0);
+                continue;
+            }
+            let filter = Interval::new(theta, max_degree)?;
+            let floor = theta[b - 1];
+            let x = |th: f64| 2.0 * th / floor - 1.0;
+            // Degree each unconverged leading pair needs: 1/T_d(x_i) ≤ target/residual.
+            let mut need = 1usize;
+            for i in 0..k {
+                let (residual, target) = (stats[b + i].sqrt(), tol * (theta[0] * theta[i]).sqrt());
+                if theta[i] <= kf::NULL_THRESHOLD * theta[0] || residual <= target {
+                    continue;
+                }
+                let xi = x(theta[i]);
+                let d = if xi > 1.0 + 1e-12 {
+                    ((residual / target).acosh() / xi.acosh()).ceil()
+                } else {
+                    f64::MAX
+                };
+                need = need.max(d.min(max_degree as f64) as usize);
+            }
+            // Highest degree that keeps every column's estimated error along a larger Ritz
+            // vector (its residual over its distance to θ_b) amplified by at most the limit.
+            let allowed = (1..=max_degree)
+                .take_while(|&d| {
+                    (0..b).all(|j| {
+                        let gap = theta[j] - floor;
+                        let error = if gap > 0.0 { (stats[b + j].sqrt() / gap).min(1.0) } else { 1.0 };
+                        error * chebyshev_t(d, x(theta[j])) <= CONTAMINATION_LIMIT
+                    })
+                })
+                .last()
+                .unwrap_or(1);
+            degrees.push(need.min(allowed));
+            filters.push(Some(filter));
+        }
+        let degree = degrees.iter().copied().max().unwrap_or(0);
+        if degree < 2 {
+            return None;
+        }
+        let hold = [0.0, 1.0, 0.0];
+        let mut coefficients = Vec::with_capacity(degree * images * 3);
+        for j in 1..=degree {
+            for (filter, &d) in filters.iter().zip(&degrees) {
+                coefficients.extend(match filter {
+                    Some(f) if j <= d => f.step(j),
+                    _ => hold,
+                });
+            }
+        }
+        // The last step writes the right half (W's) for odd degrees, the left (V's) for even.
+        let last_in_right = degree % 2 == 1;
+        let mut weights = vec![0.0; images * 3 * b];
+        for (img, (filter, &d)) in filters.iter().zip(&degrees).enumerate() {
+            let theta = &theta[img * b..(img + 1) * b];
+            let w = &mut weights[img * 3 * b..(img + 1) * 3 * b];
+            let half = if last_in_right { b } else { 0 };
+            for i in 0..b {
+                w[half + i] = match filter {
+                    Some(f) if d > 0 => 1.0 / f.value(theta[i], d),
+                    _ => 1.0,
+                };
+            }
+        }
+        Some(Self { degree, coefficients, weights })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scaled recurrence is the Chebyshev polynomial on `[0, θ_b]` over its value at `θ₁`.
+    #[test]
+    fn the_recurrence_is_the_scaled_chebyshev_polynomial() {
+        let theta = [9.0, 5.0, 3.5, 2.0];
+        let filter = Interval::new(&theta, 8).unwrap();
+        let x = |t: f64| 2.0 * t / 2.0 - 1.0;
+        for d in 1..=8 {
+            for t in [0.0, 0.3, 1.0, 1.9, 2.0, 2.7, 5.0, 9.0, 12.0] {
+                let xt = x(t);
+                let exact = if xt.abs() <= 1.0 {
+                    (d as f64 * xt.acos()).cos()
+                } else {
+                    chebyshev_t(d, xt.abs()) * xt.signum().powi(d as i32)
+                };
+                let want = exact / chebyshev_t(d, x(9.0));
+                let got = filter.value(t, d);
+                assert!(
+                    (got - want).abs() <= 1e-12 * want.abs().max(1e-3),
+                    "d = {d}, θ = {t}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    /// A flat spectrum gets a filter of several degrees; a steep one, or one already converged,
+    /// none; an image with a zero `θ_b` still iterating gets none.
+    #[test]
+    fn the_degree_follows_the_spectrum() {
+        let (b, k) = (4, 2);
+        let stats = |residuals: [f64; 4]| {
+            let mut s = vec![1.0; 4];
+            s.extend(residuals.iter().map(|r| r * r));
+            s
+        };
+        let flat = [4.0, 3.6, 3.3, 3.0];
+        let plan = ChebyshevFilter::plan(&stats([1e-2; 4]), &flat, &[0], (b, k), 1e-5, 100).unwrap();
+        assert!(plan.degree >= 2 && plan.degree <= MAX_DEGREE, "{plan:?}");
+        assert_eq!(plan.coefficients.len(), plan.degree * 3);
+        assert_eq!(plan.coefficients[..3], Interval::new(&flat, MAX_DEGREE).unwrap().step(1));
+        // The weights bring each Ritz column back to unit scale.
+        let half = if plan.degree % 2 == 1 { b } else { 0 };
+        let f = Interval::new(&flat, MAX_DEGREE).unwrap();
+        for (i, &theta) in flat.iter().enumerate() {
+            assert!((plan.weights[half + i] * f.value(theta, plan.degree) - 1.0).abs() < 1e-12);
+            assert_eq!(plan.weights[b - half + i], 0.0);
+        }
+        // Converged: no filter.
+        assert!(ChebyshevFilter::plan(&stats([1e-2; 4]), &flat, &[1], (b, k), 1e-5, 100).is_none());
+        // Zero θ_b while iterating: no filter.
+        assert!(
+            ChebyshevFilter::plan(&stats([1e-2; 4]), &[4.0, 3.0, 1.0, 0.0], &[0], (b, k), 1e-5, 100)
+                .is_none()
+        );
+        // A budget below 2 products: no filter.
+        assert!(ChebyshevFilter::plan(&stats([1e-2; 4]), &flat, &[0], (b, k), 1e-5, 1).is_none());
+        // A large unconverged residual at a far larger Ritz value limits the degree.
+        let steep = [1e6, 4.0, 3.5, 3.0];
+        let plan = ChebyshevFilter::plan(&stats([1e3, 1e-2, 1e-2, 1e-2]), &steep, &[0], (b, k), 1e-5, 100);
+        assert!(plan.is_none(), "{plan:?}");
+        // A batch takes the largest degree; the converged image holds V with unit weights.
+        let plan = ChebyshevFilter::plan(
+            &[stats([1e-2; 4]), stats([1e-2; 4])].concat(),
+            &[flat, flat].concat(),
+            &[0, 1],
+            (b, k),
+            1e-5,
+            100,
+        )
+        .unwrap();
+        for j in 0..plan.degree {
+            assert_eq!(plan.coefficients[(j * 2 + 1) * 3..(j * 2 + 2) * 3], [0.0, 1.0, 0.0]);
+        }
+        assert!(plan.weights[3 * b + half..3 * b + half + b].iter().all(|&w| w == 1.0));
+    }
+}
