@@ -176,9 +176,14 @@ pub fn dynamic_bytes() -> usize {
     #[cfg(target_arch = "nvptx64")]
     {
         let bytes: u32;
-        // SAFETY: reads a special register.
+        // SAFETY: reads a special register, constant for the launch: `pure`, so that LLVM reads it
+        // once for all the tiles' checks and drops the reads of paths that only trap.
         unsafe {
-            core::arch::asm!("mov.u32 {}, %dynamic_smem_size;", out(reg32) bytes);
+            core::arch::asm!(
+                "mov.u32 {}, %dynamic_smem_size;",
+                out(reg32) bytes,
+                options(pure, nomem, nostack, preserves_flags)
+            );
         }
         bytes as usize
     }

@@ -173,25 +173,27 @@ pub unsafe fn conv2d_tiled(
     // The mask height is a compile-time constant inside `tiled`, so that the per-column input
     // window and the loops over mask rows and output rows unroll into registers.
     let tile = Tile { image, rows, cols, mask, mask_cols, out };
+    // The block's shape checked once, before the mask heights' copies of the kernel.
+    let threads = shared::Threads::exactly::<BLOCK_X, TILED_BLOCK_Y>();
     // SAFETY: forwarded from the kernel's contract.
     unsafe {
         match mask_rows {
-            1 => tile.run::<1>(),
-            3 => tile.run::<3>(),
-            5 => tile.run::<5>(),
-            7 => tile.run::<7>(),
-            9 => tile.run::<9>(),
-            11 => tile.run::<11>(),
-            13 => tile.run::<13>(),
-            15 => tile.run::<15>(),
-            17 => tile.run::<17>(),
-            19 => tile.run::<19>(),
-            21 => tile.run::<21>(),
-            23 => tile.run::<23>(),
-            25 => tile.run::<25>(),
-            27 => tile.run::<27>(),
-            29 => tile.run::<29>(),
-            31 => tile.run::<31>(),
+            1 => tile.run::<1>(threads),
+            3 => tile.run::<3>(threads),
+            5 => tile.run::<5>(threads),
+            7 => tile.run::<7>(threads),
+            9 => tile.run::<9>(threads),
+            11 => tile.run::<11>(threads),
+            13 => tile.run::<13>(threads),
+            15 => tile.run::<15>(threads),
+            17 => tile.run::<17>(threads),
+            19 => tile.run::<19>(threads),
+            21 => tile.run::<21>(threads),
+            23 => tile.run::<23>(threads),
+            25 => tile.run::<25>(threads),
+            27 => tile.run::<27>(threads),
+            29 => tile.run::<29>(threads),
+            31 => tile.run::<31>(threads),
             _ => {}
         }
     }
@@ -213,13 +215,12 @@ impl Tile {
     #[inline(always)]
     /// # Safety
     /// As for [`conv2d_tiled`].
-    unsafe fn run<const MH: usize>(self) {
+    unsafe fn run<const MH: usize>(self, threads: shared::Threads) {
         let Tile { image, rows, cols, mask, mask_cols, mut out } = self;
         let mw = mask_cols as usize;
         let mh_padded = padded_mask_rows(MH);
         let tile_cols = TILED_TILE_COLS as usize + mw - 1;
         let tile_rows = TILED_TILE_ROWS as usize + MH - 1;
-        let threads = shared::Threads::exactly::<BLOCK_X, TILED_BLOCK_Y>();
 
         // Shared layout: flipped[l·mh_padded + k] = mask[MH−1−k, mw−1−l] (0 for k ≥ MH), then the
         // tile, column-major: tile[(r, c)] = image[y0 − dr + r, x0 − dc + c].

@@ -69,7 +69,8 @@ impl Threads {
         }
         let (x, y) = (thread::thread_idx_x(), thread::thread_idx_y());
         // SAFETY: a thread's indices are below its block's dimensions, BX × BY × 1 (checked above).
-        unsafe { core::hint::assert_unchecked(x < BX && y < BY) };
+        // `threadIdx.z = 0` too, which folds ranks computed from all three (`warp::warp_id`).
+        unsafe { core::hint::assert_unchecked(x < BX && y < BY && thread::thread_idx_z() == 0) };
         Threads { x, y, nx: BX, ny: BY }
     }
 
@@ -185,7 +186,7 @@ impl Allocator {
     /// The next `len` elements of `T`, checked against the launch's dynamic shared memory.
     #[inline(always)]
     #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
-    fn claim<T: Copy>(&mut self, len: usize) -> *mut T {
+    fn claim<T: Copy>(&mut self, len: usize) -> (*mut T, usize) {
         const { assert!(size_of::<T>() > 0, "shared tiles of zero-sized values") };
         let offset = self.layout.next_offset::<T>();
         let end = match len.checked_mul(size_of::<T>()).and_then(|bytes| bytes.checked_add(offset)) {
@@ -197,14 +198,15 @@ impl Allocator {
             ),
         };
         self.layout = super::Layout { bytes: end };
-        region::<T>(offset, len).as_ptr()
+        (region::<T>(offset, len).as_ptr(), offset)
     }
 
     /// A [`Tile`] of `len` elements, in its write phase (host layout: `.array::<T>(len)`).
     #[inline(always)]
     #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub fn tile<T: Plain>(&mut self, len: usize) -> Tile<T> {
-        Tile { ptr: self.claim(len), len }
+        let (ptr, offset) = self.claim(len);
+        Tile { ptr, len, offset }
     }
 
     /// A row-major [`Tile2d`] of `rows × cols` elements whose rows lie `pitch ≥ cols` elements
@@ -216,7 +218,7 @@ impl Allocator {
         if pitch < cols {
             bad_allocation("pitch", pitch, cols);
         }
-        let ptr = self.claim(rows.saturating_mul(pitch));
+        let (ptr, _) = self.claim(rows.saturating_mul(pitch));
         Tile2d { ptr, rows, cols, row_step: pitch, col_step: 1 }
     }
 
@@ -228,7 +230,7 @@ impl Allocator {
         if pitch < rows {
             bad_allocation("pitch", pitch, rows);
         }
-        let ptr = self.claim(cols.saturating_mul(pitch));
+        let (ptr, _) = self.claim(cols.saturating_mul(pitch));
         Tile2d { ptr, rows, cols, row_step: 1, col_step: pitch }
     }
 
@@ -239,7 +241,7 @@ impl Allocator {
     pub fn counters<T: Atomic + Plain>(&mut self, len: usize, threads: Threads) -> ZeroedCounters<T> {
         let mut tile = self.tile::<T>(len);
         tile.fill(threads, |_: u32| T::from_bits(0));
-        ZeroedCounters { ptr: tile.ptr, len }
+        ZeroedCounters { ptr: tile.ptr, len, offset: tile.offset }
     }
 
     /// The scratch of the block collectives ([`block::reduce`](crate::block::reduce) and the
@@ -252,7 +254,7 @@ impl Allocator {
             bad_allocation("warps", threads.count() as usize, 0);
         }
         let len = crate::block::scratch_len(threads.count());
-        crate::block::Scratch { ptr: self.claim(len), len }
+        crate::block::Scratch { ptr: self.claim(len).0, len }
     }
 }
 
@@ -262,6 +264,8 @@ impl Allocator {
 pub struct Tile<T> {
     ptr: *mut T,
     len: usize,
+    /// Byte offset in the dynamic shared memory (the alignment [`TileRead::into_f32x4`] checks).
+    offset: usize,
 }
 
 impl<T: Plain> Tile<T> {
@@ -307,6 +311,8 @@ impl<T: Plain> Tile<T> {
 pub struct TileRead<T> {
     ptr: *mut T,
     len: usize,
+    /// Byte offset in the dynamic shared memory (the alignment [`TileRead::into_f32x4`] checks).
+    offset: usize,
 }
 
 impl<T: Plain> TileRead<T> {
@@ -546,10 +552,17 @@ impl TileRead<f32> {
     #[inline(always)]
     #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub fn into_f32x4(self) -> TileRead<F32x4> {
-        if !(self.ptr as usize).is_multiple_of(16) {
+        // On the GPU the region starts 16-byte aligned (`.align 16`), so the tile's offset in it
+        // decides: a constant where the kernel's allocations are, and the check folds away (LLVM
+        // cannot see through the region's address). The simulator checks the address.
+        #[cfg(target_arch = "nvptx64")]
+        let at = self.offset;
+        #[cfg(not(target_arch = "nvptx64"))]
+        let at = self.ptr as usize;
+        if !at.is_multiple_of(16) {
             bad_allocation("f32x4", self.ptr as usize, 16);
         }
-        TileRead { ptr: self.ptr as *mut F32x4, len: self.len / 4 }
+        TileRead { ptr: self.ptr as *mut F32x4, len: self.len / 4, offset: self.offset }
     }
 }
 
@@ -558,6 +571,8 @@ impl TileRead<f32> {
 pub struct ZeroedCounters<T> {
     ptr: *mut T,
     len: usize,
+    /// Byte offset in the dynamic shared memory (the alignment [`TileRead::into_f32x4`] checks).
+    offset: usize,
 }
 
 /// Shared counters in their atomic phase: every thread may update any counter, only atomically
@@ -566,6 +581,8 @@ pub struct ZeroedCounters<T> {
 pub struct Counters<T> {
     ptr: *mut T,
     len: usize,
+    /// Byte offset in the dynamic shared memory (the alignment [`TileRead::into_f32x4`] checks).
+    offset: usize,
 }
 
 impl<T: Atomic> Counters<T> {
@@ -684,12 +701,12 @@ macro_rules! advance {
     )*};
 }
 advance! {
-    Tile => TileRead { ptr, len };
-    TileRead => Tile { ptr, len };
+    Tile => TileRead { ptr, len, offset };
+    TileRead => Tile { ptr, len, offset };
     Tile2d => Tile2dRead { ptr, rows, cols, row_step, col_step };
     Tile2dRead => Tile2d { ptr, rows, cols, row_step, col_step };
-    ZeroedCounters => Counters { ptr, len };
-    Counters => TileRead { ptr, len };
+    ZeroedCounters => Counters { ptr, len, offset };
+    Counters => TileRead { ptr, len, offset };
 }
 
 macro_rules! advance_tuple {
