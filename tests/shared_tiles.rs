@@ -55,6 +55,31 @@ pub fn box_blur(x: &[f32], rows: u32, cols: u32, out: &mut [f32]) {
     }
 }
 
+/// Every slot of a 1-D tile of `len` and a 2-D tile of `rows × cols`, written by its owner (the
+/// race check stops a second writer), copied out by thread 0 after the barrier: extents of one to
+/// four times the threads along them (the owners' loops counted) and others (`while` loops).
+#[kernel]
+pub fn fill_coverage(len: u32, rows: u32, cols: u32, out: &mut [u32]) {
+    let threads = Threads::exactly::<8, 4>();
+    let mut smem = Allocator::new();
+    let mut flat = smem.tile::<u32>(len as usize);
+    let mut square = smem.tile_rows::<u32>(rows as usize, cols as usize, cols as usize + 1);
+    flat.fill(threads, |i: u32| 3 * i + 1);
+    square.fill(threads, |r: u32, c: u32| 1000 * r + c);
+    let (flat, square) = shared::sync_threads((flat, square));
+    if threads.rank() == 0 {
+        let (len, rows, cols) = (len as usize, rows as usize, cols as usize);
+        for i in 0..len {
+            out[i] = flat[i];
+        }
+        for r in 0..rows {
+            for c in 0..cols {
+                out[len + r * cols + c] = square[(r, c)];
+            }
+        }
+    }
+}
+
 /// Per block and bin `b` of `x[i] % 16`: the count (`fetch_add`, whose results number the
 /// values of a bin as they arrive, in `order`), the sum (`add`) and the largest value
 /// (`fetch_max`), written to `out[48·block + 16·k + b]`.
@@ -175,6 +200,37 @@ fn a_tile_filled_by_its_owners_is_read_after_the_barrier() {
             let reversed: Vec<u32> = chunk.iter().rev().copied().collect();
             assert_eq!(&y[b * block as usize..][..chunk.len()], &reversed[..], "block {b} of {block}");
         }
+    }
+}
+
+#[test]
+fn every_slot_is_filled_once_by_its_owner() {
+    let device = Device::simulator();
+    // 32 threads, 8 × 4: the 1-D extents 32, 64, 96, 128 and the row counts 4, 8, 16 are counted
+    // (one to four slots each), the others (more rounds, or not a multiple) `while` loops.
+    for (len, rows, cols) in [
+        (1u32, 3u32, 9u32),
+        (31, 4, 8),
+        (32, 8, 16),
+        (64, 16, 9),
+        (96, 20, 8),
+        (128, 21, 1),
+        (160, 1, 33),
+        (161, 2, 7),
+    ] {
+        let n = (len + rows * cols) as usize;
+        let mut out = device.alloc::<u32>(n).unwrap();
+        let bytes = shared::Layout::new()
+            .array::<u32>(len as usize)
+            .array::<u32>((rows * (cols + 1)) as usize)
+            .bytes_u32();
+        let cfg = LaunchConfig { grid: Dim3::xy(1, 1), block: Dim3::xy(8, 4), shared_bytes: bytes };
+        unsafe { device.launch(&FILL_COVERAGE, cfg, (len, rows, cols, &mut out)).unwrap() };
+        let want: Vec<u32> = (0..len)
+            .map(|i| 3 * i + 1)
+            .chain((0..rows).flat_map(|r| (0..cols).map(move |c| 1000 * r + c)))
+            .collect();
+        assert_eq!(device.download(&out).unwrap(), want, "len {len}, rows {rows}, cols {cols}");
     }
 }
 

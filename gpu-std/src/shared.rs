@@ -123,9 +123,11 @@
 //! launch with both threads named — whatever broke the rules.
 //!
 //! **Cost.** On the GPU an access is the same `ld.shared`/`st.shared` as through
-//! [`DynamicShared`]; `fill` is the loop a kernel would write. What the types add is once per
-//! kernel: [`Threads::exactly`] compares the block's shape with its constants (three compares and
-//! a `trap`), and each allocation compares its end with the launch's shared bytes.
+//! [`DynamicShared`]; `fill` is the loop a kernel would write, and where a [`Threads::exactly`]
+//! block over a tile of constant size gives each thread one to four slots (of a 2-D tile: rows), a
+//! loop of that constant count, which unrolls (the loads of all its slots in flight at once). What the types add is once per kernel: [`Threads::exactly`] compares the block's shape
+//! with its constants (three compares and a `trap`), and each allocation compares its end with the
+//! launch's shared bytes.
 
 mod tile;
 pub use crate::block::Scratch;

@@ -29,9 +29,76 @@ unsafe impl<T: Plain, const N: usize> Plain for [T; N] {}
 /// [`Tile2d::fill`] takes it: `u32` or `usize`. On the GPU the two compile differently (32- or
 /// 64-bit induction variables, and the unrolling that follows), so the kernel chooses, as it would
 /// for its own loop.
-pub trait TileIndex: Copy + PartialOrd + core::ops::Add<Output = Self> + sealed::Index {}
+pub trait TileIndex:
+    Copy
+    + PartialOrd
+    + core::ops::Add<Output = Self>
+    + core::ops::Div<Output = Self>
+    + core::ops::Rem<Output = Self>
+    + sealed::Index
+{
+}
 impl TileIndex for u32 {}
 impl TileIndex for usize {}
+
+/// The most slots per thread that [`for_each_owned!`] counts (so that LLVM unrolls them); more
+/// stay a `while` loop.
+const MAX_ROUNDS: u32 = 4;
+
+/// How many slots each thread owns along a dimension of `extent` slots shared by `step` threads,
+/// where that is the same for every thread, up to [`MAX_ROUNDS`], and both are constants on the GPU
+/// (so that the answer is one too): `extent / step` where `step` divides `extent`.
+#[inline(always)]
+fn counted_rounds<I: TileIndex>(extent: I, step: I) -> Option<u32> {
+    let zero = I::from_u32(0);
+    #[cfg(target_arch = "nvptx64")]
+    let known =
+        core::intrinsics::is_val_statically_known(extent) && core::intrinsics::is_val_statically_known(step);
+    #[cfg(not(target_arch = "nvptx64"))]
+    let known = true;
+    if known && step > zero && extent % step == zero && extent / step <= I::from_u32(MAX_ROUNDS) {
+        Some((extent / step).to_usize() as u32)
+    } else {
+        None
+    }
+}
+
+/// Runs `$body` with `$i` bound to each of this thread's slots along one dimension of a tile:
+/// `$start, $start + $step, …` below `$extent`, where `$start < $step` is the thread's coordinate
+/// and `$step` the threads along the dimension.
+///
+/// Where `$extent` and `$step` are constants and `$extent` is one to [`MAX_ROUNDS`] times `$step`
+/// (a block of fixed shape, [`Threads::exactly`], over a tile of a few times its size), every
+/// thread has `$extent / $step` slots: the loop counts them, a constant trip count that LLVM
+/// unrolls (a fill's loads all in flight before its stores, a zeroing a few stores), where
+/// `while i < extent` is a loop whose trip count depends on the thread. Otherwise (launch-sized
+/// blocks, tiles sized at run time, more rounds) it is that `while` loop, as a kernel would write
+/// it. The simulator counts wherever the numbers allow, constants or not, so both forms run there.
+/// A macro, not a function taking a closure, so that the race check's records name the kernel's
+/// line (`#[track_caller]` does not reach into closures).
+macro_rules! for_each_owned {
+    ($i:ident in $start:expr, $extent:expr, $step:expr => $body:block) => {{
+        let (start, extent, step) = ($start, $extent, $step);
+        let mut next = start;
+        if let Some(rounds) = counted_rounds(extent, step) {
+            for _ in 0..rounds {
+                // Always true (`start < step`, and `step` divides `extent`); LLVM drops it where
+                // it knows `start < step` (`Threads::exactly`).
+                if next < extent {
+                    let $i = next;
+                    $body
+                }
+                next = next + step;
+            }
+        } else {
+            while next < extent {
+                let $i = next;
+                $body
+                next = next + step;
+            }
+        }
+    }};
+}
 
 /// This thread's place in the block seen as an `nx × ny` grid of threads (x fastest): the map from
 /// threads to the slots they own in a tile's write phase. Either constructor gives every thread of
@@ -289,8 +356,7 @@ impl<T: Plain> Tile<T> {
     #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub fn fill<I: TileIndex>(&mut self, threads: Threads, mut value: impl FnMut(I) -> T) {
         let (len, step) = (I::from_extent(self.len), I::from_u32(threads.count()));
-        let mut i = I::from_u32(threads.rank());
-        while i < len {
+        for_each_owned!(i in I::from_u32(threads.rank()), len, step => {
             let v = value(i);
             // SAFETY: `i < len`, inside the tile (an extent that wrapped belongs to an empty
             // tile, whose `from_extent` is 0 or the loop never starts: `len` elements of a
@@ -301,8 +367,7 @@ impl<T: Plain> Tile<T> {
                 note(at, Access::Write);
                 at.write(v);
             }
-            i = i + step;
-        }
+        });
     }
 }
 
@@ -399,8 +464,7 @@ impl<T: Plain> Tile2d<T> {
     pub fn fill_where<I: TileIndex>(&mut self, threads: Threads, mut value: impl FnMut(I, I) -> Option<T>) {
         let (rows, cols) = (I::from_extent(self.rows), I::from_extent(self.cols));
         let (nx, ny) = (I::from_u32(threads.nx), I::from_u32(threads.ny));
-        let mut r = I::from_u32(threads.y);
-        while r < rows {
+        for_each_owned!(r in I::from_u32(threads.y), rows, ny => {
             let mut c = I::from_u32(threads.x);
             while c < cols {
                 if let Some(v) = value(r, c) {
@@ -417,8 +481,7 @@ impl<T: Plain> Tile2d<T> {
                 }
                 c = c + nx;
             }
-            r = r + ny;
-        }
+        });
     }
 }
 
