@@ -15,6 +15,9 @@ pub const BINS: u32 = 256;
 /// Copies of the block's counters in shared memory; warp `w` counts into copy `w % REPLICAS`.
 pub const REPLICAS: u32 = 8;
 
+/// Threads per block of [`histogram_u8`] (1-D blocks).
+pub const BLOCK: u32 = 512;
+
 /// Dynamic shared memory of [`histogram_u8`]: `REPLICAS × BINS` u32 counters.
 pub const fn shared_layout() -> shared::Layout {
     shared::Layout::new().array::<u32>((REPLICAS * BINS) as usize)
@@ -23,11 +26,14 @@ pub const fn shared_layout() -> shared::Layout {
 /// Adds the histogram of the first `n` bytes of `words` (four bytes per u32, little-endian:
 /// byte `4w + j` is bits `8j..8j + 8` of word `w`) to `hist` (256 counters).
 ///
-/// Launch with 1-D blocks of a whole number of warps, any grid (a grid-stride loop; about four
-/// blocks per SM saturates memory) and [`shared_layout`]`()` bytes of dynamic shared memory.
+/// Launch with 1-D blocks of [`BLOCK`] threads (checked: another shape stops the kernel), any grid
+/// (a grid-stride loop; about four blocks per SM saturates memory) and [`shared_layout`]`()` bytes
+/// of dynamic shared memory.
 #[kernel]
 pub fn histogram_u8(words: &[u32], n: u32, hist: &mut [u32]) {
-    let threads = shared::Threads::block();
+    // A constant block: the counters' zeroing and the merge below are loops of known trip counts,
+    // and a thread's rank (its warp's replica) is `threadIdx.x`.
+    let threads = shared::Threads::exactly::<BLOCK, 1>();
     let counts = shared::Allocator::new().counters::<u32>((REPLICAS * BINS) as usize, threads);
     let counts = shared::sync_threads(counts);
 
