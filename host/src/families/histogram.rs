@@ -8,8 +8,8 @@ use crate::error::{Result, ensure};
 use crate::{Buffer, Device, LaunchConfig};
 use kernels::histogram as k;
 
-/// Threads per block.
-pub const BLOCK: u32 = 512;
+/// Threads per block: the kernel's own (it is written for exactly that block).
+pub const BLOCK: u32 = k::BLOCK;
 
 /// Blocks per multiprocessor: enough loads in flight to saturate memory.
 const BLOCKS_PER_SM: u32 = 4;
