@@ -18,7 +18,7 @@
 //! | allocation (`smem: Allocator`) | write phase | after `sync_threads` |
 //! |---|---|---|
 //! | `smem.tile::<T>(len) -> Tile<T>` | `fill(threads, \|i: usize\| value)` (or `i: u32`) | `TileRead<T>`: `t[i]`, `into_matrix(rows, cols)`, `into_f32x4()` (16-byte reads) |
-//! | `smem.tile_rows::<T>(rows, cols, pitch)`, `tile_columns(…) -> Tile2d<T>` | `fill(threads, \|r: usize, c: usize\| value)`, `fill_where(…, \|r, c\| Option)` | `Tile2dRead<T>`: `t[(r, c)]`, `window(threads, rows, cols)` (a stencil thread's halo window, `w[(i, j)]`) |
+//! | `smem.tile_rows::<T>(rows, cols, pitch)`, `tile_columns(…) -> Tile2d<T>` | `fill(threads, \|r: usize, c: usize\| value)`, `fill_where(…, \|r, c\| Option)` | `Tile2dRead<T>`: `t[(r, c)]`, `window(threads, rows, cols)` (a stencil thread's halo window, `w[(i, j)]`), `window_f32x4(…)` (a column-major f32 tile's window four rows a read) |
 //! | `smem.counters::<T>(len, threads) -> ZeroedCounters<T>` | (zeroed by their owners) | `Counters<T>`: `add`, `fetch_add`, `fetch_max` (atomic, any thread); then `TileRead<T>` |
 //! | `smem.scratch::<T>(threads) -> Scratch<T>` | — | passed to `block::reduce`, `block::inclusive_scan`, `block::exclusive_scan` |
 //!

@@ -43,10 +43,14 @@ pub const TILED_TILE_COLS: u32 = BLOCK_X;
 const ROWS_PER_THREAD: usize = TILED_ROWS_PER_THREAD as usize;
 /// Length of the unrolled index lists in `Tile::run`, and of the register arrays they index (the
 /// unused tails fold away): output rows per thread, and the input window (rows per thread plus
-/// the largest mask's halo).
+/// the largest mask's halo, in whole groups of the 4 rows a 16-byte read brings).
 const ROWS_CAPACITY: usize = 32;
-const WINDOW_CAPACITY: usize = ROWS_CAPACITY + MAX_MASK_SIDE as usize - 1;
-const _: () = assert!(ROWS_PER_THREAD <= ROWS_CAPACITY && WINDOW_CAPACITY == 62);
+const WINDOW_CAPACITY: usize = 64;
+const _: () = assert!(
+    ROWS_PER_THREAD <= ROWS_CAPACITY
+        && WINDOW_CAPACITY >= ROWS_CAPACITY + MAX_MASK_SIDE as usize - 1
+        && ROWS_PER_THREAD.is_multiple_of(4)
+);
 
 /// Repeats `body` once per listed index, with `i` bound to it: a loop unrolled in the source, so
 /// that arrays indexed by `i` stay in registers whatever LLVM's unrolling thresholds decide.
@@ -65,11 +69,20 @@ const fn padded_mask_rows(mask_rows: usize) -> usize {
     mask_rows.div_ceil(4) * 4
 }
 
+/// Rows of the shared input tile: the block's output rows plus the mask's halo
+/// (`TILED_TILE_ROWS + mask_rows − 1`), rounded up to a multiple of 4 so that a thread reads its
+/// window four rows (16 bytes) at a time; the rows past the halo are staged but never read.
+const fn tile_rows(mask_rows: usize) -> usize {
+    (TILED_TILE_ROWS as usize + mask_rows - 1).next_multiple_of(4)
+}
+
 /// Stride in f32 elements between two columns of the shared input tile, which is stored
-/// column-major: the tile's rows (`TILED_TILE_ROWS + mask_rows − 1`) plus one, which makes it odd
-/// so that the 32 threads of a warp, reading 32 consecutive columns, hit 32 different banks.
+/// column-major: [`tile_rows`], or 4 more, so that it is 4 times an odd number. Columns start
+/// 16-byte aligned, and the 8 threads of a quarter warp, reading 16 bytes each from 8 consecutive
+/// columns, hit 8 different groups of 4 banks.
 const fn tile_column_stride(mask_rows: usize) -> usize {
-    TILED_TILE_ROWS as usize + mask_rows
+    let rows = tile_rows(mask_rows);
+    if (rows / 4) % 2 == 1 { rows } else { rows + 4 }
 }
 
 /// f32 elements of the flipped mask in shared memory: `mask_cols × padded rows`. In `usize`, as
@@ -220,7 +233,7 @@ impl Tile {
         let mw = mask_cols as usize;
         let mh_padded = padded_mask_rows(MH);
         let tile_cols = TILED_TILE_COLS as usize + mw - 1;
-        let tile_rows = TILED_TILE_ROWS as usize + MH - 1;
+        let tile_rows = tile_rows(MH);
 
         // Shared layout: flipped[l·mh_padded + k] = mask[MH−1−k, mw−1−l] (0 for k ≥ MH), then the
         // tile, column-major: tile[(r, c)] = image[y0 − dr + r, x0 − dc + c].
@@ -253,21 +266,27 @@ impl Tile {
         let (flipped, tile) = shared::sync_threads((flipped, tile));
         // flipped[(l, k / 4)]: mask rows k..k + 4 of column l in one 16-byte load.
         let flipped = flipped.into_f32x4().into_matrix(mw, mh_padded / 4);
-        // tile_window[(s, l)] = tile[(first_row + s, tx + l)], for s < ROWS_PER_THREAD + MH − 1 and
-        // l < mw, the loops' bounds.
-        let tile_window = tile.window(threads, ROWS_PER_THREAD, 1);
+        // tile_window[(g, l)] = tile[(first_row + 4g..first_row + 4g + 4, tx + l)], for
+        // 4g < ROWS_PER_THREAD + MH − 1 and l < mw, the loops' bounds: 16 bytes a read.
+        let tile_window = tile.window_f32x4(threads, ROWS_PER_THREAD, 1);
 
         // out[first_row + r] = Σ_{l, k} flipped[l, k] · tile[first_row + r + k, tx + l]. The loops
         // over the window, the mask rows and the output rows are unrolled, so `window`, `acc` and
         // `m4` live in registers; the conditions on `MH` fold away at compile time.
         let first_row = threads.y() as usize * ROWS_PER_THREAD;
         let mut acc = [0.0f32; ROWS_CAPACITY];
-        for l in 0..mw {
+        // A 32-bit loop counter: with `0..mw` (usize) every iteration of the hot loop also carried
+        // its high word (an add with carry and a 64-bit compare).
+        for l in 0..mask_cols {
+            let l = l as usize;
             let mut window = [0.0f32; WINDOW_CAPACITY];
-            unroll!(s in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30
-                          31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61] {
-                if s < ROWS_PER_THREAD + MH - 1 {
-                    window[s] = tile_window[(s, l)];
+            unroll!(g in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15] {
+                if 4 * g < ROWS_PER_THREAD + MH - 1 {
+                    let v = tile_window[(g, l)].0;
+                    window[4 * g] = v[0];
+                    window[4 * g + 1] = v[1];
+                    window[4 * g + 2] = v[2];
+                    window[4 * g + 3] = v[3];
                 }
             });
             let mut m4 = [0.0f32; 4];

@@ -285,8 +285,8 @@ impl Allocator {
         if pitch < cols {
             bad_allocation("pitch", pitch, cols);
         }
-        let (ptr, _) = self.claim(rows.saturating_mul(pitch));
-        Tile2d { ptr, rows, cols, row_step: pitch, col_step: 1 }
+        let (ptr, offset) = self.claim(rows.saturating_mul(pitch));
+        Tile2d { ptr, rows, cols, row_step: pitch, col_step: 1, offset }
     }
 
     /// A column-major [`Tile2d`] of `rows × cols` elements whose columns lie `pitch ≥ rows`
@@ -297,8 +297,8 @@ impl Allocator {
         if pitch < rows {
             bad_allocation("pitch", pitch, rows);
         }
-        let (ptr, _) = self.claim(cols.saturating_mul(pitch));
-        Tile2d { ptr, rows, cols, row_step: 1, col_step: pitch }
+        let (ptr, offset) = self.claim(cols.saturating_mul(pitch));
+        Tile2d { ptr, rows, cols, row_step: 1, col_step: pitch, offset }
     }
 
     /// `len` counters, zeroed here by their owners (as [`Tile::fill`]); [`Counters`] after the
@@ -401,7 +401,7 @@ impl<T: Plain> TileRead<T> {
         if rows.checked_mul(cols).is_none_or(|n| n > self.len) {
             out_of_range("shape", (rows, cols), (self.len, 1));
         }
-        Tile2dRead { ptr: self.ptr, rows, cols, row_step: cols, col_step: 1 }
+        Tile2dRead { ptr: self.ptr, rows, cols, row_step: cols, col_step: 1, offset: self.offset }
     }
 }
 
@@ -433,6 +433,8 @@ pub struct Tile2d<T> {
     cols: usize,
     row_step: usize,
     col_step: usize,
+    /// Byte offset in the dynamic shared memory (the alignment [`Tile2dRead::window_f32x4`] checks).
+    offset: usize,
 }
 
 impl<T: Plain> Tile2d<T> {
@@ -493,6 +495,8 @@ pub struct Tile2dRead<T> {
     cols: usize,
     row_step: usize,
     col_step: usize,
+    /// Byte offset in the dynamic shared memory (the alignment [`Tile2dRead::window_f32x4`] checks).
+    offset: usize,
 }
 
 impl<T: Plain> Tile2dRead<T> {
@@ -626,6 +630,46 @@ impl TileRead<f32> {
             bad_allocation("f32x4", self.ptr as usize, 16);
         }
         TileRead { ptr: self.ptr as *mut F32x4, len: self.len / 4, offset: self.offset }
+    }
+}
+
+impl Tile2dRead<f32> {
+    /// As [`window`](Self::window), for a column-major tile read four rows at a time: element
+    /// `(g, j)` of the result is rows `4g..4g + 4` of column `j` of the window, one 16-byte load
+    /// (`ld.shared.v4.f32`); a last partial group of rows is left out. Checked once here: the tile is
+    /// column-major (`tile_columns`) with a pitch that is a multiple of 4 and starts 16-byte aligned,
+    /// and `rows_per_thread` is a multiple of 4, so that every group is aligned.
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+    pub fn window_f32x4(
+        &self,
+        threads: Threads,
+        rows_per_thread: usize,
+        cols_per_thread: usize,
+    ) -> Window<'_, F32x4> {
+        // As in `TileRead::into_f32x4`: on the GPU the region starts 16-byte aligned, so the
+        // offset decides (and folds where the allocations are known); the simulator checks the
+        // address.
+        #[cfg(target_arch = "nvptx64")]
+        let at = self.offset;
+        #[cfg(not(target_arch = "nvptx64"))]
+        let at = self.ptr as usize;
+        if self.row_step != 1
+            || !self.col_step.is_multiple_of(4)
+            || !rows_per_thread.is_multiple_of(4)
+            || !at.is_multiple_of(16)
+        {
+            bad_allocation("f32x4", self.ptr as usize, 16);
+        }
+        let w = self.window(threads, rows_per_thread, cols_per_thread);
+        Window {
+            ptr: w.ptr as *const F32x4,
+            rows: w.rows / 4,
+            cols: w.cols,
+            row_step: 1,
+            col_step: w.col_step / 4,
+            _tile: core::marker::PhantomData,
+        }
     }
 }
 
@@ -766,8 +810,8 @@ macro_rules! advance {
 advance! {
     Tile => TileRead { ptr, len, offset };
     TileRead => Tile { ptr, len, offset };
-    Tile2d => Tile2dRead { ptr, rows, cols, row_step, col_step };
-    Tile2dRead => Tile2d { ptr, rows, cols, row_step, col_step };
+    Tile2d => Tile2dRead { ptr, rows, cols, row_step, col_step, offset };
+    Tile2dRead => Tile2d { ptr, rows, cols, row_step, col_step, offset };
     ZeroedCounters => Counters { ptr, len, offset };
     Counters => TileRead { ptr, len, offset };
 }
