@@ -1,14 +1,13 @@
 //! PNG encoding ([`image_io::encode_png`]): every image decodes to its exact pixels, on the
 //! one-thread path (small images, pools of one thread) and the parallel one (row stripes on the
 //! current rayon pool), with valid chunk CRCs and zlib Adler-32; files striped are about as large
-//! as on one thread. And an ignored timing test.
+//! as on one thread.
 
 use kernel_suite::image_io::{self, PixelFormat, Scaling};
 use kernel_suite::{svd, svd_outputs};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::borrow::Cow;
-use std::time::Instant;
 
 /// Bytes per pixel of `format`.
 fn channels(format: PixelFormat) -> usize {
@@ -153,35 +152,4 @@ fn nested_in_a_busy_pool() {
             .collect()
     });
     assert_eq!(sizes.len(), 8);
-}
-
-/// Median time and size of encoding the 8-bit gray PNG named by `PNG_TIMING_IMAGE` (e.g. the
-/// default `svd` run's `svd-out/shepp-logan-mosaic.png`) on rayon's global pool
-/// (`RAYON_NUM_THREADS` threads): `PNG_TIMING_IMAGE=… cargo test --release --test png_encoding
-/// -- --ignored --nocapture`.
-#[test]
-#[ignore = "timing; needs PNG_TIMING_IMAGE"]
-fn encode_timing() {
-    let path = std::env::var("PNG_TIMING_IMAGE").expect("PNG_TIMING_IMAGE: a PNG file to encode");
-    let image = image::open(&path).unwrap().into_luma8();
-    let (width, height) = image.dimensions();
-    let pixels = image.into_raw();
-    let encode = || image_io::encode_png(&pixels, width, height, PixelFormat::Gray8).unwrap();
-    let size = encode().len();
-    let mut ms: Vec<f64> = (0..21)
-        .map(|_| {
-            let start = Instant::now();
-            std::hint::black_box(encode());
-            start.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    ms.sort_by(f64::total_cmp);
-    println!(
-        "{width} × {height} gray, {} threads: median {:.3} ms (min {:.3}, max {:.3}) of {} runs, {size} bytes",
-        rayon::current_num_threads(),
-        ms[ms.len() / 2],
-        ms[0],
-        ms[ms.len() - 1],
-        ms.len()
-    );
 }
