@@ -135,12 +135,8 @@ impl ChebyshevFilter {
             let x = |th: f64| 2.0 * th / floor - 1.0;
             // Degree each unconverged leading pair needs: 1/T_d(x_i) ≤ target/residual.
             let mut need = 1usize;
-            for i in 0..k {
-                let (residual, target) = (stats[b + i].sqrt(), tol * (theta[0] * theta[i]).sqrt());
-                if theta[i] <= kf::NULL_THRESHOLD * theta[0] || residual <= target {
-                    continue;
-                }
-                let xi = x(theta[i]);
+            for (th, residual, target) in super::pairs_to_converge(stats, theta, k, tol) {
+                let xi = x(th);
                 let d = if xi > 1.0 + 1e-12 {
                     ((residual / target).acosh() / xi.acosh()).ceil()
                 } else {

@@ -93,6 +93,22 @@ pub struct Triplets {
     pub frobenius_norm: f64,
 }
 
+/// The leading `k` Ritz pairs of one image (its `stats` as [`kf::ritz_residuals`] writes them,
+/// `2b`, and `theta`, `b`) that are not numerically zero and still miss the stop test
+/// `‖r_i‖ ≤ tol·√(θ₁·θ_i)`: `(θ_i, ‖r_i‖, tol·√(θ₁·θ_i))`.
+fn pairs_to_converge<'a>(
+    stats: &'a [f64],
+    theta: &'a [f64],
+    k: usize,
+    tol: f64,
+) -> impl Iterator<Item = (f64, f64, f64)> + 'a {
+    let (b, theta0) = (theta.len(), theta[0].max(0.0));
+    (0..k).filter_map(move |i| {
+        let (th, residual, target) = (theta[i], stats[b + i].sqrt(), tol * (theta0 * theta[i]).sqrt());
+        (th > kf::NULL_THRESHOLD * theta0 && residual > target).then_some((th, residual, target))
+    })
+}
+
 /// Subspace iterations (products with `G`) after which every image not yet converged should
 /// meet the tolerance, predicted from its last Rayleigh–Ritz step (`stats` as
 /// [`kf::ritz_residuals`] writes them, `theta` and the `converged` flags, per image): the residual
@@ -102,14 +118,8 @@ fn steps_to_convergence(stats: &[f64], theta: &[f64], converged: &[u32], b: usiz
     let mut steps = 1.0f64;
     for img in (0..converged.len()).filter(|&img| converged[img] != 1) {
         let (stats, theta) = (&stats[img * 2 * b..(img + 1) * 2 * b], &theta[img * b..(img + 1) * b]);
-        let theta0 = theta[0].max(0.0);
         let floor = theta[b - 1].max(0.0);
-        for i in 0..k {
-            let th = theta[i];
-            let (residual, target) = (stats[b + i].sqrt(), TOLERANCE * (theta0 * th).sqrt());
-            if th <= kf::NULL_THRESHOLD * theta0 || residual <= target {
-                continue;
-            }
+        for (th, residual, target) in pairs_to_converge(stats, theta, k, TOLERANCE) {
             let rate = floor / th;
             steps = steps.max(if rate < 0.99 { (target / residual).ln() / rate.ln() } else { 8.0 });
         }
