@@ -267,15 +267,86 @@ pub fn power_step_columns(qy: &mut [f64], weights: &[f64], r: u32, b: u32) {
     }
 }
 
+/// Leading Ritz pairs per image that a Chebyshev filter may deflate: `G − Σ θ_l·v_l·v_lᵀ` in place of
+/// `G`. A converged pair far above the rest (the mean of a noise image: `θ₁` hundreds of times
+/// `θ₂`) would otherwise get a filter value so large that every other column's rounding-sized
+/// part along it swamps the column, which caps the filter's degree at 2–7.
+pub const DEFLATED_PAIRS: usize = 4;
+
+/// For the deflated Chebyshev filter: per image, column `i < b` of the filter's current basis
+/// (the columns of `vw` from `newer`, `r × 2b` per image, images `r·2b` apart) and locked pair `l`
+/// ([`DEFLATED_PAIRS`] per image), `overlaps[l·b + i] = θ_l·(v_lᵀ·x_i)`, with the locked Ritz
+/// vectors `locked` (`r × DEFLATED_PAIRS` per image, row-major) and their values `locked_theta`
+/// (`DEFLATED_PAIRS` per image, 0 where a pair is not locked).
+///
+/// Launch: grid `(⌈b/32⌉, 1, images)`, block `32 × RESIDUAL_ROWS` (x: a column, y: a row lane),
+/// `32·RESIDUAL_ROWS·DEFLATED_PAIRS·8` bytes of dynamic shared memory.
+#[kernel]
+pub fn deflation_overlaps(
+    vw: &[f64],
+    locked: &[f64],
+    locked_theta: &[f64],
+    r: u32,
+    b: u32,
+    newer: u32,
+    overlaps: &mut [f64],
+) {
+    const L: usize = DEFLATED_PAIRS;
+    let z = thread::block_idx_z() as usize;
+    let (bu, ru) = (b as usize, r as usize);
+    let vw = vw.sub(z * ru * 2 * bu, ru * 2 * bu);
+    let locked = locked.sub(z * ru * L, ru * L);
+    let theta = locked_theta.sub(z * L, L);
+    let mut overlaps = overlaps.sub(z * L * bu, L * bu);
+    let (lane, row_lane) = (thread::thread_idx_x() as usize, thread::thread_idx_y() as usize);
+    let col = thread::block_idx_x() as usize * 32 + lane;
+    let mut sums = [0.0f64; L];
+    if col < bu {
+        let mut row = row_lane;
+        while row < ru {
+            let x = vw[row * 2 * bu + newer as usize + col];
+            for (l, sum) in sums.iter_mut().enumerate() {
+                *sum = math::fma(locked[row * L + l], x, *sum);
+            }
+            row += RESIDUAL_ROWS as usize;
+        }
+    }
+    let partial = shared::dynamic::<f64>();
+    let lanes = (32 * RESIDUAL_ROWS) as usize;
+    let slot = row_lane * 32 + lane;
+    // SAFETY (the shared accesses): indices below L·32·RESIDUAL_ROWS, the launch's f64 count; each
+    // is written by one thread before the barrier and read after it.
+    for (l, &sum) in sums.iter().enumerate() {
+        unsafe { partial.write(l * lanes + slot, sum) };
+    }
+    thread::sync_threads();
+    if row_lane == 0 && col < bu {
+        for l in 0..L {
+            let mut total = 0.0;
+            for lane_row in 0..RESIDUAL_ROWS as usize {
+                total += unsafe { partial.read(l * lanes + lane_row * 32 + lane) };
+            }
+            overlaps[l * bu + col] = theta[l] * total;
+        }
+    }
+}
+
 /// One step of the Chebyshev filter between Rayleigh–Ritz steps, in place in `vw` (`r × 2b` per
 /// image, images `r·2b` apart), whose halves hold the filter's last two bases `X_{j−1}` (the
 /// columns from `newer`, 0 or `b`) and `X_{j−2}` (the other half), which this overwrites with
-/// `X_j = a·Z + p·X_{j−1} + q·X_{j−2}` for every row and column `i < b`. `Z = G·X_{j−1}` is the
-/// right half of `qy = [Q Y]` (same layout), read only where `a ≠ 0`. `coefficients` holds
-/// `[a, p, q]` per step and image, `3·images` per step; this launch reads step `step`'s. The
-/// Chebyshev three-term recurrence takes `a = 2σ_j/e`, `p = −c·a`, `q = −σ_{j−1}σ_j`; its first
-/// step, from `[V W]` with `W = G·V` already known, `a = 0` (`newer` = 0: `X_1 = p·V + q·W`); an
-/// image whose filter has ended holds its basis with `[0, 1, 0]`. Grid `(x, 1, images)`, any 1-D
+/// `X_j = a·Z + p·X_{j−1} + q·X_{j−2}` for every row and column `i < b`. `Z = G'·X_{j−1}`, with
+/// `G·X_{j−1}` the right half of `qy = [Q Y]` (same layout), read only where `a ≠ 0`, and `G'` the
+/// deflated `G − Σ θ_l·v_l·v_lᵀ` where an image locked pairs (`locked_theta`, [`DEFLATED_PAIRS`]
+/// per image, not 0): `Z = G·X_{j−1} − locked·overlaps` ([`deflation_overlaps`]).
+/// `coefficients` holds `[a, p, q]` per step and image, `3·images` per step; this launch reads
+/// step `step`'s. The Chebyshev three-term recurrence takes `a = 2σ_j/e`, `p = −c·a`,
+/// `q = −σ_{j−1}σ_j`; its first step, from `[V W]` with `W = G·V` already known, `a = 0`
+/// (`newer` = 0: `X_1 = p·V + q·W`); an image whose filter has ended holds its basis with
+/// `[0, 1, 0]`.
+///
+/// The first step (`step` = 0) also saves `V`'s first [`DEFLATED_PAIRS`] columns into `locked`
+/// (`r × DEFLATED_PAIRS` per image, row-major), and the last (`step = last`) puts the locked
+/// ones back in their columns of the basis it writes, unfiltered. Grid `(x, 1, images)`, any 1-D
 /// block (grid-stride over `r·b`).
 #[kernel]
 pub fn chebyshev_step(
@@ -284,22 +355,48 @@ pub fn chebyshev_step(
     r: u32,
     b: u32,
     step: u32,
+    last: u32,
     newer: u32,
+    locked_theta: &[f64],
+    overlaps: &[f64],
+    locked: &mut [f64],
     vw: &mut [f64],
 ) {
+    const L: usize = DEFLATED_PAIRS;
     let (z, images) = (thread::block_idx_z() as usize, thread::grid_dim_z() as usize);
     let (bu, ru) = (b as usize, r as usize);
     let qy = qy.sub(z * ru * 2 * bu, ru * 2 * bu);
     let mut vw = vw.sub(z * ru * 2 * bu, ru * 2 * bu);
+    let mut locked = locked.sub(z * ru * L, ru * L);
+    let theta = locked_theta.sub(z * L, L);
+    let overlaps = overlaps.sub(z * L * bu, L * bu);
     let c = coefficients.sub((step as usize * images + z) * 3, 3);
     let (a, p, q) = (c[0], c[1], c[2]);
+    let deflating = a != 0.0 && (0..L).any(|l| theta[l] != 0.0);
     let (newer, older) = (newer as usize, bu - newer as usize);
     let mut i = thread::index_1d() as usize;
     while i < ru * bu {
         let (row, col) = (i / bu, i % bu);
         let at = row * 2 * bu + col;
-        let product = if a != 0.0 { a * qy[at + bu] } else { 0.0 };
-        vw[at + older] = product + p * vw[at + newer] + q * vw[at + older];
+        if step == 0 && col < L {
+            locked[row * L + col] = vw[at];
+        }
+        let product = if a != 0.0 {
+            let mut gx = qy[at + bu];
+            if deflating {
+                for l in 0..L {
+                    gx = math::fma(-locked[row * L + l], overlaps[l * bu + col], gx);
+                }
+            }
+            a * gx
+        } else {
+            0.0
+        };
+        vw[at + older] = if step == last && col < L && theta[col] != 0.0 {
+            locked[row * L + col]
+        } else {
+            product + p * vw[at + newer] + q * vw[at + older]
+        };
         i += thread::grid_stride_1d() as usize;
     }
 }

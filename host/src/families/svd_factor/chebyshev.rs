@@ -15,6 +15,12 @@
 //! The degree is as high as the residuals need ([`ChebyshevFilter::plan`]), but no higher than
 //! keeps the columns apart for Cholesky QR: a column's error along a larger eigenvector grows
 //! with the filter's value there relative to its own, by up to [`CONTAMINATION_LIMIT`].
+//!
+//! Leading pairs that have converged (up to [`kf::DEFLATED_PAIRS`] per image) are locked: the
+//! filter runs with `G − Σ θ_l·v_l·v_lᵀ`, which has no eigenvalue above the first unlocked pair,
+//! and puts their vectors back unfiltered. Without it, an outlying `θ₁` (a noise image's mean)
+//! would cap the degree at 2–7, since every column's rounding-sized part along `v₁` grows by the
+//! filter's value at `θ₁`.
 
 use kernels::svd_factor as kf;
 
@@ -35,6 +41,11 @@ pub const CONTAMINATION_LIMIT: f64 = 1e7;
 pub struct ChebyshevFilter {
     /// Products with `G` (steps of the recurrence): at least 2, at most [`MAX_DEGREE`].
     pub degree: usize,
+    /// Per image, the locked pairs' Ritz values ([`kf::DEFLATED_PAIRS`] each, 0 where not locked),
+    /// as `deflation_overlaps` and `chebyshev_step` read them.
+    pub locked_theta: Vec<f64>,
+    /// Whether any image locked a pair (else the deflation's overlaps need not be computed).
+    pub deflates: bool,
     /// `[a, p, q]` per step and image (`degree × images × 3`), as `chebyshev_step` reads them:
     /// step `j` makes `X_j = a·G·X_{j−1} + p·X_{j−1} + q·X_{j−2}`; its first step `X_1 = p·V + q·W`.
     /// An image whose degree is lower holds its basis (`[0, 1, 0]`) for the remaining steps; a
@@ -42,12 +53,13 @@ pub struct ChebyshevFilter {
     pub coefficients: Vec<f64>,
     /// The next basis's column weights `[e f g]` per image (`3b` each, as `combine_columns` reads
     /// `e` and `f`): each column of the half that holds the last step's basis (the right half,
-    /// `W`'s, for odd degrees) divided by the filter's value at its Ritz value.
+    /// `W`'s, for odd degrees) divided by the filter's value at its Ritz value; 1 for a locked
+    /// column, which the last step puts back unfiltered.
     pub weights: Vec<f64>,
 }
 
 /// The filter of one image: its interval's centre and half-width (both `θ_b/2`) and the σ
-/// recurrence's values, one per step.
+/// recurrence's values, one per step, which scale it to 1 at the largest Ritz value it filters.
 struct Interval {
     centre: f64,
     half_width: f64,
@@ -55,11 +67,11 @@ struct Interval {
 }
 
 impl Interval {
-    /// The filter of `[0, θ_b]` scaled to 1 at `θ₁`, up to `degree` steps; `None` where `θ_b` is
-    /// numerically zero (no interval to damp).
-    fn new(theta: &[f64], degree: usize) -> Option<Self> {
-        let (top, floor) = (theta[0], theta[theta.len() - 1]);
-        if !(top > 0.0 && floor > kf::NULL_THRESHOLD * top) {
+    /// The filter of `[0, θ_b]` scaled to 1 at `θ_{locked+1}` (the largest Ritz value not
+    /// locked), up to `degree` steps; `None` where `θ_b` is numerically zero (no interval to damp).
+    fn new(theta: &[f64], locked: usize, degree: usize) -> Option<Self> {
+        let (top, floor) = (theta[locked], theta[theta.len() - 1]);
+        if !(top > 0.0 && floor > kf::NULL_THRESHOLD * theta[0]) {
             return None;
         }
         let (centre, half_width) = (floor / 2.0, floor / 2.0);
@@ -105,8 +117,9 @@ impl ChebyshevFilter {
     /// `ritz_residuals` writes them: `‖W_i‖²` then the residuals `‖W_i − θ_i·V_i‖²`, `2b` per
     /// image), `theta` (`b` per image, non-increasing) and `converged` flags; at most `budget`
     /// products. Each image that has not converged gets the degree after which its `k` leading
-    /// pairs should meet `tol` (`‖r_i‖ ≤ tol·√(θ₁·θ_i)`), capped by [`CONTAMINATION_LIMIT`]; the
-    /// batch takes the largest. `None` (power steps instead) where that is below 2, or an image
+    /// pairs should meet `tol` (`‖r_i‖ ≤ tol·√(θ₁·θ_i)`), capped by [`CONTAMINATION_LIMIT`] over
+    /// the columns it does not lock (its leading pairs that meet `tol` already); the batch takes
+    /// the largest. `None` (power steps instead) where that is below 2, or an image
     /// still iterating has a numerically zero `θ_b`.
     pub fn plan(
         stats: &[f64],
@@ -123,6 +136,7 @@ impl ChebyshevFilter {
         }
         let mut filters = Vec::with_capacity(images);
         let mut degrees = Vec::with_capacity(images);
+        let mut locked_theta = vec![0.0; images * kf::DEFLATED_PAIRS];
         for img in 0..images {
             let (stats, theta) = (&stats[img * 2 * b..(img + 1) * 2 * b], &theta[img * b..(img + 1) * b]);
             if converged[img] == 1 {
@@ -130,7 +144,10 @@ impl ChebyshevFilter {
                 degrees.push(0);
                 continue;
             }
-            let filter = Interval::new(theta, max_degree)?;
+            let locked =
+                super::converged_lead(stats, theta, k.min(kf::DEFLATED_PAIRS).min(b.saturating_sub(2)), tol);
+            locked_theta[img * kf::DEFLATED_PAIRS..][..locked].copy_from_slice(&theta[..locked]);
+            let filter = Interval::new(theta, locked, max_degree)?;
             let floor = theta[b - 1];
             let x = |th: f64| 2.0 * th / floor - 1.0;
             // Degree each unconverged leading pair needs: 1/T_d(x_i) ≤ target/residual.
@@ -148,7 +165,7 @@ impl ChebyshevFilter {
             // vector (its residual over its distance to θ_b) amplified by at most the limit.
             let allowed = (1..=max_degree)
                 .take_while(|&d| {
-                    (0..b).all(|j| {
+                    (locked..b).all(|j| {
                         let gap = theta[j] - floor;
                         let error = if gap > 0.0 { (stats[b + j].sqrt() / gap).min(1.0) } else { 1.0 };
                         error * chebyshev_t(d, x(theta[j])) <= CONTAMINATION_LIMIT
@@ -180,14 +197,16 @@ impl ChebyshevFilter {
             let theta = &theta[img * b..(img + 1) * b];
             let w = &mut weights[img * 3 * b..(img + 1) * 3 * b];
             let half = if last_in_right { b } else { 0 };
+            let locked = &locked_theta[img * kf::DEFLATED_PAIRS..(img + 1) * kf::DEFLATED_PAIRS];
             for i in 0..b {
                 w[half + i] = match filter {
-                    Some(f) if d > 0 => 1.0 / f.value(theta[i], d),
+                    Some(f) if d > 0 && locked.get(i).is_none_or(|&t| t == 0.0) => 1.0 / f.value(theta[i], d),
                     _ => 1.0,
                 };
             }
         }
-        Some(Self { degree, coefficients, weights })
+        let deflates = locked_theta.iter().any(|&t| t != 0.0);
+        Some(Self { degree, locked_theta, deflates, coefficients, weights })
     }
 }
 
@@ -199,7 +218,7 @@ mod tests {
     #[test]
     fn the_recurrence_is_the_scaled_chebyshev_polynomial() {
         let theta = [9.0, 5.0, 3.5, 2.0];
-        let filter = Interval::new(&theta, 8).unwrap();
+        let filter = Interval::new(&theta, 0, 8).unwrap();
         let x = |t: f64| 2.0 * t / 2.0 - 1.0;
         for d in 1..=8 {
             for t in [0.0, 0.3, 1.0, 1.9, 2.0, 2.7, 5.0, 9.0, 12.0] {
@@ -233,10 +252,10 @@ mod tests {
         let plan = ChebyshevFilter::plan(&stats([1e-2; 4]), &flat, &[0], (b, k), 1e-5, 100).unwrap();
         assert!(plan.degree >= 2 && plan.degree <= MAX_DEGREE, "{plan:?}");
         assert_eq!(plan.coefficients.len(), plan.degree * 3);
-        assert_eq!(plan.coefficients[..3], Interval::new(&flat, MAX_DEGREE).unwrap().step(1));
+        assert_eq!(plan.coefficients[..3], Interval::new(&flat, 0, MAX_DEGREE).unwrap().step(1));
         // The weights bring each Ritz column back to unit scale.
         let half = if plan.degree % 2 == 1 { b } else { 0 };
-        let f = Interval::new(&flat, MAX_DEGREE).unwrap();
+        let f = Interval::new(&flat, 0, MAX_DEGREE).unwrap();
         for (i, &theta) in flat.iter().enumerate() {
             assert!((plan.weights[half + i] * f.value(theta, plan.degree) - 1.0).abs() < 1e-12);
             assert_eq!(plan.weights[b - half + i], 0.0);
@@ -268,5 +287,34 @@ mod tests {
             assert_eq!(plan.coefficients[(j * 2 + 1) * 3..(j * 2 + 2) * 3], [0.0, 1.0, 0.0]);
         }
         assert!(plan.weights[3 * b + half..3 * b + half + b].iter().all(|&w| w == 1.0));
+        assert!(!plan.deflates);
+    }
+
+    /// Converged leading pairs are locked: the filter is scaled at the first unlocked pair, an
+    /// outlying `θ₁` no longer caps the degree, and the locked column keeps a unit weight.
+    #[test]
+    fn converged_leading_pairs_are_deflated() {
+        let (b, k) = (6, 3);
+        let theta = [1e4, 4.0, 3.6, 3.3, 3.1, 3.0];
+        // ‖r₁‖ meets the stop test (1e-5·θ₁ = 0.1); the rest do not.
+        let residuals = [0.05, 0.5, 0.5, 0.5, 0.5, 0.5];
+        let mut stats = vec![1.0; b];
+        stats.extend(residuals.iter().map(|r| r * r));
+        let plan = ChebyshevFilter::plan(&stats, &theta, &[0], (b, k), 1e-5, 100).unwrap();
+        assert!(plan.deflates);
+        assert_eq!(plan.locked_theta, [1e4, 0.0, 0.0, 0.0]);
+        let f = Interval::new(&theta, 1, MAX_DEGREE).unwrap();
+        assert!((f.value(theta[1], plan.degree) - 1.0).abs() < 1e-12);
+        assert!(plan.degree > 7, "{plan:?}");
+        let half = if plan.degree % 2 == 1 { b } else { 0 };
+        assert_eq!(plan.weights[half], 1.0);
+        for i in 1..b {
+            assert!((plan.weights[half + i] * f.value(theta[i], plan.degree) - 1.0).abs() < 1e-12);
+        }
+        // Unconverged, θ₁ is not locked and its filter value caps the degree.
+        let mut unconverged = stats.clone();
+        unconverged[b] = 1.0;
+        let capped = ChebyshevFilter::plan(&unconverged, &theta, &[0], (b, k), 1e-5, 100);
+        assert!(capped.as_ref().is_none_or(|p| p.degree < plan.degree && !p.deflates), "{capped:?}");
     }
 }

@@ -102,11 +102,28 @@ fn pairs_to_converge<'a>(
     k: usize,
     tol: f64,
 ) -> impl Iterator<Item = (f64, f64, f64)> + 'a {
-    let (b, theta0) = (theta.len(), theta[0].max(0.0));
     (0..k).filter_map(move |i| {
-        let (th, residual, target) = (theta[i], stats[b + i].sqrt(), tol * (theta0 * theta[i]).sqrt());
-        (th > kf::NULL_THRESHOLD * theta0 && residual > target).then_some((th, residual, target))
+        let (residual, target) = residual_and_target(stats, theta, i, tol);
+        (theta[i] > kf::NULL_THRESHOLD * theta[0].max(0.0) && residual > target)
+            .then_some((theta[i], residual, target))
     })
+}
+
+/// How many of the first `most` Ritz pairs of one image (as [`pairs_to_converge`] reads them)
+/// meet the stop test, counted from the first and stopping at one that does not or is
+/// numerically zero: the pairs a Chebyshev filter may lock.
+fn converged_lead(stats: &[f64], theta: &[f64], most: usize, tol: f64) -> usize {
+    (0..most)
+        .take_while(|&i| {
+            let (residual, target) = residual_and_target(stats, theta, i, tol);
+            theta[i] > kf::NULL_THRESHOLD * theta[0].max(0.0) && residual <= target
+        })
+        .count()
+}
+
+/// Pair `i`'s residual `‖r_i‖` and the stop test's bound on it, `tol·√(θ₁·θ_i)`.
+fn residual_and_target(stats: &[f64], theta: &[f64], i: usize, tol: f64) -> (f64, f64) {
+    (stats[theta.len() + i].sqrt(), tol * (theta[0].max(0.0) * theta[i]).sqrt())
 }
 
 /// Subspace iterations (products with `G`) after which every image not yet converged should
@@ -185,6 +202,12 @@ pub fn factor_with(
     let mut converged = device.alloc::<u32>(images)?;
     // The Chebyshev filter's `[a, p, q]` per step and image.
     let mut coefficients = device.alloc::<f64>(chebyshev::MAX_DEGREE * images * 3)?;
+    // Its locked pairs: their vectors (`r × DEFLATED_PAIRS` per image, zero until a filter saves
+    // them), values, and overlaps `θ_l·v_lᵀ·x_i` with the basis it filters.
+    let deflated = kf::DEFLATED_PAIRS;
+    let mut locked = device.zeroed::<f64>(images * r * deflated)?;
+    let mut locked_theta = device.alloc::<f64>(images * deflated)?;
+    let mut overlaps = device.alloc::<f64>(images * deflated * b)?;
     let gpu = device.backend() == crate::Backend::Gpu;
     // The Jacobi and Cholesky solvers keep their matrices in shared memory where they fit.
     let jacobi_cfg = {
@@ -211,6 +234,8 @@ pub fn factor_with(
         block: Dim3 { x: 32, y: kf::RESIDUAL_ROWS, z: 1 },
         shared_bytes: 32 * kf::RESIDUAL_ROWS * 16,
     };
+    let overlaps_cfg =
+        LaunchConfig { shared_bytes: 32 * kf::RESIDUAL_ROWS * deflated as u32 * 8, ..residuals_cfg };
     let columns_cfg = LaunchConfig {
         grid: Dim3 { x: (r * b).div_ceil(256).min(1024) as u32, y: 1, z: images as u32 },
         block: Dim3::x(256),
@@ -449,11 +474,28 @@ pub fn factor_with(
             padded.resize(coefficients.len(), 0.0);
             device.upload_into(&mut coefficients, &padded)?;
             device.upload_into(&mut weights, &filter.weights)?;
+            device.upload_into(&mut locked_theta, &filter.locked_theta)?;
             let mut newer = 0;
             for step in 0..filter.degree {
                 if step > 0 {
                     // SAFETY: as above.
                     unsafe {
+                        if filter.deflates {
+                            device.launch_on(
+                                q,
+                                &kf::DEFLATION_OVERLAPS,
+                                overlaps_cfg,
+                                (
+                                    &vw,
+                                    &locked,
+                                    &locked_theta,
+                                    r as u32,
+                                    b as u32,
+                                    newer as u32,
+                                    &mut overlaps,
+                                ),
+                            )?;
+                        }
                         gemm(
                             device,
                             q,
@@ -472,7 +514,19 @@ pub fn factor_with(
                         q,
                         &kf::CHEBYSHEV_STEP,
                         columns_cfg,
-                        (&qy, &coefficients, r as u32, b as u32, step as u32, newer as u32, &mut vw),
+                        (
+                            &qy,
+                            &coefficients,
+                            r as u32,
+                            b as u32,
+                            step as u32,
+                            filter.degree as u32 - 1,
+                            newer as u32,
+                            &locked_theta,
+                            &overlaps,
+                            &mut locked,
+                            &mut vw,
+                        ),
                     )?;
                 }
                 newer = b - newer;
