@@ -1,5 +1,5 @@
 //! The CPU engine of the `svd` job (`svd_job::run_cpu`) against faer and ndarray references, the
-//! decoding queue, and `.npy` files.
+//! decoding queue, `.npy` files, and how the GPU engine's pipeline stops at an error.
 
 mod common;
 
@@ -204,6 +204,61 @@ fn a_sink_error_stops_the_engine_and_is_returned() {
     assert_eq!(err.to_string(), "invalid input: disk full");
     // Each worker stops at its first failure.
     assert!(*calls.lock().unwrap() <= rayon::current_num_threads());
+}
+
+/// The GPU engine's pipeline (a loader, the engine and a finisher thread) in the simulator, over
+/// 12 batches of 2 images: all of them handed over in order with 12 timeline rows; and stopped by
+/// the first error wherever it arises mid-job (a non-finite image met by the loader in the fourth
+/// batch, a sink failing at the fifth image in the finisher), which is returned within a minute
+/// (no thread left waiting for another), with no image handed over after it.
+#[test]
+fn the_gpu_engine_stops_at_an_error_mid_job() {
+    use kernel_suite::Device;
+    use kernel_suite::svd_batch::run_gpu;
+    use std::time::Duration;
+
+    // Runs the job on 24 images (image `nan_at` with a NaN pixel), the sink failing at call
+    // `sink_fails_at`: the error or the timeline's batch sizes, and the indices handed over.
+    let run = |nan_at: Option<usize>, sink_fails_at: Option<usize>| {
+        let (done, outcome) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let images: Vec<JobImage> = (0..24)
+                .map(|i| {
+                    let mut pixels = random(i as u64, 12, 10);
+                    if Some(i) == nan_at {
+                        pixels[[3, 4]] = f32::NAN;
+                    }
+                    float(i, &format!("img{i}"), pixels)
+                })
+                .collect();
+            let options = JobOptions { batch_images: 2, ..options(&[2, 5], false) };
+            let handed = Mutex::new(Vec::new());
+            let sink = |r: ImageResult| {
+                let mut handed = handed.lock().unwrap();
+                handed.push(r.index);
+                if Some(handed.len()) == sink_fails_at {
+                    return Err(kernel_suite::Error::InvalidInput("disk full".into()));
+                }
+                Ok(())
+            };
+            let result = run_gpu(&Device::simulator(), &ImageQueue::from_images(images), &options, &sink);
+            let batches = result.map(|spans| spans.iter().map(|s| s.images).collect::<Vec<_>>());
+            done.send((batches.map_err(|e| e.to_string()), handed.into_inner().unwrap())).unwrap();
+        });
+        outcome.recv_timeout(Duration::from_secs(60)).expect("the GPU engine returned within a minute")
+    };
+
+    let (batches, handed) = run(None, None);
+    assert_eq!(batches.unwrap(), vec![2; 12]);
+    assert_eq!(handed, (0..24).collect::<Vec<_>>());
+
+    let (result, handed) = run(Some(7), None);
+    assert_eq!(result.unwrap_err(), "invalid input: img7: pixel (3, 4) is NaN: the image must be finite");
+    assert!(handed.len() <= 6 && handed.iter().copied().eq(0..handed.len()), "{handed:?}");
+
+    let (result, handed) = run(None, Some(5));
+    assert_eq!(result.unwrap_err(), "invalid input: disk full");
+    assert_eq!(handed, vec![0, 1, 2, 3, 4]);
 }
 
 fn scratch(name: &str) -> std::path::PathBuf {

@@ -370,7 +370,8 @@ impl Device {
         }
     }
 
-    fn is_gpu(&self) -> bool {
+    /// Whether this is a GPU (not the simulator): what is worth page-locking differs.
+    pub(crate) fn is_gpu(&self) -> bool {
         matches!(self.inner, Inner::Gpu(_))
     }
 
