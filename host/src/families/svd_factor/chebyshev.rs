@@ -316,8 +316,8 @@ mod tests {
         assert!(plan.degree > 7, "{plan:?}");
         let half = if plan.degree % 2 == 1 { b } else { 0 };
         assert_eq!(plan.weights[half], 1.0);
-        for i in 1..b {
-            assert!((plan.weights[half + i] * f.value(theta[i], plan.degree) - 1.0).abs() < 1e-12);
+        for (weight, &t) in plan.weights[half..half + b].iter().zip(&theta).skip(1) {
+            assert!((weight * f.value(t, plan.degree) - 1.0).abs() < 1e-12);
         }
         // Unconverged, θ₁ is not locked and its filter value caps the degree.
         let mut unconverged = stats.clone();
