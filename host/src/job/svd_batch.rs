@@ -302,13 +302,13 @@ fn batch_key(pixels: &Pixels) -> (usize, usize, bool) {
     (m, n, matches!(pixels, Pixels::Gray8 { .. }))
 }
 
-/// Input buffers per engine: the one the engine copies from and, when it is too small for the
-/// loader's next batch, another.
-const INPUT_BUFFERS: usize = 2;
+/// Page-locked buffers of each kind (input, landing) per engine: the one in use and, when it is
+/// too small for the next batch, another ([`take_buffer`]).
+const BUFFERS: usize = 2;
 
 /// Page-locked host memory of the pipeline, `None` until first needed. Held as f32 values, it
 /// carries bytes too ([`as_bytes`]), so that one buffer serves either pixel type: at most
-/// [`INPUT_BUFFERS`] input and two landing buffers per engine, whatever the batches hold.
+/// [`BUFFERS`] input and as many landing buffers per engine, whatever the batches hold.
 type Pinned = Option<HostBuffer<f32>>;
 
 /// What one engine's threads hand each other, under one lock. Every page-locked buffer is in here
@@ -323,13 +323,13 @@ struct Pipe {
 struct PipeState {
     /// The first error of any thread; once set, every wait returns at once.
     error: Option<Error>,
-    /// Input buffers no thread holds ([`INPUT_BUFFERS`] in all).
+    /// Input buffers no thread holds ([`BUFFERS`] in all).
     inputs: Vec<Pinned>,
     /// The batch ready for the engine (one at most).
     loaded: Option<Loaded>,
     /// The loader found the queue done.
     loaded_all: bool,
-    /// Landing buffers no thread holds (two in all).
+    /// Landing buffers no thread holds ([`BUFFERS`] in all).
     landings: Vec<Pinned>,
     /// The batch ready for the finisher (one at most).
     finished: Option<Finished>,
@@ -341,10 +341,10 @@ impl Default for Pipe {
     fn default() -> Self {
         let state = PipeState {
             error: None,
-            inputs: (0..INPUT_BUFFERS).map(|_| None).collect(),
+            inputs: (0..BUFFERS).map(|_| None).collect(),
             loaded: None,
             loaded_all: false,
-            landings: vec![None, None],
+            landings: (0..BUFFERS).map(|_| None).collect(),
             finished: None,
             finished_all: false,
         };
@@ -444,7 +444,7 @@ struct Finished {
 }
 
 /// The loader: per batch of `queue` (taken once the engine has taken the one before), checks its
-/// images and copies their pixels into an input buffer on all cores ([`take_input`] says which).
+/// images and copies their pixels into an input buffer on all cores ([`take_buffer`] says which).
 /// A batch of at most `staged_up_to` bytes takes no buffer.
 fn load(pipe: &Pipe, queue: &ImageQueue, options: &JobOptions, staged_up_to: usize) -> Result<()> {
     let most = BATCH_IMAGES.min(options.batch_images);
@@ -465,7 +465,7 @@ fn load(pipe: &Pipe, queue: &ImageQueue, options: &JobOptions, staged_up_to: usi
         let loaded = if bytes <= staged_up_to {
             Loaded::Staged(batch)
         } else {
-            let Some(mut input) = pipe.wait_for(|state| take_input(&mut state.inputs, bytes)) else {
+            let Some(mut input) = pipe.wait_for(|state| take_buffer(&mut state.inputs, bytes)) else {
                 return Ok(());
             };
             let filled = match &mut input {
@@ -482,21 +482,23 @@ fn load(pipe: &Pipe, queue: &ImageQueue, options: &JobOptions, staged_up_to: usi
     }
 }
 
-/// The input buffer for a batch of `bytes`, from the free ones (`inputs`): the smallest that holds
-/// it; else, when the engine holds none (both are free, so none will come back grown), the
-/// largest, for the engine to grow; else `None`, to wait for the engine's, which it gives back as
-/// soon as its copy to the device is done (long before the next batch is due). In the steady state
-/// one buffer thus serves every batch, and a second is pinned only when the first is too small.
-fn take_input(inputs: &mut Vec<Pinned>, bytes: usize) -> Option<Pinned> {
-    let capacity = |input: &Pinned| input.as_ref().map_or(0, |buffer| std::mem::size_of_val(&buffer[..]));
+/// The buffer for a batch of `bytes` from the `free` ones of a kind: the smallest that holds it;
+/// else, when every buffer of the kind is free (none will come back grown), the largest, to be
+/// grown; else `None`, to wait for one in use. Buffers in use come back soon whatever the other
+/// threads wait for (the engine gives an input buffer back as soon as its copy to the device is
+/// done, the finisher a landing buffer as soon as it has split it), so in the steady state one
+/// buffer of each kind serves every batch, and a second is page-locked only when the first is too
+/// small: page-locking costs about 0.5 ms per MiB, and a landing buffer holds every rank's batch.
+fn take_buffer(free: &mut Vec<Pinned>, bytes: usize) -> Option<Pinned> {
+    let capacity = |buffer: &Pinned| buffer.as_ref().map_or(0, |buffer| std::mem::size_of_val(&buffer[..]));
     let fitting =
-        (0..inputs.len()).filter(|&i| capacity(&inputs[i]) >= bytes).min_by_key(|&i| capacity(&inputs[i]));
+        (0..free.len()).filter(|&i| capacity(&free[i]) >= bytes).min_by_key(|&i| capacity(&free[i]));
     let chosen = match fitting {
         Some(i) => Some(i),
-        None if inputs.len() == INPUT_BUFFERS => (0..inputs.len()).max_by_key(|&i| capacity(&inputs[i])),
+        None if free.len() == BUFFERS => (0..free.len()).max_by_key(|&i| capacity(&free[i])),
         None => None,
     };
-    chosen.map(|i| inputs.swap_remove(i))
+    chosen.map(|i| free.swap_remove(i))
 }
 
 /// `batch` if every image can be factored for `options` ([`check_image`]) and float pixels are
@@ -788,15 +790,18 @@ fn run_batch(
         .collect::<Result<_>>()?;
 
     // Every rank's reconstructions of the whole batch come back in one copy each, into a landing
-    // buffer the finisher has given back (two in all, so the engine is one batch ahead at most).
+    // buffer the finisher has given back ([`take_buffer`]).
     let copy_start = Instant::now();
     let per_rank = images * mn;
     let landing = match back {
         Back::Nothing => None,
         Back::Gray8 | Back::Float => {
-            let Some(landing) = pipe.wait_for(|state| state.landings.pop()) else { return Ok(None) };
             let size = if back == Back::Gray8 { 1 } else { 4 };
-            let mut landing = grown(device, landing, ranks.len() * per_rank * size)?;
+            let landing_bytes = ranks.len() * per_rank * size;
+            let Some(landing) = pipe.wait_for(|state| take_buffer(&mut state.landings, landing_bytes)) else {
+                return Ok(None);
+            };
+            let mut landing = grown(device, landing, landing_bytes)?;
             // SAFETY: `landing` is neither read nor written, nor freed, before the queue is
             // synchronised just below, whatever the copies return.
             let queued = (0..ranks.len()).try_for_each(|r| unsafe {
@@ -934,4 +939,34 @@ fn ratio(a: f64, b: f64) -> f64 {
 pub fn eckart_young(sigma: &[f64], k: usize, norm: f64) -> f64 {
     let head: f64 = sigma[..k.min(sigma.len())].iter().map(|s| s * s).sum();
     ratio((norm * norm - head).max(0.0).sqrt(), norm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pipeline's buffer policy: the smallest free buffer that holds the batch; a buffer to
+    /// grow (the largest) only when every buffer of the kind is free; else a wait for the one in use.
+    #[test]
+    fn a_batch_takes_the_smallest_fitting_buffer_and_grows_one_only_when_all_are_free() {
+        let device = Device::simulator();
+        let sized = |floats: usize| -> Pinned { Some(device.pinned(floats).unwrap()) };
+        let capacity = |buffer: &Pinned| buffer.as_ref().map_or(0, |b| b.len() * 4);
+
+        // Both free, neither made yet: one of them, to grow.
+        let mut free: Vec<Pinned> = (0..BUFFERS).map(|_| None).collect();
+        assert_eq!(take_buffer(&mut free, 100).map(|b| capacity(&b)), Some(0));
+        // The other is in use and this one too small: wait.
+        assert!(take_buffer(&mut free, 100).is_none());
+        assert_eq!(free.len(), 1);
+
+        // The smallest that holds the batch (bytes; the buffers hold f32 values), then the other.
+        let mut free = vec![sized(1000), sized(50)];
+        assert_eq!(take_buffer(&mut free, 120).map(|b| capacity(&b)), Some(200));
+        assert_eq!(take_buffer(&mut free, 120).map(|b| capacity(&b)), Some(4000));
+
+        // Both free and both too small: the largest, to grow.
+        let mut free = vec![sized(10), sized(20)];
+        assert_eq!(take_buffer(&mut free, 1000).map(|b| capacity(&b)), Some(80));
+    }
 }
