@@ -242,17 +242,14 @@ pub struct GpuRun {
 
 impl GpuRun {
     /// The GPU's timeline in words: per batch when each step ended (ms from `origin`, the job's
-    /// start), then where its time between `origin` and `end` (the job's end) went. The engine's
-    /// steps follow each other; the hand-over to the encoders (its finisher thread) runs beside the
-    /// next batch's steps, so the sums add up to more than the engine's time.
+    /// start), then where its time between `origin` and `end` (the job's end) went.
     pub fn timeline(&self, origin: Instant, end: Instant) -> String {
         let ms = |t: Instant| t.saturating_duration_since(origin).as_secs_f64() * 1e3;
         let span = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64() * 1e3;
         let images: usize = self.batches.iter().map(|b| b.images).sum();
         let mut text = format!(
-            "GPU {} timeline: {} batch(es), {images} image(s); ms from the job's start when the engine asked its \
-             loader for a batch, had it loaded, uploaded, factored, copied back, and when its finisher had \
-             handed it to the encoders\n",
+            "GPU {} timeline: {} batch(es), {images} image(s); ms from the job's start when the queue was asked, \
+             the batch taken, uploaded, factored, copied back, handed to the encoders\n",
             self.gpu,
             self.batches.len()
         );
@@ -275,11 +272,10 @@ impl GpuRun {
             back += span(s.factored, s.copied);
             handing += span(s.copied, b.handed);
         }
-        let last = self.batches.last().map_or(origin, |b| b.steps.copied);
+        let last = self.batches.last().map_or(origin, |b| b.handed);
         text += &format!(
             "  sums (ms): waiting for images {waiting:.1}, upload {upload:.1}, factorisation {factor:.1}, \
-             reconstruction and copies back {back:.1}, handing over (beside the next batch) {handing:.1}; \
-             idle after its last batch's copies {:.1}",
+             reconstruction and copies back {back:.1}, handing over {handing:.1}; idle after its last batch {:.1}",
             span(last, end)
         );
         text

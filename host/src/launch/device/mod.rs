@@ -370,8 +370,7 @@ impl Device {
         }
     }
 
-    /// Whether this is a GPU (not the simulator): what is worth page-locking differs.
-    pub(crate) fn is_gpu(&self) -> bool {
+    fn is_gpu(&self) -> bool {
         matches!(self.inner, Inner::Gpu(_))
     }
 
