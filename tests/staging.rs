@@ -52,7 +52,7 @@ fn staged_copies_round_trip_ranges_of_any_size() {
 
 /// `upload_parts`: parts of odd sizes (an empty one among them) that cross chunk boundaries land
 /// one after the other from the offset, the buffer around them still poison; too many elements for
-/// the buffer are refused.
+/// the buffer are refused. `download_parts` brings them back into arrays of the same sizes.
 #[test]
 fn staged_parts_land_one_after_the_other() {
     for device in common::devices("staged_parts_land_one_after_the_other") {
@@ -76,6 +76,13 @@ fn staged_parts_land_one_after_the_other() {
         assert!(whole[offset..offset + joined.len()] == joined[..], "{label}");
         assert!(whole[..offset].iter().chain(&whole[offset + joined.len()..]).all(|v| v.is_nan()), "{label}");
         let err = staging.upload_parts(&device, queue, &slices, &mut buffer, 23).unwrap_err();
+        assert!(err.to_string().contains(&format!("copy of {} elements at", joined.len())), "{err}");
+        let mut back: Vec<Vec<f32>> = parts.iter().map(|p| vec![-7.0; p.len()]).collect();
+        let mut outs: Vec<&mut [f32]> = back.iter_mut().map(Vec::as_mut_slice).collect();
+        staging.download_parts(&device, queue, &buffer, offset, &mut outs).unwrap();
+        assert!(back == parts, "{label}: download_parts");
+        let mut outs: Vec<&mut [f32]> = back.iter_mut().map(Vec::as_mut_slice).collect();
+        let err = staging.download_parts(&device, queue, &buffer, 23, &mut outs).unwrap_err();
         assert!(err.to_string().contains(&format!("copy of {} elements at", joined.len())), "{err}");
     }
 }

@@ -204,8 +204,8 @@ pub const BATCH_IMAGES: usize = 256;
 /// factors every image ([`svd_factor::factor`]), reconstructs every rank of `options` and
 /// computes each reconstruction's error on the device, and copies back only what
 /// [`JobOptions::keep`] asks for (8-bit pixels quantised on the device for PNGs, f32 values for
-/// `.npy` files, nothing for `--no-images`), each rank's whole batch in one copy into page-locked
-/// memory. Decoding (the producers of `queue`) and encoding
+/// `.npy` files, nothing for `--no-images`), each rank's whole batch in one transfer (`Landing`).
+/// Decoding (the producers of `queue`) and encoding
 /// (behind `sink`) run on other threads meanwhile. Device stage times are per batch, shared
 /// equally by its images; `d2h_ms` is each image's share of the batch's copies (host clock).
 ///
@@ -476,30 +476,42 @@ fn run_batch(
     Ok(BatchSteps { uploaded, factored, copied })
 }
 
-/// Page-locked host memory that a batch's reconstructions are copied into, kept from batch to
-/// batch (page-locking costs about 0.5 ms per MiB; it is grown when a batch needs more).
+/// Where a batch's reconstructions are copied to: through the staging, or, once a job has copied
+/// enough ([`STAGED_BEFORE_PINNING`]), page-locked host memory kept from batch to batch and grown
+/// when a batch needs more.
 #[derive(Default)]
 struct Landing {
     floats: LandingBuffer<f32>,
     bytes: LandingBuffer<u8>,
 }
 
-/// One element type's part of a [`Landing`].
-struct LandingBuffer<T: Element>(Option<HostBuffer<T>>);
+/// Staged downloads larger than a staging chunk before a [`LandingBuffer`] is page-locked:
+/// page-locking costs about 0.5 ms per MiB (8 ms for a batch of 16 8-bit 1024² images, against
+/// about 2 ms for its staged copy), so a job of a few batches never pays it, and a folder of many
+/// pays it once.
+const STAGED_BEFORE_PINNING: usize = 8;
+
+/// One element type's part of a [`Landing`]: the page-locked buffer, once made, and how many
+/// downloads went through the staging before it.
+struct LandingBuffer<T: Element> {
+    pinned: Option<HostBuffer<T>>,
+    staged: usize,
+}
 
 impl<T: Element> Default for LandingBuffer<T> {
     fn default() -> Self {
-        LandingBuffer(None)
+        LandingBuffer { pinned: None, staged: 0 }
     }
 }
 
 impl<T: Element> LandingBuffer<T> {
     /// Every image's part of `buffer` (consecutive images of `mn` elements), after the work queued
-    /// on `queue`: one asynchronous copy at the copy engine's full rate into the page-locked memory
-    /// and one wait, then the images copied out on all cores. Copied image by image through the
-    /// staging instead, each image cost a wait and a staged copy with the GPU idle between them
-    /// (0.47 ms per 1024² image; 16 ms per batch of 32). What fits one staging chunk goes through
-    /// the staging, already page-locked, in one copy.
+    /// on `queue`, in one transfer: through the staging straight into each image's array (what
+    /// fits one staging chunk, and the first [`STAGED_BEFORE_PINNING`] larger downloads), or in
+    /// one asynchronous copy at the copy engine's full rate into the page-locked buffer and one
+    /// wait, then the images copied out on all cores. Copied image by image instead, each image
+    /// cost a wait and a staged copy with the GPU idle between them (0.47 ms per 1024² image;
+    /// 16 ms per batch of 32).
     fn download_per_image(
         &mut self,
         device: &Device,
@@ -508,16 +520,20 @@ impl<T: Element> LandingBuffer<T> {
         mn: usize,
     ) -> Result<Vec<Vec<T>>> {
         let len = buffer.len();
-        if len * std::mem::size_of::<T>() <= crate::device::STAGING_CHUNK_BYTES {
-            let mut all = vec![T::default(); len];
-            staging.download(device, queue, buffer, 0, &mut all)?;
-            return Ok(if len == mn { vec![all] } else { all.chunks(mn).map(<[T]>::to_vec).collect() });
+        let small = len * std::mem::size_of::<T>() <= crate::device::STAGING_CHUNK_BYTES;
+        let pinned_fits = self.pinned.as_ref().is_some_and(|host| host.len() >= len);
+        if small || (!pinned_fits && self.staged < STAGED_BEFORE_PINNING) {
+            self.staged += usize::from(!small);
+            let mut images: Vec<Vec<T>> = (0..len / mn).map(|_| vec![T::default(); mn]).collect();
+            let mut parts: Vec<&mut [T]> = images.iter_mut().map(Vec::as_mut_slice).collect();
+            staging.download_parts(device, queue, buffer, 0, &mut parts)?;
+            return Ok(images);
         }
-        if self.0.as_ref().is_none_or(|host| host.len() < len) {
-            self.0 = None;
-            self.0 = Some(device.pinned(len)?);
+        if !pinned_fits {
+            self.pinned = None;
+            self.pinned = Some(device.pinned(len)?);
         }
-        let host = &mut self.0.as_mut().expect("allocated above")[..len];
+        let host = &mut self.pinned.as_mut().expect("allocated above")[..len];
         // SAFETY: `host` is not touched until the queue has been synchronised just below.
         unsafe { device.download_async(queue, buffer, host)? };
         device.sync_queue(queue)?;

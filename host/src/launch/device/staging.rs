@@ -126,32 +126,48 @@ impl Staging {
         offset: usize,
         out: &mut [T],
     ) -> Result<()> {
-        in_range(offset, out.len(), buffer.len())?;
+        self.download_parts(device, queue, buffer, offset, &mut [out])
+    }
+
+    /// Waits for the work queued on `queue` so far, then copies `buffer` from `offset` into `parts`,
+    /// one after the other, as one transfer: a batch's images straight into their own arrays, where
+    /// a transfer per image would pay a crew and a wait each, and one array split afterwards a
+    /// second copy.
+    pub fn download_parts<T: Element>(
+        &mut self,
+        device: &Device,
+        queue: &Queue,
+        buffer: &Buffer<T>,
+        offset: usize,
+        parts: &mut [&mut [T]],
+    ) -> Result<()> {
+        in_range(offset, parts.iter().map(|p| p.len()).sum(), buffer.len())?;
         let stream = match (&buffer.inner, &queue.stream) {
             (BufferInner::Host(v), None) => {
-                out.copy_from_slice(&v[offset..offset + out.len()]);
+                let mut at = offset;
+                for part in parts.iter_mut() {
+                    part.copy_from_slice(&v[at..at + part.len()]);
+                    at += part.len();
+                }
                 return Ok(());
             }
             (BufferInner::Gpu(b), Some(stream)) => (stream, device_address(b, offset)),
             _ => return Err(mixed_devices()),
         };
         let (stream, base) = stream;
-        let out = as_bytes_mut(out);
+        let out = Scatter::of(parts);
         let _phase = Phase::new("D2H (staged)");
-        let total = out.len();
+        let total = out.len;
         let chunks = total.div_ceil(STAGING_CHUNK_BYTES);
         let slots = [self.chunks[0].as_mut_ptr() as usize, self.chunks[1].as_mut_ptr() as usize];
-        let out_address = out.as_mut_ptr() as usize;
         let share = |c: usize, range: std::ops::Range<usize>| {
-            let at = c * STAGING_CHUNK_BYTES;
-            // SAFETY: shares are disjoint ranges of `out`, written by one thread each; the slot holds
-            // chunk `c`, complete (the driver releases a chunk after its copy's event has passed).
-            unsafe {
-                let dst =
-                    std::slice::from_raw_parts_mut((out_address + at + range.start) as *mut u8, range.len());
-                let src = std::slice::from_raw_parts((slots[c % 2] + range.start) as *const u8, range.len());
-                dst.copy_from_slice(src);
-            }
+            // SAFETY: the slot holds chunk `c`, complete (the driver releases a chunk after its
+            // copy's event has passed), and is not refilled before every share of it is copied.
+            let src =
+                unsafe { std::slice::from_raw_parts((slots[c % 2] + range.start) as *const u8, range.len()) };
+            // SAFETY: shares are disjoint byte ranges of the parts, written by one thread each while
+            // the parts are borrowed by this call.
+            unsafe { out.copy_from(src, c * STAGING_CHUNK_BYTES + range.start) };
         };
         let chunk_len = |c: usize| STAGING_CHUNK_BYTES.min(total - c * STAGING_CHUNK_BYTES);
         Crew::run(chunks, total, &chunk_len, &share, |crew| {
@@ -210,6 +226,55 @@ impl<'a> Concatenation<'a> {
             let inside = from + done - self.starts[part];
             let n = (self.parts[part].len() - inside).min(out.len() - done);
             out[done..done + n].copy_from_slice(&self.parts[part][inside..inside + n]);
+            done += n;
+            part += 1;
+        }
+    }
+}
+
+/// Mutable byte slices written as one: the destination of [`Staging::download_parts`]. Held as
+/// addresses, so that the crew's threads can each write their own disjoint ranges.
+struct Scatter {
+    /// Each part's address and length in bytes.
+    parts: Vec<(usize, usize)>,
+    /// Where each part starts.
+    starts: Vec<usize>,
+    /// Bytes in all.
+    len: usize,
+}
+
+impl Scatter {
+    fn of<T: Element>(parts: &mut [&mut [T]]) -> Self {
+        let mut starts = Vec::with_capacity(parts.len());
+        let mut len = 0;
+        let parts = parts
+            .iter_mut()
+            .map(|part| {
+                let bytes = as_bytes_mut(part);
+                starts.push(len);
+                len += bytes.len();
+                (bytes.as_mut_ptr() as usize, bytes.len())
+            })
+            .collect();
+        Scatter { parts, starts, len }
+    }
+
+    /// Copies `src` into the bytes `to..to + src.len()` (inside `0..len`).
+    ///
+    /// # Safety
+    /// The parts are still borrowed (alive, and written by nobody else), and no other thread
+    /// writes these bytes meanwhile.
+    unsafe fn copy_from(&self, src: &[u8], to: usize) {
+        let mut part = self.starts.partition_point(|&start| start <= to) - 1;
+        let mut done = 0;
+        while done < src.len() {
+            let (address, len) = self.parts[part];
+            let inside = to + done - self.starts[part];
+            let n = (len - inside).min(src.len() - done);
+            // SAFETY: `inside + n` lies inside the part (its length bounds `n`); the caller
+            // guarantees the part is alive and these bytes are this thread's.
+            unsafe { std::slice::from_raw_parts_mut((address + inside) as *mut u8, n) }
+                .copy_from_slice(&src[done..done + n]);
             done += n;
             part += 1;
         }
