@@ -486,10 +486,12 @@ struct Landing {
 }
 
 /// Staged downloads larger than a staging chunk before a [`LandingBuffer`] is page-locked:
-/// page-locking costs about 0.5 ms per MiB (8 ms for a batch of 16 8-bit 1024² images, against
-/// about 2 ms for its staged copy), so a job of a few batches never pays it, and a folder of many
-/// pays it once.
-const STAGED_BEFORE_PINNING: usize = 8;
+/// page-locking costs about 0.5 ms per MiB (8 ms for a batch of 16 8-bit 1024² images), more than
+/// a single-batch job's staged copy, so a job of one large copy never pays it; every later copy
+/// goes to page-locked memory at the copy engine's full rate, since the staging's crew of copying
+/// threads is slow beside busy decoders and encoders (on 2 × H100 with PNGs, eight staged 32-MiB
+/// batches per GPU spent 117–146 ms copying back where page-locked ones spent 51).
+const STAGED_BEFORE_PINNING: usize = 1;
 
 /// One element type's part of a [`Landing`]: the page-locked buffer, once made, and how many
 /// downloads went through the staging before it.
