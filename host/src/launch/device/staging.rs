@@ -209,27 +209,50 @@ struct Concatenation<'a> {
 impl<'a> Concatenation<'a> {
     fn of<T: Element>(parts: &[&'a [T]]) -> Self {
         let parts: Vec<&[u8]> = parts.iter().map(|p| as_bytes(p)).collect();
-        let mut starts = Vec::with_capacity(parts.len());
-        let mut len = 0;
-        for part in &parts {
-            starts.push(len);
-            len += part.len();
-        }
+        let (starts, len) = starts_of(parts.iter().map(|p| p.len()));
         Concatenation { parts, starts, len }
     }
 
     /// Copies the bytes `from..from + out.len()` (inside `0..len`) into `out`.
     fn copy_to(&self, out: &mut [u8], from: usize) {
-        let mut part = self.starts.partition_point(|&start| start <= from) - 1;
-        let mut done = 0;
-        while done < out.len() {
-            let inside = from + done - self.starts[part];
-            let n = (self.parts[part].len() - inside).min(out.len() - done);
+        for (part, inside, done, n) in pieces(&self.starts, |i| self.parts[i].len(), from, out.len()) {
             out[done..done + n].copy_from_slice(&self.parts[part][inside..inside + n]);
-            done += n;
-            part += 1;
         }
     }
+}
+
+/// Where each of parts of `lens` bytes starts when they are laid end to end, and the bytes in all.
+fn starts_of(lens: impl Iterator<Item = usize>) -> (Vec<usize>, usize) {
+    let mut len = 0;
+    let starts = lens
+        .map(|l| {
+            len += l;
+            len - l
+        })
+        .collect();
+    (starts, len)
+}
+
+/// The bytes `at..at + count` of parts laid end to end (part `i` from `starts[i]`, `len(i)` bytes
+/// long), piece by piece: `(part, offset in the part, offset in the range, bytes)`.
+fn pieces(
+    starts: &[usize],
+    len: impl Fn(usize) -> usize,
+    at: usize,
+    count: usize,
+) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+    let mut part = starts.partition_point(|&start| start <= at).saturating_sub(1);
+    let mut done = 0;
+    std::iter::from_fn(move || {
+        (done < count).then(|| {
+            let inside = at + done - starts[part];
+            let n = (len(part) - inside).min(count - done);
+            let piece = (part, inside, done, n);
+            done += n;
+            part += 1;
+            piece
+        })
+    })
 }
 
 /// Mutable byte slices written as one: the destination of [`Staging::download_parts`]. Held as
@@ -245,17 +268,14 @@ struct Scatter {
 
 impl Scatter {
     fn of<T: Element>(parts: &mut [&mut [T]]) -> Self {
-        let mut starts = Vec::with_capacity(parts.len());
-        let mut len = 0;
-        let parts = parts
+        let parts: Vec<(usize, usize)> = parts
             .iter_mut()
             .map(|part| {
                 let bytes = as_bytes_mut(part);
-                starts.push(len);
-                len += bytes.len();
                 (bytes.as_mut_ptr() as usize, bytes.len())
             })
             .collect();
+        let (starts, len) = starts_of(parts.iter().map(|&(_, len)| len));
         Scatter { parts, starts, len }
     }
 
@@ -265,18 +285,11 @@ impl Scatter {
     /// The parts are still borrowed (alive, and written by nobody else), and no other thread
     /// writes these bytes meanwhile.
     unsafe fn copy_from(&self, src: &[u8], to: usize) {
-        let mut part = self.starts.partition_point(|&start| start <= to) - 1;
-        let mut done = 0;
-        while done < src.len() {
-            let (address, len) = self.parts[part];
-            let inside = to + done - self.starts[part];
-            let n = (len - inside).min(src.len() - done);
+        for (part, inside, done, n) in pieces(&self.starts, |i| self.parts[i].1, to, src.len()) {
             // SAFETY: `inside + n` lies inside the part (its length bounds `n`); the caller
             // guarantees the part is alive and these bytes are this thread's.
-            unsafe { std::slice::from_raw_parts_mut((address + inside) as *mut u8, n) }
+            unsafe { std::slice::from_raw_parts_mut((self.parts[part].0 + inside) as *mut u8, n) }
                 .copy_from_slice(&src[done..done + n]);
-            done += n;
-            part += 1;
         }
     }
 }
@@ -556,5 +569,42 @@ mod tests {
             )
         });
         assert_eq!(result.unwrap_err().to_string(), "invalid input: stop");
+    }
+
+    /// Parts of odd sizes, empty ones among them (first, between, last), read and written as one
+    /// run of bytes from every offset and in every length that fits: the same bytes as joining them.
+    #[test]
+    fn parts_read_and_write_as_one() {
+        let lens = [0usize, 3, 0, 1, 7, 0, 2, 0];
+        let parts: Vec<Vec<u8>> = lens
+            .iter()
+            .scan(0u8, |next, &len| {
+                let part = (0..len).map(|_| {
+                    *next += 1;
+                    *next
+                });
+                Some(part.collect())
+            })
+            .collect();
+        let joined = parts.concat();
+        let sources: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        let concatenation = Concatenation::of(&sources);
+        assert_eq!(concatenation.len, joined.len());
+        for at in 0..joined.len() {
+            for count in 0..=joined.len() - at {
+                let mut out = vec![0u8; count];
+                concatenation.copy_to(&mut out, at);
+                assert_eq!(out, joined[at..at + count], "read {count} from {at}");
+
+                let mut written: Vec<Vec<u8>> = lens.iter().map(|&len| vec![0u8; len]).collect();
+                let mut targets: Vec<&mut [u8]> = written.iter_mut().map(Vec::as_mut_slice).collect();
+                let scatter = Scatter::of(&mut targets);
+                // SAFETY: the parts are borrowed until the end of this iteration, by this thread alone.
+                unsafe { scatter.copy_from(&joined[at..at + count], at) };
+                let mut want = vec![0u8; joined.len()];
+                want[at..at + count].copy_from_slice(&joined[at..at + count]);
+                assert_eq!(written.concat(), want, "write {count} at {at}");
+            }
+        }
     }
 }
