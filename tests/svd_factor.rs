@@ -800,3 +800,148 @@ fn the_tensor_core_gemm_matches_the_fma_gemm_and_exact_products() {
         }
     }
 }
+
+/// Symmetric `b × b` matrices whose eigenvalues are known exactly: `Q·diag(λ)·Qᵀ` with `Q` a
+/// seeded random orthogonal matrix, for spectra with repeated and zero eigenvalues, with a tight
+/// cluster and decay, and a spread one; and the zero matrix. Row-major, with their `λ` sorted
+/// decreasingly.
+fn known_spectra(seed: u64, b: usize) -> Vec<(Vec<f64>, Vec<f64>)> {
+    let mut rng = common::rng(seed);
+    let repeated: Vec<f64> = (0..b)
+        .map(|i| {
+            if i < 3 {
+                4.0
+            } else if i < b / 2 {
+                1.0
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let clustered: Vec<f64> =
+        (0..b).map(|i| if i < 4 { 1.0 + 1e-10 * i as f64 } else { 0.9 * 0.93f64.powi(i as i32) }).collect();
+    let spread: Vec<f64> = (0..b).map(|_| rng.random_range(-1.0..3.0)).collect();
+    let mut all = Vec::new();
+    for mut lambda in [repeated, clustered, spread] {
+        let q = faer::Mat::<f64>::from_fn(b, b, |_, _| rng.random_range(-1.0..1.0)).qr().compute_Q();
+        let t =
+            &q * faer::Mat::<f64>::from_fn(b, b, |i, j| if i == j { lambda[i] } else { 0.0 }) * q.transpose();
+        let matrix = (0..b * b).map(|e| 0.5 * (t[(e / b, e % b)] + t[(e % b, e / b)])).collect();
+        lambda.sort_by(|x, y| y.total_cmp(x));
+        all.push((matrix, lambda));
+    }
+    all.push((vec![0.0; b * b], vec![0.0; b]));
+    all
+}
+
+/// Checks Ritz pairs as the eigensolvers write them (`theta`, `sigma`, `inv_sigma`, and `ritz`
+/// with column `r` the vector of `θ_r`, `b` and `b × b` per matrix) against the exact spectra:
+/// every θ within `1e-11·‖T‖` of its λ, every vector's residual `‖T·z − θ·z‖` within
+/// `1e-11·‖T‖`, `ZᵀZ = I` to `1e-11`, `σ = √θ⁺` and `1/σ` zero for numerically zero θ.
+fn check_ritz_pairs(label: &str, problems: &[(Vec<f64>, Vec<f64>)], b: usize, got: [&[f64]; 4]) {
+    let [theta, sigma, inv_sigma, ritz] = got;
+    for (p, (t, lambda)) in problems.iter().enumerate() {
+        let label = format!("{label}, matrix {p}");
+        let (th, z) = (&theta[p * b..(p + 1) * b], &ritz[p * b * b..(p + 1) * b * b]);
+        let norm = lambda.iter().fold(0.0f64, |m, l| m.max(l.abs()));
+        let tol = 1e-11 * norm.max(1e-300);
+        for i in 0..b {
+            assert!((th[i] - lambda[i]).abs() <= tol, "{label}: θ{i} = {} vs λ = {}", th[i], lambda[i]);
+            let s = sigma[p * b + i];
+            assert!(
+                (s - th[i].max(0.0).sqrt()).abs() <= 1e-14 * s.max(1.0),
+                "{label}: σ{i} = {s}, θ = {}",
+                th[i]
+            );
+            let inv = inv_sigma[p * b + i];
+            let zero = th[i] <= kernels::svd_factor::NULL_THRESHOLD * th[0].max(0.0);
+            assert!(
+                if zero { inv == 0.0 } else { (inv * s - 1.0).abs() <= 1e-14 },
+                "{label}: 1/σ{i} = {inv}, σ = {s}"
+            );
+        }
+        let t = faer::Mat::<f64>::from_fn(b, b, |i, j| t[i * b + j]);
+        let z = faer::Mat::<f64>::from_fn(b, b, |i, j| z[i * b + j]);
+        let tz = &t * &z;
+        let gram = z.transpose() * &z;
+        for i in 0..b {
+            let residual = (0..b).map(|row| (tz[(row, i)] - th[i] * z[(row, i)]).abs()).fold(0.0, f64::max);
+            assert!(residual <= tol, "{label}: ‖T·z − θ·z‖ of pair {i} = {residual:e} (‖T‖ = {norm})");
+            for j in 0..=i {
+                let want = if i == j { 1.0 } else { 0.0 };
+                assert!((gram[(i, j)] - want).abs() <= 1e-11, "{label}: z{i}·z{j} = {}", gram[(i, j)]);
+            }
+        }
+    }
+}
+
+/// The device eigensolvers of the Ritz problem against exact spectra (repeated, zero, clustered
+/// and spread eigenvalues, and the zero matrix): the one-block Jacobi (`ritz_eigen`, in shared
+/// memory) up to the largest `b` that fits, and block Jacobi at `b = 120, 200, 512, 1000` on a
+/// GPU; smaller sizes, several rounds of blocks, in the simulator. Four matrices per launch, so
+/// the batch's strides are used.
+#[test]
+fn the_ritz_eigensolvers_find_exact_spectra() {
+    use kernel_suite::svd_factor::BlockJacobi;
+    use kernel_suite::{Dim3, LaunchConfig};
+    use kernels::svd_factor as kf;
+    for device in common::devices("the_ritz_eigensolvers_find_exact_spectra") {
+        let gpu = device.backend() == kernel_suite::Backend::Gpu;
+        let fits =
+            |b: usize| kf::jacobi_shared_bytes(b as u32) <= device.max_shared_bytes_per_block().unwrap();
+        let largest_one_block = (1..=1024).take_while(|&b| fits(b)).last().unwrap();
+        let one_block: Vec<usize> = if gpu { vec![5, 64, largest_one_block] } else { vec![5, 24, 37] };
+        let blocked: &[usize] = if gpu { &[120, 200, 512, 1000] } else { &[20, 37, 70] };
+        let poisoned = |len: usize| device.upload(&vec![f64::NAN; len]).unwrap();
+        for (b, is_blocked) in one_block.iter().map(|&b| (b, false)).chain(blocked.iter().map(|&b| (b, true)))
+        {
+            let problems = known_spectra(b as u64, b);
+            let images = problems.len();
+            let (mut theta, mut sigma, mut inv_sigma, mut ritz) =
+                (poisoned(images * b), poisoned(images * b), poisoned(images * b), poisoned(images * b * b));
+            let solver = if is_blocked {
+                let mut solver = BlockJacobi::new(&device, b, images).unwrap();
+                let n = solver.n;
+                let mut padded = vec![0.0; images * n * n];
+                for (p, (t, _)) in problems.iter().enumerate() {
+                    for row in 0..b {
+                        padded[p * n * n + row * n..][..b].copy_from_slice(&t[row * b..][..b]);
+                    }
+                }
+                device.upload_into(solver.matrix(), &padded).unwrap();
+                let sweeps =
+                    solver.solve(&device, b, (&mut theta, &mut sigma, &mut inv_sigma, &mut ritz)).unwrap();
+                format!("block Jacobi, b = {b} (n = {n}, {sweeps} sweeps)")
+            } else {
+                let t: Vec<f64> = problems.iter().flat_map(|(t, _)| t.iter().copied()).collect();
+                let t = device.upload(&t).unwrap();
+                let mut scratch = device.alloc::<f64>(images * kf::eigen_scratch(b as u32) as usize).unwrap();
+                let threads = if gpu {
+                    device.max_threads_per_block(kf::RITZ_EIGEN.name()).unwrap() / 32 * 32
+                } else {
+                    64
+                };
+                let config = LaunchConfig {
+                    grid: Dim3::x(images as u32),
+                    block: Dim3::x(threads),
+                    shared_bytes: kf::jacobi_shared_bytes(b as u32),
+                };
+                // SAFETY: every image's `b × b` problem, scratch and results lie inside the
+                // buffers, which live until the downloads below wait for the queue.
+                unsafe {
+                    device
+                        .launch(
+                            &kf::RITZ_EIGEN,
+                            config,
+                            (&t, b as u32, &mut scratch, &mut theta, &mut sigma, &mut inv_sigma, &mut ritz),
+                        )
+                        .unwrap();
+                }
+                format!("one-block Jacobi, b = {b}")
+            };
+            let label = format!("{solver} on {}", device.describe());
+            let got = [&theta, &sigma, &inv_sigma, &ritz].map(|buffer| device.download(buffer).unwrap());
+            check_ritz_pairs(&label, &problems, b, [&got[0], &got[1], &got[2], &got[3]]);
+        }
+    }
+}
