@@ -5,7 +5,7 @@
 //! that do not fit, threads meeting at different barriers, and tiles that alias. Reading a tile
 //! before the barrier does not compile (the `compile_fail` example in `gpu_std::shared`'s docs).
 
-use gpu_std::shared::{self, Allocator, Threads};
+use gpu_std::shared::{self, Allocator, F32x4, Threads};
 use gpu_std::{block, kernel, thread};
 use kernel_suite::{Device, Dim3, LaunchConfig};
 
@@ -119,6 +119,28 @@ pub fn scratch_probe(x: &[u32], out: &mut [u32]) {
     out[3 * i] = sum;
     out[3 * i + 1] = inclusive;
     out[3 * i + 2] = exclusive + (total != sum) as u32;
+}
+
+/// Each thread's window of a column-major 20 × 6 tile (pitch `pitch`) of `1000·r + c`, read four
+/// rows at a time: a block of 4 × 2 threads, 8 rows and 1 column each, so a window of 12 × 3
+/// (three groups of four rows); thread `t` writes its 36 values to `out[36·t..]`, column by
+/// column.
+#[kernel]
+pub fn window_f32x4_probe(pitch: u32, out: &mut [f32]) {
+    let threads = Threads::exactly::<4, 2>();
+    let mut tile = Allocator::new().tile_columns::<f32>(20, 6, pitch as usize);
+    tile.fill(threads, |r: u32, c: u32| (1000 * r + c) as f32);
+    let tile = shared::sync_threads(tile);
+    let window = tile.window_f32x4(threads, 8, 1);
+    let t = threads.rank() as usize;
+    for g in 0..3 {
+        for j in 0..3 {
+            let F32x4(group) = window[(g, j)];
+            for (l, value) in group.into_iter().enumerate() {
+                out[36 * t + 12 * j + 4 * g + l] = value;
+            }
+        }
+    }
 }
 
 /// Reads slot `len` of a tile of `len` (thread 5 of each block only).
@@ -312,6 +334,42 @@ fn block_collectives_use_a_safe_scratch() {
             }
         }
     }
+}
+
+/// A column-major tile read four rows at a time through each thread's halo window
+/// (`window_f32x4`): every value in place, and a pitch that would misalign the groups reported.
+#[test]
+fn a_column_tile_is_read_four_rows_at_a_time() {
+    let device = Device::simulator();
+    let cfg = |pitch: usize| LaunchConfig {
+        grid: Dim3::x(1),
+        block: Dim3::xy(4, 2),
+        shared_bytes: shared::Layout::new().array::<f32>(6 * pitch).bytes_u32(),
+    };
+    for pitch in [20usize, 24] {
+        let mut out = device.upload(&vec![f32::NAN; 8 * 36]).unwrap();
+        unsafe { device.launch(&WINDOW_F32X4_PROBE, cfg(pitch), (pitch as u32, &mut out)).unwrap() };
+        let got = device.download(&out).unwrap();
+        for (t, window) in got.chunks(36).enumerate() {
+            let (x, y) = (t % 4, t / 4);
+            for j in 0..3 {
+                for i in 0..12 {
+                    let want = (1000 * (8 * y + i) + x + j) as f32;
+                    assert_eq!(
+                        window[12 * j + i],
+                        want,
+                        "pitch {pitch}, thread ({x}, {y}), window ({i}, {j})"
+                    );
+                }
+            }
+        }
+    }
+    let mut out = device.alloc::<f32>(8 * 36).unwrap();
+    let message =
+        panic_message(|| unsafe { device.launch(&WINDOW_F32X4_PROBE, cfg(22), (22u32, &mut out)).unwrap() });
+    let line = line_of("let window = tile.window_f32x4(threads, 8, 1);");
+    assert!(message.contains(&format!("at tests/shared_tiles.rs:{line}:")), "{message}");
+    assert!(message.contains("read as F32x4 is not 16-byte aligned"), "{message}");
 }
 
 #[test]
