@@ -415,7 +415,9 @@ pub fn factor_with(
                 solver.solve(device, b, (&mut theta, &mut sigma, &mut inv_sigma, &mut ritz))?;
             }
             SmallSolver::Host => {
-                let [th, s, inv, vectors] = ritz_eigen_host(&device.download(&t)?, b, images)?;
+                let t = device.download(&t)?;
+                let [th, s, inv, vectors] =
+                    device.time_host("Ritz eigenproblems (faer, host)", || ritz_eigen_host(&t, b, images))?;
                 device.upload_into(&mut theta, &th)?;
                 device.upload_into(&mut sigma, &s)?;
                 device.upload_into(&mut inv_sigma, &inv)?;

@@ -344,6 +344,18 @@ impl Device {
         Ok(true)
     }
 
+    /// Runs `work` on the host and, while profiling, adds its wall time to the profile's host-side
+    /// costs as `what`: host work the GPU waits for (a solver between two copies) shows apart from
+    /// the copies and the idle time around them.
+    pub fn time_host<R>(&self, what: &str, work: impl FnOnce() -> R) -> R {
+        let start = Instant::now();
+        let result = work();
+        if let Some(p) = self.profiler.get() {
+            p.host_cost(what, start.elapsed().as_secs_f64() * 1e3);
+        }
+        result
+    }
+
     /// The profile recorded since [`Device::enable_profiling`] (waits for the recorded work), or
     /// `None` when profiling is off.
     pub fn profile_report(&self) -> Result<Option<Report>> {
