@@ -219,8 +219,8 @@ pub(super) fn ritz_eigen_host(t: &[f64], b: usize, images: usize) -> Result<[Vec
         let t = Mat::<f64>::from_fn(b, b, |i, j| 0.5 * (block[i * b + j] + block[j * b + i]));
         let (mut s, mut vectors) = (Diag::<f64>::zeros(b), Mat::<f64>::zeros(b, b));
         // Sequential: images run in parallel, and for one image of b ≤ 1024 faer's own threads
-        // cost more than they save (b = 200: about 6.5 ms a step on a 16-core host, 2.4 ms
-        // on one core).
+        // do not pay (b = 200 on the H100's 16-core host: 4.0–5.0 ms with 16 threads, 3.3–4.6
+        // with one).
         let par = faer::Par::Seq;
         let scratch = self_adjoint_evd_scratch::<f64>(b, ComputeEigenvectors::Yes, par, Default::default());
         self_adjoint_evd(
