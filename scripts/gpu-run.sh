@@ -6,13 +6,24 @@
 # the commands listed by gpu-commands.sh when the bundle has one (the project's
 # scripts/gpu-commands.sh) and every benchmark of benches/, and prints a summary: per binary ok,
 # FAILED, or FAILED (GPU required but missing).
+# After the tests, every GPU test binary runs again as several concurrent processes
+# (gpu-concurrent.sh; 6 unless --concurrent N, 0 to skip), since an ordering fault between queues
+# hides while a test has the GPU to itself.
 # compute-sanitizer memcheck and racecheck are gpu-sanitize.sh's work (about 8 minutes on an H100).
-# Usage: gpu-bundle/run.sh [--tests-only] [LOG_DIR]     (logs, one per binary: LOG_DIR, default gpu-bundle/logs)
+# Usage: gpu-bundle/run.sh [--tests-only] [--concurrent N] [LOG_DIR]
+#        (logs, one per binary: LOG_DIR, default gpu-bundle/logs)
 # Exit status 0 when everything passed.
 set -uo pipefail
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 tests_only=false
-if [ "${1:-}" = --tests-only ]; then tests_only=true; shift; fi
+concurrent=6
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tests-only) tests_only=true; shift ;;
+    --concurrent) concurrent=${2:?--concurrent takes a number of processes}; shift 2 ;;
+    *) break ;;
+  esac
+done
 logs=${1:-$bundle/logs}
 mkdir -p "$logs"
 logs=$(cd "$logs" && pwd)
@@ -46,6 +57,15 @@ for t in "$bundle"/tests/*; do
   echo "  $name: $listed tests listed"
   grep -E "^test result:|SKIPPED|panicked" "$log" | sed "s/^/  $name: /"
 done
+
+if [ "$concurrent" -gt 0 ] && [ -n "$gpu_tests" ]; then
+  echo "== GPU tests as $concurrent concurrent processes each (gpu-concurrent.sh)"
+  if "$bundle/gpu-concurrent.sh" "$concurrent" "$logs"; then
+    record "tests, $concurrent concurrent processes" ok
+  else
+    record "tests, $concurrent concurrent processes" FAILED
+  fi
+fi
 
 if [ -d "$bundle/python" ] && [ -x "$bundle/python-gpu.sh" ]; then
   echo "== Python package (python-gpu.sh: its tests with the GPU required)"

@@ -613,6 +613,30 @@ fn one_queue_waits_for_another_queues_mark_without_the_host() {
 }
 
 #[test]
+fn a_poisoned_allocation_is_filled_before_another_queue_writes_it() {
+    for device in common::devices("a_poisoned_allocation_is_filled_before_another_queue_writes_it") {
+        let other = device.new_queue().unwrap();
+        let cfg = LaunchConfig::for_1d(1000, 128);
+        let mut busy = device.upload(&vec![3u32; 1000]).unwrap();
+        // SAFETY: one thread per element. The device's queue is kept busy for a while...
+        unsafe { device.launch(&DELAYED_APPEND_DIGIT, cfg, (20_000_000u64, 1, &mut busy)).unwrap() };
+        // ...while a poisoned buffer is written on another queue.
+        let mut out = device.alloc::<u32>(1000).unwrap();
+        let values: Vec<u32> = (0..1000).collect();
+        // SAFETY: `values` outlives the queue's synchronisation below; one thread per element.
+        unsafe {
+            device.upload_async(&other, &values, &mut out).unwrap();
+            device.launch_on(&other, &DELAYED_APPEND_DIGIT, cfg, (0u64, 2, &mut out)).unwrap();
+        }
+        device.sync_queue(&other).unwrap();
+        device.synchronize().unwrap();
+        let expected: Vec<u32> = values.iter().map(|v| 10 * v + 2).collect();
+        assert_eq!(device.download(&out).unwrap(), expected, "on {}", device.describe());
+        assert_eq!(device.download(&busy).unwrap(), vec![31; 1000], "on {}", device.describe());
+    }
+}
+
+#[test]
 fn a_captured_graph_replays_its_launches() {
     let x = common::random_vec(&mut common::rng(34), 1000, -1.0, 1.0);
     let y0 = common::random_vec(&mut common::rng(35), 1000, -1.0, 1.0);

@@ -12,7 +12,8 @@ use std::time::Instant;
 
 impl Device {
     /// For tests: when on, every buffer from [`Device::alloc`] starts filled with `0xff` bytes (NaN
-    /// for floats), so an element a kernel never wrote cannot pass for a result.
+    /// for floats), so an element a kernel never wrote cannot pass for a result. The fill has
+    /// finished when `alloc` returns, so the buffer may go to any queue.
     pub fn set_poison_allocations(&self, on: bool) {
         self.poison.set(on);
     }
@@ -31,11 +32,13 @@ impl Device {
                 }
                 if self.poison.get() && bytes > 0 {
                     let stream = self.queue.stream.as_ref().map_or(std::ptr::null_mut(), |s| s.as_inner());
-                    // SAFETY: the pointer and byte count describe the allocation just made; the
-                    // memset is ordered before any later work on the device's queue.
+                    // SAFETY: the pointer and byte count describe the allocation just made.
                     raw("cuMemsetD8Async", unsafe {
                         cust::sys::cuMemsetD8Async(buf.as_device_ptr().as_raw(), 0xff, bytes, stream)
                     })?;
+                    // Waited for here: a memset left queued would be ordered only before the device
+                    // queue's later work, and could land after another queue's writes to the buffer.
+                    self.sync_queue(&self.queue)?;
                 }
                 BufferInner::Gpu(buf)
             }
