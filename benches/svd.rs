@@ -10,8 +10,9 @@
 
 use kernel_suite::bench::{Stats, Table};
 use kernel_suite::plot::{LineChart, Scale};
-use kernel_suite::svd::{RankK, Variant, launch_reconstruct, reconstruct};
-use kernel_suite::svd_batch::{reconstruct_batch, reconstruct_pinned};
+use kernel_suite::svd::{
+    BatchRun, RankK, Variant, launch_reconstruct, reconstruct, reconstruct_batch, reconstruct_pinned,
+};
 use kernel_suite::{Device, Queue};
 use ndarray::Array2;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -141,7 +142,7 @@ fn measure() -> anyhow::Result<()> {
         let mut best = None;
         for _ in 0..3 {
             let run = reconstruct_batch(&device, &jobs, &mut outputs, Variant::Regtiled, 16, slots)?;
-            if best.as_ref().is_none_or(|b: &kernel_suite::svd_batch::BatchRun| run.wall_ms < b.wall_ms) {
+            if best.as_ref().is_none_or(|b: &BatchRun| run.wall_ms < b.wall_ms) {
                 best = Some(run);
             }
         }

@@ -1,5 +1,5 @@
 //! GPU SVD benchmarks (GPU only): `cargo bench --bench svd_factor` (`-- --one-image`: only the
-//! single images' table).
+//! single images' table; `-- --ritz`: only the Ritz eigensolvers' table).
 //!
 //! Batches of the workloads (64 × 256², 16 × 1024², 8 × 2048², one 4096²) of procedural
 //! photo-like images, `k = 50` (256 for 4096²), and 16 × 1024² of white noise (a flat spectrum): the device time of the whole factorisation
@@ -9,7 +9,7 @@
 
 use kernel_suite::bench::{Stats, Table};
 use kernel_suite::svd::thin_svd;
-use kernel_suite::svd_factor::{self, SmallSolver, launch_f32_to_f64};
+use kernel_suite::svd_factor::{self, CholeskyMethod, Plan, RitzMethod, launch_f32_to_f64};
 use kernel_suite::{Device, Dim3, LaunchConfig, workload};
 use kernels::svd_factor::{self as kf, Layout};
 
@@ -25,6 +25,10 @@ fn measure() -> anyhow::Result<()> {
     let profile = std::env::var("SVD_FACTOR_PROFILE").is_ok_and(|v| v == "1");
     if profile {
         device.enable_profiling()?;
+    }
+    // `--ritz`: only the table of the Ritz eigensolvers alone.
+    if std::env::args().any(|a| a == "--ritz") {
+        return ritz_solvers(&device);
     }
     println!("\n## GPU SVD of a batch (device time, median of 5 after 1 warm-up)\n");
     let mut table = Table::new(&[
@@ -54,35 +58,33 @@ fn measure() -> anyhow::Result<()> {
     };
     // The device time of `factor` with the small problems where `solver` says (None: its default):
     // median and min of the runs after the first, the last run's factors and the first image.
-    let time = |count: usize,
-                size: usize,
-                k: usize,
-                noise: bool,
-                solver: Option<SmallSolver>|
-     -> anyhow::Result<_> {
-        let image = if noise { workload::noise_image } else { workload::procedural_image };
-        let images: Vec<_> =
-            (0..count).map(|i| image(i as u64, size, size).mapv(|v| v as f32 / 255.0)).collect();
-        let host: Vec<f32> = images.iter().flat_map(|i| i.iter().copied()).collect();
-        let raw = device.upload(&host)?;
-        let mut a = device.alloc::<f64>(host.len())?;
-        // SAFETY: both buffers live until `factor` has downloaded its results.
-        unsafe { launch_f32_to_f64(&device, device.queue(), raw.view(..)?, a.view_mut(..)?)? };
-        let mut times = Vec::new();
-        let mut last = None;
-        for _ in 0..if profile { 2 } else { 6 } {
-            let t0 = device.mark()?;
-            let f = match solver {
-                Some(solver) => svd_factor::factor_with(&device, &a, (size, size), count, k, solver)?,
-                None => svd_factor::factor(&device, &a, (size, size), count, k)?,
-            };
-            let t1 = device.mark()?;
-            times.push(device.elapsed_ms(&t0, &t1)?);
-            last = Some(f);
-        }
-        let first = images.into_iter().next().expect("at least one image");
-        Ok((Stats::of(&times[1..]), last.expect("six runs"), first))
-    };
+    let time =
+        |count: usize, size: usize, k: usize, noise: bool, solver: Option<RitzMethod>| -> anyhow::Result<_> {
+            let image = if noise { workload::noise_image } else { workload::procedural_image };
+            let images: Vec<_> =
+                (0..count).map(|i| image(i as u64, size, size).mapv(|v| v as f32 / 255.0)).collect();
+            let host: Vec<f32> = images.iter().flat_map(|i| i.iter().copied()).collect();
+            let raw = device.upload(&host)?;
+            let mut a = device.alloc::<f64>(host.len())?;
+            // SAFETY: both buffers live until `factor` has downloaded its results.
+            unsafe { launch_f32_to_f64(&device, device.queue(), raw.view(..)?, a.view_mut(..)?)? };
+            let mut times = Vec::new();
+            let mut last = None;
+            for _ in 0..if profile { 2 } else { 6 } {
+                let t0 = device.mark()?;
+                let mut plan = Plan::new(&device, (size, size), count, k)?;
+                if let Some(solver) = solver {
+                    plan.ritz = solver;
+                    plan.cholesky = CholeskyMethod::Blocked;
+                }
+                let f = svd_factor::factor_with(&device, &a, &plan)?;
+                let t1 = device.mark()?;
+                times.push(device.elapsed_ms(&t0, &t1)?);
+                last = Some(f);
+            }
+            let first = images.into_iter().next().expect("at least one image");
+            Ok((Stats::of(&times[1..]), last.expect("six runs"), first))
+        };
     // `--one-image`: only the table of single images below.
     let one_image = std::env::args().any(|a| a == "--one-image");
     for &(count, size, k, noise) in workloads.iter().filter(|_| !one_image) {
@@ -165,10 +167,10 @@ fn measure() -> anyhow::Result<()> {
     ]);
     for &(size, k) in &[(512, 100), (2048, 256), (4096, 100), (4096, 256)] {
         let mut host_sigma = Vec::new();
-        for solver in [SmallSolver::Host, SmallSolver::DeviceBlocked] {
+        for solver in [RitzMethod::Host, RitzMethod::BlockJacobi] {
             let (st, f, _) = time(1, size, k, false, Some(solver))?;
             let sigma = &f.singular_values[0];
-            if solver == SmallSolver::Host {
+            if solver == RitzMethod::Host {
                 host_sigma = sigma.clone();
             }
             let diff =
@@ -182,6 +184,99 @@ fn measure() -> anyhow::Result<()> {
                 format!("{:.2}", st.min_ms),
                 format!("{diff:.1e}"),
             ]);
+        }
+    }
+    print!("{}", table.render());
+    Ok(())
+}
+
+/// The Ritz eigensolvers alone (`-- --ritz`): one `b × b` symmetric matrix at b = 64 … 1024 and
+/// batches of 16 at b = 200 and 512, of two spectra (`0.95^i`, decaying like a photograph's
+/// Gram matrix, and a random symmetric matrix's), each solver built by the plan: device time of
+/// `RitzSolver::solve` (the host solver's includes its copies), median of 10 after 2 warm-ups,
+/// and the largest `|θ − θ_host|/|θ_host|₁` against faer's.
+fn ritz_solvers(device: &Device) -> anyhow::Result<()> {
+    use kernel_suite::svd_factor::RitzPairs;
+    use rand::{Rng, SeedableRng};
+    println!("\n## The Ritz eigensolvers alone (device time of `solve`, median of 10 after 2 warm-ups)\n");
+    let mut table =
+        Table::new(&["images × b", "spectrum", "solver", "median ms", "min ms", "max |Δθ|/|θ|₁ vs host"]);
+    let cases: &[(usize, usize)] =
+        &[(1, 64), (1, 128), (1, 200), (1, 320), (1, 512), (1, 1024), (16, 200), (16, 512)];
+    for &(images, b) in cases {
+        for spectrum in ["0.95^i", "random"] {
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(b as u64);
+            let one: Vec<f64> = if spectrum == "random" {
+                let x: Vec<f64> = (0..b * b).map(|_| rng.random_range(-1.0..1.0)).collect();
+                (0..b * b).map(|e| 0.5 * (x[e] + x[(e % b) * b + e / b])).collect()
+            } else {
+                let q = faer::Mat::<f64>::from_fn(b, b, |_, _| rng.random_range(-1.0..1.0)).qr().compute_Q();
+                let t =
+                    &q * faer::Mat::<f64>::from_fn(
+                        b,
+                        b,
+                        |i, j| if i == j { 0.95f64.powi(i as i32) } else { 0.0 },
+                    ) * q.transpose();
+                (0..b * b).map(|e| 0.5 * (t[(e / b, e % b)] + t[(e % b, e / b)])).collect()
+            };
+            let all: Vec<f64> = (0..images).flat_map(|_| one.iter().copied()).collect();
+            let mut reference: Vec<f64> = Vec::new();
+            let mut plan = Plan::new(device, (b, b), images, b / 2)?;
+            anyhow::ensure!(plan.b == b, "plan's b = {} for {b}", plan.b);
+            for method in [
+                RitzMethod::Host,
+                RitzMethod::Tridiagonal,
+                RitzMethod::OneBlockJacobi,
+                RitzMethod::BlockJacobi,
+            ] {
+                if (method == RitzMethod::OneBlockJacobi && plan.one_block_shared_bytes <= 8)
+                    || (method == RitzMethod::Tridiagonal && b > kernel_suite::svd_factor::TRIDIAGONAL_MAX_B)
+                {
+                    continue;
+                }
+                plan.ritz = method;
+                let mut solver = plan.ritz_solver(device)?;
+                // The problems laid out as the solver reads them (block Jacobi pads them).
+                let (len, layout) = {
+                    let (view, layout) = solver.input()?;
+                    (view.len(), layout)
+                };
+                let mut laid_out = vec![0.0; len];
+                for (image, row, col) in
+                    (0..images).flat_map(|z| (0..b).flat_map(move |i| (0..b).map(move |j| (z, i, j))))
+                {
+                    let at =
+                        image * layout.batch as usize + row * layout.row as usize + col * layout.col as usize;
+                    laid_out[at] = all[image * b * b + row * b + col];
+                }
+                let source = device.upload(&laid_out)?;
+                let mut pairs = RitzPairs::new(device, b, images)?;
+                let mut times = Vec::new();
+                for _ in 0..12 {
+                    device.copy_view(device.queue(), source.view(..)?, solver.input()?.0)?;
+                    let t0 = device.mark()?;
+                    // SAFETY: `pairs` lives until the download below waits for the queue.
+                    unsafe { solver.solve(device, &mut pairs)? };
+                    let t1 = device.mark()?;
+                    times.push(device.elapsed_ms(&t0, &t1)?);
+                }
+                let theta = device.download(&pairs.theta)?;
+                if method == RitzMethod::Host {
+                    reference = theta.clone();
+                }
+                let scale = reference.iter().fold(0.0f64, |m, t| m.max(t.abs())).max(1e-300);
+                let diff =
+                    theta.iter().zip(&reference).map(|(a, r)| (a - r).abs()).fold(0.0, f64::max) / scale;
+                let st = Stats::of(&times[2..]);
+                table.row(&[
+                    format!("{images} × {b}"),
+                    spectrum.to_string(),
+                    format!("{method:?}"),
+                    format!("{:.3}", st.median_ms),
+                    format!("{:.3}", st.min_ms),
+                    format!("{diff:.1e}"),
+                ]);
+            }
         }
     }
     print!("{}", table.render());

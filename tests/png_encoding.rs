@@ -4,7 +4,8 @@
 //! as on one thread.
 
 use kernel_suite::image_io::{self, PixelFormat, Scaling};
-use kernel_suite::{svd, svd_outputs};
+use kernel_suite::job::outputs;
+use kernel_suite::svd;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::borrow::Cow;
@@ -56,7 +57,7 @@ fn mosaic() -> (Vec<u8>, usize, usize) {
     let path = dir.path().join("mosaic.png");
     let tile = image_io::to_gray8(svd::shepp_logan(512).view(), Scaling::Clamp);
     let tiles: Vec<_> = (0..7).map(|k| (Cow::Borrowed(tile.as_slice()), format!("k = {k}"))).collect();
-    svd_outputs::write_mosaic(&path, (512, 512), &tiles).unwrap();
+    outputs::write_mosaic(&path, (512, 512), &tiles).unwrap();
     let image = image::open(&path).unwrap().into_luma8();
     let (width, height) = image.dimensions();
     (image.into_raw(), width as usize, height as usize)

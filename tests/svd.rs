@@ -237,7 +237,7 @@ fn tensor_core_variants_are_accurate_at_benchmark_size() {
 
 #[test]
 fn batch_pipeline_matches_reference_in_order() {
-    use kernel_suite::svd_batch::reconstruct_batch;
+    use kernel_suite::svd::reconstruct_batch;
     let jobs: Vec<RankK> = (0..5).map(|i| random_operands(20 + i, 37, 53, 7)).collect();
     for device in common::devices("batch_pipeline_matches_reference_in_order") {
         // The wgmma variants take temporaries on each slot's queue; one TF32 pass is ~1e-4 accurate.

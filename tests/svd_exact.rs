@@ -1,6 +1,6 @@
 //! Every SVD of the suite against answers known exactly (`tests/exact/mod.rs`), not against
 //! another library: the CPU reference (`svd::thin_svd`, faer), the CPU engine of the `svd` job
-//! (`svd_job::factor_cpu`, faer) and the device solver (`svd_factor::truncated_svd`, in the
+//! (`job::cpu_engine::factor_cpu`, faer) and the device solver (`svd_factor::truncated_svd`, in the
 //! simulator and on the GPU), on repeated, equal, clustered, zero and geometrically decaying
 //! spectra at sizes of at least 128 (past every small-matrix path).
 
@@ -8,9 +8,10 @@ mod common;
 mod exact;
 
 use exact::{Exact, constant_blocks, structured_images};
+use kernel_suite::job::cpu_engine::factor_cpu;
+use kernel_suite::job::images::{JobImage, JobOptions, Keep, Pixels};
 use kernel_suite::svd::thin_svd;
 use kernel_suite::svd_factor::truncated_svd;
-use kernel_suite::svd_job::{JobImage, JobOptions, Keep, Pixels, factor_cpu};
 use ndarray::Array2;
 
 /// Asserts that `got` (the leading singular values of `e.image`) are the exact ones within

@@ -6,7 +6,9 @@
 mod common;
 
 use kernel_suite::svd::thin_svd;
-use kernel_suite::svd_factor::{self, SmallSolver, Triplets, truncated_svd, truncated_svd_with};
+use kernel_suite::svd_factor::{
+    self, CholeskyMethod, RitzMethod, Triplets, truncated_svd, truncated_svd_with,
+};
 use ndarray::{Array2, ArrayView2};
 use rand::Rng;
 
@@ -118,16 +120,20 @@ fn the_large_subspace_solvers_match_faer() {
         ("k = min(m, n)", random_image(34, 13, 9), 9),
     ];
     for device in common::devices("the_large_subspace_solvers_match_faer") {
-        for solver in [SmallSolver::DeviceBlocked, SmallSolver::Host] {
+        for solver in [RitzMethod::BlockJacobi, RitzMethod::Host, RitzMethod::Tridiagonal] {
+            let large = |plan: &mut svd_factor::Plan| {
+                plan.ritz = solver;
+                plan.cholesky = CholeskyMethod::Blocked;
+            };
             for (label, image, k) in &cases {
                 let label = format!("{label} ({solver:?}) on {}", device.describe());
-                let got = truncated_svd_with(&device, &[image.view()], *k, solver)
+                let got = truncated_svd_with(&device, &[image.view()], *k, large)
                     .unwrap_or_else(|e| panic!("{label}: {e}"));
                 check(&label, image.view(), &got[0], *k);
             }
             let batch = [smooth_image(36, 40, 33), random_image(37, 40, 33), Array2::zeros((40, 33))];
             let views: Vec<_> = batch.iter().map(|i| i.view()).collect();
-            let got = truncated_svd_with(&device, &views, 20, solver).unwrap();
+            let got = truncated_svd_with(&device, &views, 20, large).unwrap();
             for (i, (image, t)) in batch.iter().zip(&got).enumerate() {
                 check(&format!("batch image {i} ({solver:?}) on {}", device.describe()), image.view(), t, 20);
             }
@@ -229,11 +235,10 @@ fn bad_input_is_an_error() {
 #[test]
 fn the_gpu_engine_runs_a_job_of_mixed_images() {
     use kernel_suite::image_io::{Scaling, to_gray8};
+    use kernel_suite::job::gpu_engine::run_gpu;
+    use kernel_suite::job::images::{ImageResult, JobImage, JobOptions, Keep, Pixels, Reconstruction};
+    use kernel_suite::job::input_queue::ImageQueue;
     use kernel_suite::svd::{Variant, reconstruct_reference};
-    use kernel_suite::svd_batch::run_gpu;
-    use kernel_suite::svd_job::{
-        ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, Reconstruction,
-    };
     use std::sync::Mutex;
 
     let gray = |seed: u64, m: usize, n: usize| {
@@ -403,9 +408,10 @@ fn conversions_and_squared_sums_match_the_host_and_check_their_buffers() {
 #[test]
 fn results_do_not_depend_on_arrival_order_or_the_number_of_engines() {
     use kernel_suite::Device;
+    use kernel_suite::job::gpu_engine::run_gpu;
+    use kernel_suite::job::images::{ImageResult, JobImage, JobOptions, Keep, Pixels};
+    use kernel_suite::job::input_queue::ImageQueue;
     use kernel_suite::svd::Variant;
-    use kernel_suite::svd_batch::run_gpu;
-    use kernel_suite::svd_job::{ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels};
     use std::sync::Mutex;
 
     // Noise (slow to converge) and smooth images (fast) alternate, so a batch's iteration count
@@ -466,11 +472,10 @@ fn results_do_not_depend_on_arrival_order_or_the_number_of_engines() {
 #[test]
 fn a_large_batch_comes_back_whole_and_in_place() {
     use kernel_suite::image_io::{Scaling, to_gray8};
+    use kernel_suite::job::gpu_engine::run_gpu;
+    use kernel_suite::job::images::{ImageResult, JobImage, JobOptions, Keep, Pixels, Reconstruction};
+    use kernel_suite::job::input_queue::ImageQueue;
     use kernel_suite::svd::{Variant, reconstruct_reference};
-    use kernel_suite::svd_batch::run_gpu;
-    use kernel_suite::svd_job::{
-        ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, Reconstruction,
-    };
     use std::sync::Mutex;
 
     let Some(device) = common::gpu_or_skip("a_large_batch_comes_back_whole_and_in_place") else {
@@ -667,6 +672,23 @@ type GemmKernel = gpu_std::KernelFn<(
     u32,
 )>;
 
+/// A pipelined GEMM kernel with result type `T`: its argument tuple (the last argument is the
+/// mode, `kf::pgemm_mode`).
+type GemmKernel13<T> = gpu_std::KernelFn<(
+    gpu_std::Slice<f64>,
+    kernels::svd_factor::Layout,
+    gpu_std::Slice<f64>,
+    kernels::svd_factor::Layout,
+    gpu_std::SliceMut<T>,
+    kernels::svd_factor::Layout,
+    gpu_std::Slice<f64>,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+)>;
+
 /// The GEMM on the f64 tensor cores against the FMA GEMM and against exact answers: integer
 /// operands (every product and sum exact in f64, so both kernels must give the exact integers),
 /// then random ones (equal to rounding); odd sizes past one tile, transposed and strided
@@ -801,6 +823,298 @@ fn the_tensor_core_gemm_matches_the_fma_gemm_and_exact_products() {
     }
 }
 
+/// The pipelined tensor-core GEMM (128 × 64 tiles, `cp.async` stages, m16n8k4) against exact
+/// products and the FMA GEMM: integer operands (exact) and random ones (to rounding), odd sizes
+/// past one tile and past one stage, a batch of two with batch strides, each operand read along
+/// its rows and along its columns, column scales, f32 results, a transposed result, symmetric
+/// products (exactly symmetric), and split-K (partial parts summed by the second kernel), into
+/// poisoned outputs.
+#[test]
+fn the_pipelined_tensor_core_gemm_matches_exact_products() {
+    use kernel_suite::{Dim3, LaunchConfig};
+    use kernels::svd_factor::{self as kf, Layout};
+    let images = 2usize;
+    // Both tile widths: (wide, f64 kernel, f32 kernel).
+    let variants: [(bool, &GemmKernel13<f64>, &GemmKernel13<f32>); 2] = [
+        (false, &kf::GEMM_F64_PIPELINED_TO_F64, &kf::GEMM_F64_PIPELINED_TO_F32),
+        (true, &kf::GEMM_F64_PIPELINED_WIDE_TO_F64, &kf::GEMM_F64_PIPELINED_WIDE_TO_F32),
+    ];
+    let config = |wide: bool, m: usize, n: usize, parts: usize| {
+        let (bn, threads, shared_bytes) = if wide {
+            (kf::PGEMM_WIDE_TILE_N, kf::PGEMM_WIDE_THREADS, kf::PGEMM_WIDE_SHARED_BYTES)
+        } else {
+            (kf::PGEMM_TILE_N, kf::PGEMM_THREADS, kf::PGEMM_SHARED_BYTES)
+        };
+        LaunchConfig {
+            grid: Dim3 {
+                x: n.div_ceil(bn as usize) as u32,
+                y: m.div_ceil(kf::PGEMM_TILE_M as usize) as u32,
+                z: (images * parts) as u32,
+            },
+            block: Dim3::x(threads),
+            shared_bytes,
+        }
+    };
+    let sum_config = |m: usize, n: usize| LaunchConfig {
+        grid: Dim3 { x: (m * n).div_ceil(kf::SPLIT_SUM_THREADS as usize) as u32, y: 1, z: images as u32 },
+        block: Dim3::x(kf::SPLIT_SUM_THREADS),
+        shared_bytes: 0,
+    };
+    for device in common::devices("the_pipelined_tensor_core_gemm_matches_exact_products") {
+        for &(wide, kernel, kernel32) in &variants {
+            let on = format!("{} (wide tiles: {wide})", device.describe());
+            // (m, n, k, A stored transposed, B stored transposed, C stored transposed, splits)
+            let cases: &[(usize, usize, usize, bool, bool, bool, usize)] = &[
+                (150, 70, 37, true, false, false, 1),
+                (131, 67, 53, false, true, true, 1),
+                (70, 130, 45, false, false, false, 3),
+                (20, 9, 100, true, true, false, 4),
+            ];
+            for &(m, n, k, a_t, b_t, c_t, splits) in cases {
+                for integers in [true, false] {
+                    let mut rng = common::rng(if integers { 11 } else { 12 });
+                    let mut draw = |len: usize| -> Vec<f64> {
+                        (0..len)
+                            .map(|_| {
+                                if integers {
+                                    f64::from(rng.random_range(-9i32..=9))
+                                } else {
+                                    rng.random_range(-1.0..1.0)
+                                }
+                            })
+                            .collect()
+                    };
+                    // Padded leading dimensions (+3, +1) and images one element further apart.
+                    let (a_ld, a_rows) = if a_t { (m + 3, k) } else { (k + 3, m) };
+                    let (b_ld, b_rows) = if b_t { (k + 1, n) } else { (n + 1, k) };
+                    let (a_batch, b_batch) = (a_rows * a_ld + 1, b_rows * b_ld + 1);
+                    let (a, b, scale) = (draw(images * a_batch), draw(images * b_batch), draw(images * n));
+                    let flip = |l: Layout, t: bool| if t { l.transposed() } else { l };
+                    let la = flip(Layout::row_major(a_ld as u32, a_batch as u32), a_t);
+                    let lb = flip(Layout::row_major(b_ld as u32, b_batch as u32), b_t);
+                    let lc = if c_t {
+                        Layout::row_major(m as u32, (m * n) as u32).transposed()
+                    } else {
+                        Layout::row_major(n as u32, (m * n) as u32)
+                    };
+                    let at = |z: usize, i: usize, p: usize| {
+                        a[z * a_batch + if a_t { p * a_ld + i } else { i * a_ld + p }]
+                    };
+                    let bt = |z: usize, p: usize, j: usize| {
+                        b[z * b_batch + if b_t { j * b_ld + p } else { p * b_ld + j }]
+                    };
+                    let c_at =
+                        |z: usize, i: usize, j: usize| z * m * n + if c_t { j * m + i } else { i * n + j };
+                    let (da, db, ds) = (
+                        device.upload(&a).unwrap(),
+                        device.upload(&b).unwrap(),
+                        device.upload(&scale).unwrap(),
+                    );
+                    let mut c = device.alloc::<f64>(images * m * n).unwrap();
+                    let mut c32 = device.alloc::<f32>(images * m * n).unwrap();
+                    let mut fma = device.alloc::<f64>(images * m * n).unwrap();
+                    let mut partial = device.alloc::<f64>(images * splits * m * n).unwrap();
+                    let lp = Layout::row_major(n as u32, (m * n) as u32);
+                    // SAFETY: the layouts lie inside the buffers; the downloads wait for the queue.
+                    unsafe {
+                        let args = (&da, la, &db, lb, &mut fma, lc, Some(&ds), n as u32);
+                        let args = (
+                            args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7, m as u32,
+                            n as u32, k as u32, 0u32,
+                        );
+                        let fma_config = LaunchConfig {
+                            grid: Dim3 {
+                                x: n.div_ceil(64) as u32,
+                                y: m.div_ceil(64) as u32,
+                                z: images as u32,
+                            },
+                            block: Dim3::x(kf::GEMM_THREADS),
+                            shared_bytes: kf::GEMM_SHARED_BYTES,
+                        };
+                        device.launch(&kf::GEMM_F64_TO_F64, fma_config, args).unwrap();
+                        if splits == 1 {
+                            let args = (
+                                &da,
+                                la,
+                                &db,
+                                lb,
+                                &mut c,
+                                lc,
+                                Some(&ds),
+                                n as u32,
+                                m as u32,
+                                n as u32,
+                                k as u32,
+                                kf::pgemm_mode(false, 1),
+                            );
+                            device.launch(kernel, config(wide, m, n, 1), args).unwrap();
+                            let args = (
+                                &da,
+                                la,
+                                &db,
+                                lb,
+                                &mut c32,
+                                lc,
+                                Some(&ds),
+                                n as u32,
+                                m as u32,
+                                n as u32,
+                                k as u32,
+                                kf::pgemm_mode(false, 1),
+                            );
+                            device.launch(kernel32, config(wide, m, n, 1), args).unwrap();
+                        } else {
+                            let none: Option<&kernel_suite::Buffer<f64>> = None;
+                            let args = (
+                                &da,
+                                la,
+                                &db,
+                                lb,
+                                &mut partial,
+                                lp,
+                                none,
+                                0u32,
+                                m as u32,
+                                n as u32,
+                                k as u32,
+                                kf::pgemm_mode(false, splits as u32),
+                            );
+                            device.launch(kernel, config(wide, m, n, splits), args).unwrap();
+                            let args = (
+                                &partial,
+                                splits as u32,
+                                &mut c,
+                                lc,
+                                Some(&ds),
+                                n as u32,
+                                m as u32,
+                                n as u32,
+                                0u32,
+                            );
+                            device.launch(&kf::GEMM_F64_SPLIT_SUM_TO_F64, sum_config(m, n), args).unwrap();
+                            let args = (
+                                &partial,
+                                splits as u32,
+                                &mut c32,
+                                lc,
+                                Some(&ds),
+                                n as u32,
+                                m as u32,
+                                n as u32,
+                                0u32,
+                            );
+                            device.launch(&kf::GEMM_F64_SPLIT_SUM_TO_F32, sum_config(m, n), args).unwrap();
+                        }
+                    }
+                    let (c, c32, fma) = (
+                        device.download(&c).unwrap(),
+                        device.download(&c32).unwrap(),
+                        device.download(&fma).unwrap(),
+                    );
+                    let label = format!(
+                        "{m} × {n} × {k}, A/B/C transposed {a_t}/{b_t}/{c_t}, {splits} parts, integers: {integers}, on {on}"
+                    );
+                    for z in 0..images {
+                        for i in 0..m {
+                            for j in 0..n {
+                                let want =
+                                    (0..k).map(|p| at(z, i, p) * bt(z, p, j)).sum::<f64>() * scale[z * n + j];
+                                let e = c_at(z, i, j);
+                                let tolerance = if integers { 0.0 } else { 1e-13 };
+                                assert!(
+                                    (c[e] - want).abs() <= tolerance && (fma[e] - want).abs() <= tolerance,
+                                    "{label}: C({z}, {i}, {j}) = {} (pipelined), {} (fma), want {want}",
+                                    c[e],
+                                    fma[e]
+                                );
+                                assert_eq!(c32[e], c[e] as f32, "{label}: f32 C({z}, {i}, {j})");
+                            }
+                        }
+                    }
+                }
+            }
+            // Symmetric Gram matrices XᵀX (X `rows × r`, both operands views of one buffer): upper
+            // blocks computed, mirrored, exactly symmetric; whole and split in 3 and 2.
+            for (r, rows, splits) in [(150usize, 45usize, 1usize), (70, 100, 3), (150, 60, 2)] {
+                let mut rng = common::rng(13);
+                let x: Vec<f64> =
+                    (0..images * rows * r).map(|_| f64::from(rng.random_range(-5i32..=5))).collect();
+                let lx = Layout::row_major(r as u32, (rows * r) as u32);
+                let lg = Layout::row_major(r as u32, (r * r) as u32);
+                let dx = device.upload(&x).unwrap();
+                let mut gram = device.alloc::<f64>(images * r * r).unwrap();
+                let mut single = device.alloc::<f32>(images * r * r).unwrap();
+                let mut partial = device.alloc::<f64>(images * splits * r * r).unwrap();
+                let none: Option<&kernel_suite::Buffer<f64>> = None;
+                let (r32, rows32) = (r as u32, rows as u32);
+                // SAFETY: as above.
+                unsafe {
+                    if splits == 1 {
+                        let args = (
+                            &dx,
+                            lx.transposed(),
+                            &dx,
+                            lx,
+                            &mut gram,
+                            lg,
+                            none,
+                            0u32,
+                            r32,
+                            r32,
+                            rows32,
+                            kf::pgemm_mode(true, 1),
+                        );
+                        device.launch(kernel, config(wide, r, r, 1), args).unwrap();
+                        let args = (
+                            &dx,
+                            lx.transposed(),
+                            &dx,
+                            lx,
+                            &mut single,
+                            lg,
+                            none,
+                            0u32,
+                            r32,
+                            r32,
+                            rows32,
+                            kf::pgemm_mode(true, 1),
+                        );
+                        device.launch(kernel32, config(wide, r, r, 1), args).unwrap();
+                    } else {
+                        let args = (
+                            &dx,
+                            lx.transposed(),
+                            &dx,
+                            lx,
+                            &mut partial,
+                            lg,
+                            none,
+                            0u32,
+                            r32,
+                            r32,
+                            rows32,
+                            kf::pgemm_mode(true, splits as u32),
+                        );
+                        device.launch(kernel, config(wide, r, r, splits), args).unwrap();
+                        let args = (&partial, splits as u32, &mut gram, lg, none, 0u32, r32, r32, 1u32);
+                        device.launch(&kf::GEMM_F64_SPLIT_SUM_TO_F64, sum_config(r, r), args).unwrap();
+                        let args = (&partial, splits as u32, &mut single, lg, none, 0u32, r32, r32, 1u32);
+                        device.launch(&kf::GEMM_F64_SPLIT_SUM_TO_F32, sum_config(r, r), args).unwrap();
+                    }
+                }
+                let (gram, single) = (device.download(&gram).unwrap(), device.download(&single).unwrap());
+                for e in 0..images * r * r {
+                    let (z, i, j) = (e / (r * r), e / r % r, e % r);
+                    let want: f64 =
+                        (0..rows).map(|p| x[z * rows * r + p * r + i] * x[z * rows * r + p * r + j]).sum();
+                    assert_eq!(gram[e], want, "Gram ({z}, {i}, {j}), {splits} parts, on {on}");
+                    assert_eq!(single[e], want as f32, "f32 Gram ({z}, {i}, {j}), {splits} parts, on {on}");
+                }
+            }
+        }
+    }
+}
+
 /// Symmetric `b × b` matrices whose eigenvalues are known exactly: `Q·diag(λ)·Qᵀ` with `Q` a
 /// seeded random orthogonal matrix, for spectra with repeated and zero eigenvalues, with a tight
 /// cluster and decay, and a spread one; and the zero matrix. Row-major, with their `λ` sorted
@@ -882,7 +1196,7 @@ fn check_ritz_pairs(label: &str, problems: &[(Vec<f64>, Vec<f64>)], b: usize, go
 /// the batch's strides are used.
 #[test]
 fn the_ritz_eigensolvers_find_exact_spectra() {
-    use kernel_suite::svd_factor::BlockJacobi;
+    use kernel_suite::svd_factor::{BlockJacobi, RitzPairs, RitzSolver};
     use kernel_suite::{Dim3, LaunchConfig};
     use kernels::svd_factor as kf;
     for device in common::devices("the_ritz_eigensolvers_find_exact_spectra") {
@@ -897,8 +1211,12 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
         {
             let problems = known_spectra(b as u64, b);
             let images = problems.len();
-            let (mut theta, mut sigma, mut inv_sigma, mut ritz) =
-                (poisoned(images * b), poisoned(images * b), poisoned(images * b), poisoned(images * b * b));
+            let mut pairs = RitzPairs {
+                theta: poisoned(images * b),
+                sigma: poisoned(images * b),
+                inv_sigma: poisoned(images * b),
+                vectors: poisoned(images * b * b),
+            };
             let solver = if is_blocked {
                 let mut solver = BlockJacobi::new(&device, b, images).unwrap();
                 let n = solver.n;
@@ -909,9 +1227,9 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                     }
                 }
                 device.upload_into(solver.matrix(), &padded).unwrap();
-                let sweeps =
-                    solver.solve(&device, b, (&mut theta, &mut sigma, &mut inv_sigma, &mut ritz)).unwrap();
-                format!("block Jacobi, b = {b} (n = {n}, {sweeps} sweeps)")
+                // SAFETY: `pairs` lives until the downloads below wait for the queue.
+                unsafe { solver.solve(&device, &mut pairs).unwrap() };
+                format!("block Jacobi, b = {b} (n = {n}, {} sweeps)", solver.sweeps())
             } else {
                 let t: Vec<f64> = problems.iter().flat_map(|(t, _)| t.iter().copied()).collect();
                 let t = device.upload(&t).unwrap();
@@ -933,15 +1251,108 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                         .launch(
                             &kf::RITZ_EIGEN,
                             config,
-                            (&t, b as u32, &mut scratch, &mut theta, &mut sigma, &mut inv_sigma, &mut ritz),
+                            (
+                                &t,
+                                b as u32,
+                                &mut scratch,
+                                &mut pairs.theta,
+                                &mut pairs.sigma,
+                                &mut pairs.inv_sigma,
+                                &mut pairs.vectors,
+                            ),
                         )
                         .unwrap();
                 }
                 format!("one-block Jacobi, b = {b}")
             };
             let label = format!("{solver} on {}", device.describe());
-            let got = [&theta, &sigma, &inv_sigma, &ritz].map(|buffer| device.download(buffer).unwrap());
+            let got = [&pairs.theta, &pairs.sigma, &pairs.inv_sigma, &pairs.vectors]
+                .map(|buffer| device.download(buffer).unwrap());
             check_ritz_pairs(&label, &problems, b, [&got[0], &got[1], &got[2], &got[3]]);
         }
+        // The one-block tridiagonal solver through its `RitzSolver` interface: the packed matrix in
+        // shared memory where it fits (b ≤ 232 on an H100), else, and where the launch gives only
+        // the vectors' shared memory, in global memory.
+        let tridiagonal: Vec<(usize, bool)> = if gpu {
+            [5, 64, 128, 200, 232, 320, 512]
+                .iter()
+                .map(|&b| (b, true))
+                .chain([(64, false), (200, false)])
+                .collect()
+        } else {
+            vec![(5, true), (24, true), (37, true), (70, true), (1, true), (2, true), (5, false), (37, false)]
+        };
+        use kernel_suite::svd_factor::{TRIDIAGONAL_MAX_B, TridiagonalEigensolver};
+        let refused =
+            TridiagonalEigensolver::new(&device, TRIDIAGONAL_MAX_B + 1, 1).err().map(|e| e.to_string());
+        assert!(
+            refused.as_deref().is_some_and(|e| e.contains("b ≤ 512")),
+            "a b past the tridiagonal solver's range must be refused: {refused:?}"
+        );
+        for (b, shared) in tridiagonal {
+            let problems = known_spectra(b as u64, b);
+            let images = problems.len();
+            let mut pairs = RitzPairs {
+                theta: poisoned(images * b),
+                sigma: poisoned(images * b),
+                inv_sigma: poisoned(images * b),
+                vectors: poisoned(images * b * b),
+            };
+            let mut solver = TridiagonalEigensolver::new(&device, b, images).unwrap();
+            if !shared {
+                let config =
+                    LaunchConfig { shared_bytes: kf::tridiagonal_small_bytes(b as u32), ..solver.config() };
+                solver = TridiagonalEigensolver::with_config(&device, b, images, config).unwrap();
+            }
+            let t: Vec<f64> = problems.iter().flat_map(|(t, _)| t.iter().copied()).collect();
+            let t = device.upload(&t).unwrap();
+            let (input, layout) = solver.input().unwrap();
+            assert_eq!(layout, kf::Layout::row_major(b as u32, (b * b) as u32));
+            device.copy_view(device.queue(), t.view(..).unwrap(), input).unwrap();
+            // SAFETY: `pairs` lives until the downloads below wait for the queue.
+            unsafe { solver.solve(&device, &mut pairs).unwrap() };
+            let memory = if solver.in_shared_memory() { "shared" } else { "global" };
+            let label = format!("tridiagonal, b = {b}, matrix in {memory} memory, on {}", device.describe());
+            let got = [&pairs.theta, &pairs.sigma, &pairs.inv_sigma, &pairs.vectors]
+                .map(|buffer| device.download(buffer).unwrap());
+            check_residuals_and_orthogonality(&label, &problems, b, &got[0], &got[3], 1e-12);
+            check_ritz_pairs(&label, &problems, b, [&got[0], &got[1], &got[2], &got[3]]);
+        }
+    }
+}
+
+/// `‖T·z − θ·z‖_∞ ≤ tol·‖T‖` for every pair and `|ZᵀZ − I| ≤ tol` elementwise (the bar
+/// for the tridiagonal solver, tighter than [`check_ritz_pairs`]'s), with the worst of each printed.
+fn check_residuals_and_orthogonality(
+    label: &str,
+    problems: &[(Vec<f64>, Vec<f64>)],
+    b: usize,
+    theta: &[f64],
+    ritz: &[f64],
+    tol: f64,
+) {
+    for (p, (t, lambda)) in problems.iter().enumerate() {
+        let norm = lambda.iter().fold(0.0f64, |m, l| m.max(l.abs()));
+        let t = faer::Mat::<f64>::from_fn(b, b, |i, j| t[i * b + j]);
+        let z = faer::Mat::<f64>::from_fn(b, b, |i, j| ritz[p * b * b + i * b + j]);
+        let th = &theta[p * b..(p + 1) * b];
+        let tz = &t * &z;
+        let gram = z.transpose() * &z;
+        let mut residual = 0.0f64;
+        let mut orthogonality = 0.0f64;
+        for i in 0..b {
+            for row in 0..b {
+                residual = residual.max((tz[(row, i)] - th[i] * z[(row, i)]).abs());
+            }
+            for j in 0..b {
+                orthogonality = orthogonality.max((gram[(i, j)] - if i == j { 1.0 } else { 0.0 }).abs());
+            }
+        }
+        println!(
+            "{label}, matrix {p}: max residual {:.1e}·‖T‖, max |ZᵀZ − I| {orthogonality:.1e}",
+            residual / norm.max(1e-300)
+        );
+        assert!(residual <= tol * norm, "{label}, matrix {p}: max ‖T·z − θ·z‖ = {residual:e} (‖T‖ = {norm})");
+        assert!(orthogonality <= tol, "{label}, matrix {p}: max |ZᵀZ − I| = {orthogonality:e}");
     }
 }

@@ -1,13 +1,12 @@
-//! The CPU engine of the `svd` job (`svd_job::run_cpu`) against faer and ndarray references, the
+//! The CPU engine of the `svd` job (`job::cpu_engine::run_cpu`) against faer and ndarray references, the
 //! decoding queue, `.npy` files, and how the GPU engine's pipeline stops at an error.
 
 mod common;
 
+use kernel_suite::job::cpu_engine::{factor_cpu, run_cpu};
+use kernel_suite::job::images::{FailedImage, ImageResult, JobImage, JobOptions, Keep, Pixels};
+use kernel_suite::job::input_queue::{ImageQueue, Screen, decode_into_queue};
 use kernel_suite::svd::{reconstruct_reference, relative_error, thin_svd};
-use kernel_suite::svd_job::{
-    FailedImage, ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, Screen, decode_into_queue,
-    factor_cpu, run_cpu,
-};
 use kernel_suite::{npy, svd::Variant};
 use ndarray::Array2;
 use rand::Rng;
@@ -214,7 +213,7 @@ fn a_sink_error_stops_the_engine_and_is_returned() {
 #[test]
 fn the_gpu_engine_stops_at_an_error_mid_job() {
     use kernel_suite::Device;
-    use kernel_suite::svd_batch::run_gpu;
+    use kernel_suite::job::gpu_engine::run_gpu;
     use std::time::Duration;
 
     // Runs the job on 24 images (image `nan_at` with a NaN pixel), the sink failing at call
@@ -613,7 +612,7 @@ fn files_are_written_whole_or_not_at_all() {
 /// cut short are done again; an image's index is its place in the job as now listed.
 #[test]
 fn resume_keeps_only_complete_images_of_the_same_options() {
-    use kernel_suite::svd_outputs::{ImageEntry, ImageReport, Journal, Outputs, job_options, resumable};
+    use kernel_suite::job::outputs::{ImageEntry, ImageReport, Journal, Outputs, job_options, resumable};
     let dir = scratch("resumable");
     let original = |_: usize| -> kernel_suite::Result<Array2<f32>> { unreachable!("no mosaic") };
     let outputs = Outputs { dir: &dir, png: true, npy: false, mosaic: false, original: &original };

@@ -1,7 +1,6 @@
 //! Host side of the kernel suite: the launch layer and, per kernel family, a safe wrapper with its
 //! CPU reference. The sources are in four folders, one per layer — `launch/` (what a template
-//! copies), `families/`, `job/` (the `svd` job) and `commands/` (what the binaries share) — and
-//! every module is used from the crate root:
+//! copies), `families/`, `job/` (the `svd` job) and `commands/` (what the binaries share):
 //!
 //! * [`module`]: the PTX and cubin the builder (`build.rs`) embedded, and their `ptxas` resources;
 //! * [`device`]: a [`Device`] (a GPU through `cust`, or the CPU simulator), its [`Buffer`]s and
@@ -13,21 +12,30 @@
 //! * [`bench`](mod@bench): statistics and tables for the benchmark programs in `benches/`;
 //! * [`plot`]: line charts as PNG or SVG files;
 //! * [`profile`]: the `--profile` summary (kernels, copies, host costs, resources, occupancy);
-//! * one module per kernel family ([`saxpy`], [`histogram`], [`reduce`], [`scan`], [`transpose`], [`conv`], [`lombscargle`], [`spiral`], [`svd`]
-//!   (reconstruction), [`svd_factor`] (the SVD itself)), each pairing the safe GPU/simulator wrapper
-//!   with a CPU reference;
-//! * the `svd` job: [`svd_job`] (its images, results and CPU engine), [`svd_batch`] (the GPU engine),
-//!   [`workload`] (procedural benchmark images).
+//! * one module per kernel family ([`saxpy`], [`histogram`], [`reduce`], [`scan`], [`transpose`],
+//!   [`conv`], [`lombscargle`], [`spiral`], [`svd`] (reconstruction, the CPU reference and the
+//!   metrics), [`svd_factor`] (the SVD itself)), each pairing the safe GPU/simulator wrapper with
+//!   a CPU reference;
+//! * [`job`]: the `svd` job, one module per role (its images and results, the input queue, the
+//!   CPU and GPU engines, the driver, the outputs, the benchmark workloads).
+//!
+//! Paths: inside the crate, modules name each other by their real paths
+//! (`crate::job::input_queue::ImageQueue`, `crate::families::svd::metrics`, `super::images`), so
+//! the import graph shows the structure. For the binaries, tests, benchmarks and the Python crate,
+//! the crate root re-exports the modules of `launch/`, `commands/` and `families/` under short
+//! names (`kernel_suite::svd`, `kernel_suite::cli`) and the launch layer's main types; [`job`] is
+//! public as it is (`kernel_suite::job::driver::Engine`), its [`workload`] also re-exported at the
+//! root for the `svd-workload` binary and the benchmarks.
 #![warn(missing_docs)]
 
 mod commands;
 mod families;
-mod job;
+pub mod job;
 mod launch;
 
 pub use commands::{bench, cli, image_io, npy, plot};
 pub use families::{conv, histogram, lombscargle, reduce, saxpy, scan, spiral, svd, svd_factor, transpose};
-pub use job::{svd_batch, svd_engine, svd_job, svd_outputs, workload};
+pub use job::workload;
 use launch::dependent_launch;
 pub use launch::{device, error, graph, module, profile};
 

@@ -205,7 +205,7 @@ fn cpu_triplets(image: ArrayView2<f32>, k: usize) -> kernel_suite::Result<Triple
         u: f.u.slice(s![.., ..k]).mapv(|v| v as f32),
         s: f.s[..k].to_vec(),
         vt: f.vt.slice(s![..k, ..]).mapv(|v| v as f32),
-        frobenius_norm: f.s.iter().map(|v| v * v).sum::<f64>().sqrt(),
+        frobenius_norm: svd::metrics::energy(&f.s).sqrt(),
     })
 }
 

@@ -284,3 +284,119 @@ pub fn mma_f64_m8n8k4(a: f64, b: f64, c: [f64; 2]) -> [f64; 2] {
         })
     }
 }
+
+/// Element `(row, column)` of the 16 × 4 `A` held in register `r` (0..2) of `lane` for
+/// [`mma_f64_m16n8k4`]: `(g + 8·r, t)`.
+#[inline(always)]
+pub fn f64_m16n8k4_a_coords(lane: u32, r: u32) -> (u32, u32) {
+    (lane / 4 + 8 * r, lane % 4)
+}
+
+/// Element `(row, column)` of the 16 × 8 `A` held in register `r` (0..4) of `lane` for
+/// [`mma_f64_m16n8k8`]: `(g + 8·(r % 2), t + 4·(r / 2))`, as for tf32.
+#[inline(always)]
+pub fn f64_m16n8k8_a_coords(lane: u32, r: u32) -> (u32, u32) {
+    tf32_a_coords(lane, r)
+}
+
+/// Element `(row, column)` of the 8 × 8 `B` (k × n) held in register `r` (0..2) of `lane` for
+/// [`mma_f64_m16n8k8`]: `(t + 4·r, g)`, as for tf32. (The 4 × 8 `B` of [`mma_f64_m16n8k4`] is that
+/// of [`mma_f64_m8n8k4`], [`f64_b_coords`].)
+#[inline(always)]
+pub fn f64_m16n8k8_b_coords(lane: u32, r: u32) -> (u32, u32) {
+    tf32_b_coords(lane, r)
+}
+
+/// `D = A·B + C` in f64 with `A` 16 × 4, `B` 4 × 8, `C`, `D` 16 × 8
+/// (`mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64`, sm_90): `A` element `(g + 8·r, t)` in
+/// `a[r]` ([`f64_m16n8k4_a_coords`]), `B` element `(t, g)` ([`f64_b_coords`]), `C`/`D` element
+/// [`m16n8_c_coords`]`(lane, r)` in register `r`. Every lane of the warp must call it together.
+/// The simulator accumulates `C` and the products with fused multiply-adds in order of `k`.
+#[inline(always)]
+pub fn mma_f64_m16n8k4(a: [f64; 2], b: f64, c: [f64; 4]) -> [f64; 4] {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (d0, d1, d2, d3): (u64, u64, u64, u64);
+        // SAFETY: a warp-collective register operation; the caller keeps the warp converged.
+        unsafe {
+            core::arch::asm!(
+                "mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}}}, {{{}, {}, {}, {}}};",
+                out(reg64) d0, out(reg64) d1, out(reg64) d2, out(reg64) d3,
+                in(reg64) a[0].to_bits(), in(reg64) a[1].to_bits(), in(reg64) b.to_bits(),
+                in(reg64) c[0].to_bits(), in(reg64) c[1].to_bits(),
+                in(reg64) c[2].to_bits(), in(reg64) c[3].to_bits(),
+            );
+        }
+        [f64::from_bits(d0), f64::from_bits(d1), f64::from_bits(d2), f64::from_bits(d3)]
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let all = crate::sim::warp_gather([a[0].to_bits(), a[1].to_bits(), b.to_bits()]);
+        let mut am = [[0.0f64; 4]; 16];
+        let mut bm = [[0.0f64; 8]; 4];
+        for (lane, words) in (0u32..).zip(all.iter()) {
+            for r in 0..2 {
+                let (i, p) = f64_m16n8k4_a_coords(lane, r);
+                am[i as usize][p as usize] = f64::from_bits(words[r as usize]);
+            }
+            let (p, j) = f64_b_coords(lane);
+            bm[p as usize][j as usize] = f64::from_bits(words[2]);
+        }
+        m16n8_f64_own(&am, &bm, c)
+    }
+}
+
+/// `D = A·B + C` in f64 with `A` 16 × 8, `B` 8 × 8, `C`, `D` 16 × 8
+/// (`mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64`, sm_90): fragments
+/// [`f64_m16n8k8_a_coords`], [`f64_m16n8k8_b_coords`], [`m16n8_c_coords`]. Every lane of the warp
+/// must call it together. The simulator accumulates with fused multiply-adds in order of `k`.
+#[inline(always)]
+pub fn mma_f64_m16n8k8(a: [f64; 4], b: [f64; 2], c: [f64; 4]) -> [f64; 4] {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (d0, d1, d2, d3): (u64, u64, u64, u64);
+        // SAFETY: a warp-collective register operation; the caller keeps the warp converged.
+        unsafe {
+            core::arch::asm!(
+                "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, {{{}, {}}}, {{{}, {}, {}, {}}};",
+                out(reg64) d0, out(reg64) d1, out(reg64) d2, out(reg64) d3,
+                in(reg64) a[0].to_bits(), in(reg64) a[1].to_bits(),
+                in(reg64) a[2].to_bits(), in(reg64) a[3].to_bits(),
+                in(reg64) b[0].to_bits(), in(reg64) b[1].to_bits(),
+                in(reg64) c[0].to_bits(), in(reg64) c[1].to_bits(),
+                in(reg64) c[2].to_bits(), in(reg64) c[3].to_bits(),
+            );
+        }
+        [f64::from_bits(d0), f64::from_bits(d1), f64::from_bits(d2), f64::from_bits(d3)]
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        // Two gathers: a lane's six words are more than one gather carries.
+        let all_a = crate::sim::warp_gather(a.map(f64::to_bits));
+        let all_b = crate::sim::warp_gather(b.map(f64::to_bits));
+        let mut am = [[0.0f64; 8]; 16];
+        let mut bm = [[0.0f64; 8]; 8];
+        for (lane, (words_a, words_b)) in (0u32..).zip(all_a.iter().zip(all_b.iter())) {
+            for r in 0..4 {
+                let (i, p) = f64_m16n8k8_a_coords(lane, r);
+                am[i as usize][p as usize] = f64::from_bits(words_a[r as usize]);
+            }
+            for r in 0..2 {
+                let (p, j) = f64_m16n8k8_b_coords(lane, r);
+                bm[p as usize][j as usize] = f64::from_bits(words_b[r as usize]);
+            }
+        }
+        m16n8_f64_own(&am, &bm, c)
+    }
+}
+
+/// This lane's four elements of `A·B + C` for an f64 m16n8 product: `C` plus the products by
+/// fused multiply-adds in order of `k`.
+#[cfg(not(target_arch = "nvptx64"))]
+fn m16n8_f64_own<const K: usize>(a: &[[f64; K]; 16], b: &[[f64; 8]; K], c: [f64; 4]) -> [f64; 4] {
+    let lane = lane_id();
+    core::array::from_fn(|r| {
+        let (i, j) = m16n8_c_coords(lane, r as u32);
+        (0..K).fold(c[r], |acc, p| a[i as usize][p].mul_add(b[p][j as usize], acc))
+    })
+}

@@ -5,19 +5,23 @@
 //! `.npy`), a CSV report of the errors and, with `--json`, a full report with per-stage times.
 //! Images are decoded on all cores into a bounded queue, computed by the engine (the GPU pipeline,
 //! one thread per GPU, or the CPU in parallel across images) and encoded on other threads; that
-//! pipeline is the library's `svd_engine`, and this file parses the command line and reports.
+//! pipeline is the library's `job` (`job::driver`), and this file parses the command line and
+//! reports.
 
 use anyhow::{Context, ensure};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use kernel_suite::Startup;
-use kernel_suite::cli::{self, DeviceArgs, Target};
+use kernel_suite::cli::{self, DeviceArgs, DeviceChoice, Target};
 use kernel_suite::image_io;
+use kernel_suite::job::driver::{
+    Engine, EngineDevice, EngineOptions, GpuList, JobRun, PHANTOM, Shard, Source, StartupReport,
+};
+use kernel_suite::job::gpu_engine::BATCH_IMAGES;
+use kernel_suite::job::images::{JobOptions, Keep, StageTimes, check_size};
+use kernel_suite::job::input_queue::Screen;
+use kernel_suite::job::outputs::{ImageEntry, ImageReport, Journal, Outputs, Totals, job_options, resumable};
 use kernel_suite::svd::Variant;
-use kernel_suite::svd_batch;
-use kernel_suite::svd_engine::{Engine, GpuList, PHANTOM, Shard, Source, StartupReport};
-use kernel_suite::svd_job::{JobOptions, Keep, Screen, StageTimes, check_size};
-use kernel_suite::svd_outputs::{ImageEntry, Journal, Outputs, Totals, job_options, resumable};
+use kernel_suite::{GpuOptions, Startup};
 use serde::Serialize;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::flag;
@@ -167,6 +171,49 @@ fn main() -> ExitCode {
 /// Runs the job; returns the exit status when it ran to its end.
 fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     let args = Args::parse();
+    let options = job_options_of(&args)?;
+    let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
+    let engine_options = engine_options_of(&args)?;
+    let mut job = Job::collect(&args, &options, shard)?;
+    // Decoding starts before the device opens, so the first images are ready when it is.
+    let queue = job.source.queue()?;
+    let (engine, count_ms) = Engine::open(&engine_options)?;
+    let label = engine.describe();
+    job.print_header(&args, &options, &label);
+    // The report starts once the job can run: a job that cannot leaves the earlier report as it was.
+    let report = Report::start(&args, &mut job)?;
+    let signal = on_signals()?;
+    let queue = queue.screened(report.screen(&args, &options, &signal));
+    let original = |index| job.source.original(index);
+    let outputs = outputs(&args, &original);
+    let done = |entry| report.done(entry);
+    let run = engine.run(&engine_options, (&queue, job.source.len()), &options, &outputs, &done)?;
+    // The queue's screen holds the other reference to the journal.
+    drop(queue);
+    let (totals, entries) = report.finish()?;
+    print_results(&job, (&totals, &entries), &options, &outputs);
+    let timing = Timing::of(&run, count_ms, command_start);
+    if let Some(path) = &args.json {
+        write_json(path, JobReport::new(&job, &label, &options, &totals, &timing, run.startup, &entries))?;
+    }
+    print_timing(&totals, &timing);
+    if args.device.profile {
+        for gpu in &run.gpus {
+            eprintln!("{}", gpu.timeline(run.job_start, run.job_end));
+            if let Some(profile) = &gpu.profile {
+                eprintln!("GPU {}: {profile}", gpu.gpu);
+            }
+        }
+    }
+    if let Engine::One(device) = engine {
+        args.device.print_profile(&Target::Kernels(device))?;
+    }
+    Ok(exit_status(&args, &job, &totals, &signal))
+}
+
+/// What to compute for every image, from `--ranks` (sorted, repeats dropped), `--check`,
+/// `--variant`, `--batch-images` and what is written.
+fn job_options_of(args: &Args) -> anyhow::Result<JobOptions> {
     ensure!(!args.ranks.contains(&0), "--ranks: rank 0 is not allowed (ranks start at 1)");
     let mut ranks = args.ranks.clone();
     ranks.sort_unstable();
@@ -181,109 +228,181 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     } else {
         Keep::Gray8
     };
-    let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
-    let gpus = args.gpus.as_deref().map(GpuList::parse).transpose()?;
-    let (mut source, total) = Source::collect(&args.inputs, args.size, shard)?;
-    let max_rank = *ranks.last().expect("ranks checked non-empty");
-    if args.inputs.is_empty() {
-        check_size(PHANTOM, (args.size, args.size), max_rank)?;
+    let batch_images = args.batch_images.unwrap_or(BATCH_IMAGES);
+    Ok(JobOptions { ranks, check: args.check, variant: args.variant, batch_images, keep })
+}
+
+/// How the engine opens, from `--device`, `--gpu`, `--gpus`, `--max-registers`, `--ptx` and
+/// `--profile`.
+fn engine_options_of(args: &Args) -> anyhow::Result<EngineOptions> {
+    let DeviceArgs { device, gpu, max_registers, ptx, profile } = args.device.clone();
+    Ok(EngineOptions {
+        device: match device {
+            DeviceChoice::Auto => EngineDevice::Auto,
+            DeviceChoice::Gpu => EngineDevice::Gpu,
+            DeviceChoice::Sim => EngineDevice::Simulator,
+            DeviceChoice::Cpu => EngineDevice::Cpu,
+        },
+        gpu,
+        gpus: args.gpus.as_deref().map(GpuList::parse).transpose()?,
+        gpu_options: GpuOptions { max_registers, force_ptx: ptx },
+        profile,
+    })
+}
+
+/// The job's images and its report, before it runs: what to do, and what an earlier run did.
+struct Job {
+    /// The images left to do.
+    source: Source,
+    /// Images in the whole job (before sharding and `--resume`).
+    total: usize,
+    /// Images of this shard (before `--resume`).
+    images: usize,
+    shard: Option<Shard>,
+    report_path: PathBuf,
+    /// [`job_options`] of this run: what `--resume` compares.
+    fingerprint: serde_json::Value,
+    /// The images an earlier run did ([`resumable`]), for the journal.
+    earlier: Vec<ImageEntry>,
+    /// The job position of each image left ([`Source::retain`]).
+    positions: Vec<usize>,
+    /// Images skipped by `--resume`.
+    resumed: usize,
+}
+
+impl Job {
+    /// Collects the images (checking the phantom's size and the output places) and, with
+    /// `--resume`, drops those an earlier run did.
+    fn collect(args: &Args, options: &JobOptions, shard: Option<Shard>) -> anyhow::Result<Job> {
+        let (mut source, total) = Source::collect(&args.inputs, args.size, shard)?;
+        if args.inputs.is_empty() {
+            check_size(PHANTOM, (args.size, args.size), max_rank(options))?;
+        }
+        std::fs::create_dir_all(&args.out_dir)
+            .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
+        // After --out-dir is made: `--json out/report.json` is the usual place.
+        if let Some(dir) = args.json.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty()) {
+            ensure!(dir.is_dir(), "--json: directory {} does not exist", dir.display());
+        }
+        let report_path = args.out_dir.join(match shard {
+            Some(s) => format!("report-{}-of-{}.csv", s.index, s.count),
+            None => "report.csv".into(),
+        });
+        let images = source.len();
+        let (fingerprint, earlier) = {
+            let original = |index| source.original(index);
+            let outputs = outputs(args, &original);
+            let fingerprint = job_options(options, &outputs);
+            let earlier = if args.resume && report_path.exists() {
+                resumable(&report_path, &fingerprint, &source.names(), &options.ranks, &outputs)
+                    .unwrap_or_else(|why| {
+                        eprintln!("note: --resume: {why}; every image is done again");
+                        Vec::new()
+                    })
+            } else {
+                Vec::new()
+            };
+            (fingerprint, earlier)
+        };
+        let skipped: HashSet<&str> = earlier
+            .iter()
+            .filter_map(|e| match e {
+                ImageEntry::Resumed { name, .. } => Some(name.as_str()),
+                _ => None,
+            })
+            .collect();
+        let positions = source.retain(|name| !skipped.contains(name));
+        let resumed = skipped.len();
+        Ok(Job { source, total, images, shard, report_path, fingerprint, earlier, positions, resumed })
     }
-    std::fs::create_dir_all(&args.out_dir)
-        .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
-    // After --out-dir is made: `--json out/report.json` is the usual place.
-    if let Some(dir) = args.json.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty()) {
-        ensure!(dir.is_dir(), "--json: directory {} does not exist", dir.display());
+
+    /// The line saying what runs, on how many images, at which ranks.
+    fn print_header(&self, args: &Args, options: &JobOptions, label: &str) {
+        let (job, total, resumed) = (self.images, self.total, self.resumed);
+        let mut images = match self.shard {
+            Some(Shard { index, count }) => format!("{job} image(s): shard {index}/{count} of {total}"),
+            None => format!("{job} image(s)"),
+        };
+        if resumed > 0 {
+            images += &format!(", {resumed} done by an earlier run (--resume)");
+        }
+        println!("device: {label}; variant: {}; {images}; ranks {:?}", args.variant.name(), options.ranks);
     }
-    let batch_images = args.batch_images.unwrap_or(svd_batch::BATCH_IMAGES);
-    let options = JobOptions { ranks, check: args.check, variant: args.variant, batch_images, keep };
-    let report_path = args.out_dir.join(match shard {
-        Some(s) => format!("report-{}-of-{}.csv", s.index, s.count),
-        None => "report.csv".into(),
-    });
-    let job = source.len();
-    let (fingerprint, earlier) = {
-        let original = |index| source.original(index);
-        let outputs = outputs(&args, &original);
-        let fingerprint = job_options(&options, &outputs);
-        let earlier = if args.resume && report_path.exists() {
-            resumable(&report_path, &fingerprint, &source.names(), &options.ranks, &outputs).unwrap_or_else(
-                |why| {
-                    eprintln!("note: --resume: {why}; every image is done again");
-                    Vec::new()
-                },
+}
+
+/// The job's largest rank.
+fn max_rank(options: &JobOptions) -> usize {
+    *options.ranks.last().expect("ranks checked non-empty")
+}
+
+/// The report as the job runs: its journal (`report.csv`) and the progress bar.
+struct Report {
+    journal: Arc<Journal>,
+    progress: ProgressBar,
+}
+
+impl Report {
+    /// Starts `report.csv` with the images an earlier run did (taken from `job`). Every image's
+    /// entry is kept only where it is printed or written whole.
+    fn start(args: &Args, job: &mut Job) -> anyhow::Result<Report> {
+        let keep = args.json.is_some() || job.source.len() <= FEW;
+        let (earlier, positions) = (std::mem::take(&mut job.earlier), std::mem::take(&mut job.positions));
+        let journal =
+            Arc::new(Journal::create(&job.report_path, &job.fingerprint, earlier, positions, keep)?);
+        let progress = if job.source.len() > FEW && std::io::stderr().is_terminal() {
+            ProgressBar::new(job.source.len() as u64).with_style(
+                ProgressStyle::with_template("{bar:30} {pos}/{len} images {elapsed} (eta {eta})")
+                    .expect("template"),
             )
         } else {
-            Vec::new()
+            ProgressBar::hidden()
         };
-        (fingerprint, earlier)
-    };
-    let skipped: HashSet<&str> = earlier
-        .iter()
-        .filter_map(|e| match e {
-            ImageEntry::Resumed { name, .. } => Some(name.as_str()),
-            _ => None,
-        })
-        .collect();
-    let positions = source.retain(|name| !skipped.contains(name));
-    let resumed = skipped.len();
-    // Decoding starts before the device opens, so the first images are ready when it is.
-    let queue = source.queue()?;
-    let (engine, count_ms) = Engine::open(&args.device, gpus)?;
-    let label = engine.describe();
-    let mut images = match shard {
-        Some(Shard { index, count }) => format!("{job} image(s): shard {index}/{count} of {total}"),
-        None => format!("{job} image(s)"),
-    };
-    if resumed > 0 {
-        images += &format!(", {resumed} done by an earlier run (--resume)");
+        Ok(Report { journal, progress })
     }
-    println!("device: {label}; variant: {}; {images}; ranks {:?}", args.variant.name(), options.ranks);
-    // The report starts once the job can run: a job that cannot leaves the earlier report as it was.
-    // Every image's entry is kept only where it is printed or written whole.
-    let keep = args.json.is_some() || source.len() <= FEW;
-    let journal = Arc::new(Journal::create(&report_path, &fingerprint, earlier, positions, keep)?);
-    let progress = if source.len() > FEW && std::io::stderr().is_terminal() {
-        ProgressBar::new(source.len() as u64).with_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} images {elapsed} (eta {eta})")
-                .expect("template"),
-        )
-    } else {
-        ProgressBar::hidden()
-    };
-    let signal = on_signals()?;
-    let queue = queue.screened(Screen {
-        max_rank,
-        fail_fast: args.fail_fast,
-        stop: Arc::clone(&signal.stop),
-        failed: Box::new({
-            let (journal, progress) = (Arc::clone(&journal), progress.clone());
-            move |failed| {
+
+    /// The queue's screen: a failed image is named on stderr and recorded; the queue stops at
+    /// the first with `--fail-fast`, and at a signal.
+    fn screen(&self, args: &Args, options: &JobOptions, signal: &Signals) -> Screen {
+        let (journal, progress) = (Arc::clone(&self.journal), self.progress.clone());
+        Screen {
+            max_rank: max_rank(options),
+            fail_fast: args.fail_fast,
+            stop: Arc::clone(&signal.stop),
+            failed: Box::new(move |failed| {
                 progress.suspend(|| eprintln!("error: {}", failed.error));
                 progress.inc(1);
                 journal.failed(&failed)
-            }
-        }),
-    });
-    let original = |index| source.original(index);
-    let outputs = outputs(&args, &original);
-    let done = |report| {
-        journal.done(report)?;
-        progress.inc(1);
-        Ok(())
-    };
-    let run = engine.run(&args.device, (&queue, source.len()), &options, &outputs, &done)?;
-    progress.finish_and_clear();
-    // The queue's screen holds the other reference to the journal.
-    drop(queue);
-    let journal = Arc::into_inner(journal).expect("the queue, and with it its screen, is dropped");
-    let (totals, entries) = journal.finish()?;
-    let job_ms = (run.job_end - run.job_start).as_secs_f64() * 1e3;
-    let Totals { done: computed, failed, pixels, stages, max_check_error, .. } = totals;
+            }),
+        }
+    }
 
-    if source.len() <= FEW {
-        print_images(&entries, &options, &outputs);
+    /// Records an image whose outputs are written.
+    fn done(&self, report: ImageReport) -> anyhow::Result<()> {
+        self.journal.done(report)?;
+        self.progress.inc(1);
+        Ok(())
+    }
+
+    /// Ends the report once the queue (whose screen holds the journal too) is dropped: its totals
+    /// and, where kept, every image's entry.
+    fn finish(self) -> anyhow::Result<(Totals, Vec<ImageEntry>)> {
+        self.progress.finish_and_clear();
+        let journal = Arc::into_inner(self.journal).expect("the queue, and with it its screen, is dropped");
+        Ok(journal.finish()?)
+    }
+}
+
+/// Per image (a few) or per rank (many), then where the outputs and the report are.
+fn print_results(
+    job: &Job,
+    (totals, entries): (&Totals, &[ImageEntry]),
+    options: &JobOptions,
+    outputs: &Outputs,
+) {
+    if job.source.len() <= FEW {
+        print_images(entries, options, outputs);
     } else {
-        print_ranks(&totals);
+        print_ranks(totals);
     }
     if outputs.png || outputs.npy {
         let kinds = match (outputs.png, outputs.npy) {
@@ -293,37 +412,77 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
         };
         println!("outputs: {} ({kinds})", outputs.dir.display());
     }
-    println!("report: {}", report_path.display());
-    if let Some(max) = max_check_error {
+    println!("report: {}", job.report_path.display());
+    if let Some(max) = totals.max_check_error {
         println!("check: largest relative difference from the f64 CPU reference {max:.3e}");
     }
-    let startup_ms = count_ms + run.startup.iter().map(|s| startup_total(&s.startup)).fold(0.0, f64::max);
-    let wall_ms = command_start.elapsed().as_secs_f64() * 1e3;
-    if let Some(path) = &args.json {
-        let report = JobReport {
-            device: &label,
-            variant: args.variant,
-            ranks: &options.ranks,
-            shard,
-            images: computed,
-            failed,
-            resumed,
-            pixels,
-            job_ms,
-            startup_ms,
-            wall_ms,
-            stages,
-            max_check_error,
-            startup: run.startup,
-            results: &entries,
-        };
-        // Streamed: the text of a large job's report never sits in memory whole.
-        image_io::write_atomically(path, |file| {
-            serde_json::to_writer_pretty(file, &report).map_err(std::io::Error::from)
-        })
-        .with_context(|| format!("cannot write {}", path.display()))?;
-        println!("report: {}", path.display());
+}
+
+/// Where the command's time went, ms.
+struct Timing {
+    /// From the engines' start to the last output written.
+    job_ms: f64,
+    /// Opening the device(s): the slowest GPU's, plus counting the GPUs for `--gpus`.
+    startup_ms: f64,
+    /// The whole command.
+    wall_ms: f64,
+}
+
+impl Timing {
+    fn of(run: &JobRun, count_ms: f64, command_start: Instant) -> Timing {
+        Timing {
+            job_ms: (run.job_end - run.job_start).as_secs_f64() * 1e3,
+            startup_ms: count_ms + run.startup.iter().map(|s| startup_total(&s.startup)).fold(0.0, f64::max),
+            wall_ms: command_start.elapsed().as_secs_f64() * 1e3,
+        }
     }
+}
+
+impl<'a> JobReport<'a> {
+    fn new(
+        job: &Job,
+        device: &'a str,
+        options: &'a JobOptions,
+        totals: &Totals,
+        timing: &Timing,
+        startup: Vec<StartupReport>,
+        results: &'a [ImageEntry],
+    ) -> Self {
+        JobReport {
+            device,
+            variant: options.variant,
+            ranks: &options.ranks,
+            shard: job.shard,
+            images: totals.done,
+            failed: totals.failed,
+            resumed: job.resumed,
+            pixels: totals.pixels,
+            job_ms: timing.job_ms,
+            startup_ms: timing.startup_ms,
+            wall_ms: timing.wall_ms,
+            stages: totals.stages,
+            max_check_error: totals.max_check_error,
+            startup,
+            results,
+        }
+    }
+}
+
+/// Writes the `--json` report, streamed: the text of a large job's report never sits in memory
+/// whole.
+fn write_json(path: &Path, report: JobReport) -> anyhow::Result<()> {
+    image_io::write_atomically(path, |file| {
+        serde_json::to_writer_pretty(file, &report).map_err(std::io::Error::from)
+    })
+    .with_context(|| format!("cannot write {}", path.display()))?;
+    println!("report: {}", path.display());
+    Ok(())
+}
+
+/// The job's time and the stages' sums.
+fn print_timing(totals: &Totals, timing: &Timing) {
+    let Totals { done: computed, pixels, stages, .. } = totals;
+    let Timing { job_ms, startup_ms, wall_ms } = timing;
     println!(
         "job: {} images ({pixels} pixels) in {job_ms:.1} ms after start-up; start-up {startup_ms:.1} ms (driver, \
          context, module); whole command {wall_ms:.1} ms",
@@ -342,45 +501,37 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     if let Some(peak) = peak_memory_mib() {
         println!("peak resident memory: {peak:.1} MiB");
     }
-    if args.device.profile {
-        for gpu in &run.gpus {
-            eprintln!("{}", gpu.timeline(run.job_start, run.job_end));
-            if let Some(profile) = &gpu.profile {
-                eprintln!("GPU {}: {profile}", gpu.gpu);
-            }
-        }
-    }
-    if let Engine::One(device) = engine {
-        args.device.print_profile(&Target::Kernels(device))?;
-    }
+}
+
+/// The summary line, and the exit status: stopped by a signal (128 + the signal), some images
+/// failed ([`PARTIAL`]), or every image done.
+fn exit_status(args: &Args, job: &Job, totals: &Totals, signal: &Signals) -> ExitCode {
+    let (computed, failed, resumed, images) = (totals.done, totals.failed, job.resumed, job.images);
     let done = computed + resumed;
     let earlier = if resumed > 0 { format!(" ({resumed} by an earlier run)") } else { String::new() };
-    println!("summary: {done} of {job} image(s) done{earlier}, {failed} failed");
+    println!("summary: {done} of {images} image(s) done{earlier}, {failed} failed");
     let received = signal.received.load(Ordering::SeqCst);
-    if received != 0 && computed + failed < source.len() {
+    let report_path = job.report_path.display();
+    if received != 0 && computed + failed < job.source.len() {
         let name = if received == SIGTERM as usize { "SIGTERM" } else { "SIGINT" };
         eprintln!(
-            "stopped by {name}: {done} of {job} image(s) done, listed in {}; run again with --resume for the rest",
-            report_path.display()
+            "stopped by {name}: {done} of {images} image(s) done, listed in {report_path}; run again with --resume \
+             for the rest"
         );
-        return Ok(ExitCode::from(128 + received as u8));
+        return ExitCode::from(128 + received as u8);
     }
     if failed == 0 {
-        return Ok(ExitCode::SUCCESS);
+        return ExitCode::SUCCESS;
     }
-    let stopped = if args.fail_fast && computed + failed < source.len() {
+    let stopped = if args.fail_fast && computed + failed < job.source.len() {
         "; stopped at the first failure (--fail-fast)"
     } else {
         ""
     };
-    eprintln!(
-        "error: {failed} of {job} image(s) failed{stopped}; the {done} done are in {}",
-        report_path.display()
-    );
-    Ok(ExitCode::from(PARTIAL))
+    eprintln!("error: {failed} of {images} image(s) failed{stopped}; the {done} done are in {report_path}");
+    ExitCode::from(PARTIAL)
 }
 
-/// What SIGINT and SIGTERM have done ([`on_signals`]).
 struct Signals {
     /// Set by the first: the queue hands out no more images.
     stop: Arc<AtomicBool>,

@@ -6,8 +6,8 @@
 //! little noise, quantised to 8 bits: its singular values decay like a photograph's, neither flat
 //! (noise) nor trivially low-rank.
 
-use crate::error::{Error, Result, ensure};
-use crate::image_io;
+use crate::commands::image_io;
+use crate::launch::error::{Error, Result, ensure};
 use ndarray::Array2;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use rayon::prelude::*;

@@ -2,7 +2,7 @@
 //! paired round by round, rotations found per pair and applied across the image.
 
 use super::eigensolver::{JacobiSpace, jacobi, jacobi_shared_bytes};
-use super::ritz::write_ritz_pairs;
+use super::ritz_pairs::write_ritz_pairs;
 use gpu_std::math;
 use gpu_std::{kernel, shared, thread};
 
@@ -37,13 +37,12 @@ pub const fn block_jacobi_apply_bytes(nb: u32) -> u32 {
 /// round: the symmetric `n × n` matrix `x` of each image (row-major, images `n²` apart,
 /// `n = 2·nb·pairs`, zero past the problem's own size) is split into `2·pairs` blocks of `nb`
 /// rows; round `round` of the circle method pairs them, and block `blockIdx.x` of the launch
-/// runs one sweep of [`ritz_eigen`](super::ritz_eigen)'s Jacobi on its pair's `2nb × 2nb` submatrix in shared
-/// memory (the outer sweeps iterate anyway: solving each submatrix exactly costs several times
-/// more), writing the
-/// accumulated rotation to `rot` (`2nb × 2nb` per pair, `pairs` per image) and setting
-/// `rotated[image]` to 1 if it rotated anything. Rotations are skipped below `JACOBI_NOISE` times
-/// the whole matrix's largest diagonal element, so a sweep in which no pair rotates means the
-/// matrix is diagonal to that precision.
+/// runs one sweep of [`ritz_eigen`](super::ritz::ritz_eigen)'s Jacobi on its pair's `2nb × 2nb`
+/// submatrix in shared memory (the outer sweeps iterate anyway: solving each submatrix exactly
+/// costs several times more), writing the accumulated rotation to `rot` (`2nb × 2nb` per pair,
+/// `pairs` per image) and setting `rotated[image]` to 1 if it rotated anything. Rotations are
+/// skipped below `JACOBI_NOISE` times the whole matrix's largest diagonal element, so a sweep in
+/// which no pair rotates means the matrix is diagonal to that precision.
 ///
 /// Launch: grid `(pairs, 1, images)`, a 1-D block of whole warps,
 /// [`block_jacobi_rotations_bytes`]`(nb)` of dynamic shared memory.
@@ -65,28 +64,33 @@ pub unsafe fn block_jacobi_rotations(
     let x = x.sub(img * nu * nu, nu * nu);
     let mut rot = rot.sub((img * pairs + t as usize) * m * m, m * m);
     let pair = block_pair(t, round, n / nb);
-    let space = JacobiSpace::new(core::ptr::null_mut(), m);
-    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
-    let mut i = tid;
-    while i < m * m {
-        let (r, c) = (i / m, i % m);
-        space.set_x(r, c, x[pair_index(pair, nb, r as u32) * nu + pair_index(pair, nb, c as u32)]);
-        space.set_z(r, c, if r == c { 1.0 } else { 0.0 });
-        i += nt;
-    }
-    let mut scale = 0.0f64;
-    for l in 0..nu {
-        scale = scale.max(math::abs(x[l * nu + l]));
-    }
-    thread::sync_threads();
-    let any = jacobi(space, m, scale, 1);
-    let mut i = tid;
-    while i < m * m {
-        rot[i] = space.z(i / m, i % m);
-        i += nt;
-    }
-    if any && tid == 0 {
-        rotated[img] = 1;
+    // SAFETY (whole body): the kernel's contract gives the work space in shared memory (so the
+    // null scratch pointer is never used); indices stay below 2nb, each element is written by one
+    // thread before the barrier, and every thread calls the solver.
+    unsafe {
+        let space = JacobiSpace::new(core::ptr::null_mut(), m);
+        let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
+        let mut i = tid;
+        while i < m * m {
+            let (r, c) = (i / m, i % m);
+            space.set_x(r, c, x[pair_index(pair, nb, r as u32) * nu + pair_index(pair, nb, c as u32)]);
+            space.set_z(r, c, if r == c { 1.0 } else { 0.0 });
+            i += nt;
+        }
+        let mut scale = 0.0f64;
+        for l in 0..nu {
+            scale = scale.max(math::abs(x[l * nu + l]));
+        }
+        thread::sync_threads();
+        let any = jacobi(space, m, scale, 1);
+        let mut i = tid;
+        while i < m * m {
+            rot[i] = space.z(i / m, i % m);
+            i += nt;
+        }
+        if any && tid == 0 {
+            rotated[img] = 1;
+        }
     }
 }
 
@@ -177,8 +181,8 @@ pub fn block_jacobi_apply(
 
 /// Block Jacobi, the end: per image (one block each, `blockIdx.x`, any 1-D block), the Ritz pairs
 /// of the diagonalised `x` and accumulated `z` (`n × n`, as in [`block_jacobi_apply`]) for the
-/// leading `b` rows and columns (the rest is padding), written as [`ritz_eigen`](super::ritz_eigen) writes them;
-/// `scratch` holds `2b` per image.
+/// leading `b` rows and columns (the rest is padding), written as
+/// [`ritz_eigen`](super::ritz::ritz_eigen) writes them; `scratch` holds `2b` per image.
 #[kernel]
 pub fn block_jacobi_finish(
     x: &[f64],

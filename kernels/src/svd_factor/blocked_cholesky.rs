@@ -7,8 +7,8 @@
 //! written):
 //! 1. [`cholesky_diagonal_block`], one block per image: the Cholesky factor `R_pp` of the updated
 //!    diagonal block (pivots floored against `W`'s own diagonal as in
-//!    [`cholesky_inverse`](super::cholesky_inverse)) and `R_pp⁻¹`, which is the diagonal block of
-//!    `R⁻¹`;
+//!    [`cholesky_inverse`](super::ritz::cholesky_inverse)) and `R_pp⁻¹`, which is the diagonal
+//!    block of `R⁻¹`;
 //! 2. [`cholesky_row_panel`], a block per 64 columns right of the panel and image:
 //!    `R_pj = R_pp⁻ᵀ·W_pj`;
 //! 3. [`cholesky_trailing_update`], a block per 64 × 64 tile of the trailing upper triangle and
@@ -21,9 +21,11 @@
 //! block's products go through the 64 × 64 output tile of the batched GEMM (256 threads, 4 × 4
 //! outputs each, stages of 16 along the inner dimension in shared memory).
 
-use super::{GEMM_LD, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, PIVOT_FLOOR, Stages};
+use super::constants::PIVOT_FLOOR;
+use super::gemm::{GEMM_LD, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, Stages};
 use gpu_std::math;
 use gpu_std::shared::{self, DynamicShared};
+use gpu_std::slice::SliceMut;
 use gpu_std::{kernel, thread, warp};
 
 /// Largest panel: one output tile.
@@ -75,13 +77,16 @@ impl Tile {
     /// Element `(i, j)` (`i, j < 64`; no other thread writes it meanwhile).
     #[inline(always)]
     unsafe fn at(self, i: u32, j: u32) -> f64 {
-        self.0.read(i as usize * TILE_LD + j as usize)
+        // SAFETY: i, j < 64, inside the tile's 64 rows; no write races (the caller's contract).
+        unsafe { self.0.read(i as usize * TILE_LD + j as usize) }
     }
 
     /// Writes element `(i, j)` (`i, j < 64`; no other thread accesses it meanwhile).
     #[inline(always)]
     unsafe fn set(self, i: u32, j: u32, value: f64) {
-        self.0.write(i as usize * TILE_LD + j as usize, value)
+        // SAFETY: i, j < 64, inside the tile's 64 rows; no other access races (the caller's
+        // contract).
+        unsafe { self.0.write(i as usize * TILE_LD + j as usize, value) }
     }
 }
 
@@ -111,6 +116,10 @@ fn for_each_output(acc: &[[f64; 4]; 4], (rows, cols): (u32, u32), mut store: imp
 /// `Σ_{p ∈ depth} a(i, p)·b(p, j)` for the `rows × cols` corner of a 64 × 64 tile, this thread's
 /// 4 × 4 part ([`outputs`]); zero outside `rows × cols`. Called by every thread of the block (it
 /// waits at barriers). `a` is read along `i` and `b` along `j` by consecutive threads.
+///
+/// # Safety
+/// Every thread of the block calls it, with the same `(rows, cols)` and `(start, end)`; no thread
+/// writes the stages meanwhile.
 #[inline(always)]
 unsafe fn tile_product(
     space: &Space,
@@ -130,18 +139,24 @@ unsafe fn tile_product(
             let idx = tid + GEMM_THREADS * q;
             let (i, p) = (idx % TILE, idx / TILE);
             let v = if i < rows && p0 + p < end { a(i, p0 + p) } else { 0.0 };
-            space.stages.a.write(p as usize * GEMM_LD + i as usize, v);
+            // SAFETY (this write and the next): indices below TK·GEMM_LD, the stages' length;
+            // each element is written by one thread between the barriers and read after them.
+            unsafe { space.stages.a.write(p as usize * GEMM_LD + i as usize, v) };
             let (p, j) = (idx / TILE, idx % TILE);
             let v = if j < cols && p0 + p < end { b(p0 + p, j) } else { 0.0 };
-            space.stages.b.write(p as usize * GEMM_LD + j as usize, v);
+            // SAFETY: as above.
+            unsafe { space.stages.b.write(p as usize * GEMM_LD + j as usize, v) };
         }
         thread::sync_threads();
         for p in 0..TK as usize {
             let mut av = [0.0f64; 4];
             let mut bv = [0.0f64; 4];
             for r in 0..4 {
-                av[r] = space.stages.a.read(p * GEMM_LD + ty as usize + 16 * r);
-                bv[r] = space.stages.b.read(p * GEMM_LD + tx as usize + 16 * r);
+                // SAFETY: indices below TK·GEMM_LD, written before the barrier.
+                unsafe {
+                    av[r] = space.stages.a.read(p * GEMM_LD + ty as usize + 16 * r);
+                    bv[r] = space.stages.b.read(p * GEMM_LD + tx as usize + 16 * r);
+                }
             }
             for r in 0..4 {
                 for s in 0..4 {
@@ -178,15 +193,47 @@ pub fn cholesky_diagonal_block(
 ) {
     let z = thread::block_idx_z() as usize;
     let bu = b as usize;
-    let mut w = w.sub(z * bu * bu, bu * bu);
+    let w = w.sub(z * bu * bu, bu * bu);
     let mut rinv = rinv.sub(z * bu * bu, bu * bu);
-    let mut diagonal = diagonal.sub(z * bu, bu);
+    let diagonal = diagonal.sub(z * bu, bu);
     let (start, len) = panel_span(b, nb, panel);
     let space = Space::new();
     let tid = thread::thread_idx_x();
     let at = |i: u32, j: u32| i as usize * bu + j as usize;
-    // S = W_pp (already the Schur complement: every earlier panel's trailing update has been
-    // subtracted) into the tile.
+    // SAFETY: nb ≤ 64 (the launch's contract), so len ≤ 64; every thread of the block runs each
+    // step.
+    unsafe {
+        load_diagonal_block(&space, w, diagonal, at, (b, start, len), panel);
+        factor_tile(&space, len);
+        write_factor(&space, w, at, start, len);
+        invert_factor(&space, len);
+    }
+    let mut e = tid;
+    while e < len * len {
+        let (r, c) = (e / len, e % len);
+        // SAFETY: r, c < 64, written before the barrier.
+        rinv[at(start + r, start + c)] = unsafe { space.inverse.at(r, c) };
+        e += GEMM_THREADS;
+    }
+}
+
+/// Step 1, first part: `S = W_pp` (already the Schur complement: every earlier panel's trailing
+/// update has been subtracted) into the tile (upper triangle), and the pivots' floors, `W`'s own
+/// diagonal, into the vector. The first panel keeps that diagonal in `diagonal`, before any
+/// update. Ends at a barrier.
+///
+/// # Safety
+/// `len ≤ 64`; every thread of the block calls it.
+#[inline(always)]
+unsafe fn load_diagonal_block(
+    space: &Space,
+    w: SliceMut<f64>,
+    mut diagonal: SliceMut<f64>,
+    at: impl Fn(u32, u32) -> usize,
+    (b, start, len): (u32, u32, u32),
+    panel: u32,
+) {
+    let tid = thread::thread_idx_x();
     let mut e = tid;
     while e < len * len {
         let (i, j) = (e / len, e % len);
@@ -196,7 +243,6 @@ pub fn cholesky_diagonal_block(
         }
         e += GEMM_THREADS;
     }
-    // W's own diagonal, for the floors: kept by the first panel, before any update.
     if panel == 0 {
         let mut j = tid;
         while j < b {
@@ -210,13 +256,31 @@ pub fn cholesky_diagonal_block(
         unsafe { space.vector.write(tid as usize, diagonal[(start + tid) as usize]) };
     }
     thread::sync_threads();
-    // Right-looking Cholesky of the tile, one barrier per step, as `cholesky_inverse`.
-    let pivot = |j: u32| -> f64 {
-        // SAFETY: j < len ≤ 64, written before the last barrier.
-        unsafe { space.tile.at(j, j).max(PIVOT_FLOOR * space.vector.read(j as usize)).max(f64::MIN_POSITIVE) }
-    };
+}
+
+/// Pivot `j` of the tile's factorisation: its diagonal element, floored at [`PIVOT_FLOOR`] times
+/// the vector's element `j`.
+///
+/// # Safety
+/// `j < 64`; both elements were written before the last barrier.
+#[inline(always)]
+unsafe fn pivot(space: &Space, j: u32) -> f64 {
+    // SAFETY: j < 64 (the contract), written before the last barrier.
+    unsafe { space.tile.at(j, j).max(PIVOT_FLOOR * space.vector.read(j as usize)).max(f64::MIN_POSITIVE) }
+}
+
+/// Step 1, second part: right-looking Cholesky of the tile's `len × len` upper triangle in place,
+/// one barrier per step, as [`cholesky_inverse`](super::ritz::cholesky_inverse): step `j`
+/// subtracts row `j`'s outer product divided by the (floored) pivot from the trailing triangle.
+///
+/// # Safety
+/// `len ≤ 64`; every thread of the block calls it, after [`load_diagonal_block`].
+#[inline(always)]
+unsafe fn factor_tile(space: &Space, len: u32) {
+    let tid = thread::thread_idx_x();
     for j in 0..len {
-        let inv = 1.0 / pivot(j);
+        // SAFETY: j < len ≤ 64, written before the last barrier.
+        let inv = 1.0 / unsafe { pivot(space, j) };
         let mut e = tid;
         let trailing = len - j - 1;
         while e < trailing * trailing {
@@ -236,10 +300,25 @@ pub fn cholesky_diagonal_block(
         }
         thread::sync_threads();
     }
-    // The pivots' square roots replace the floors in the vector; R_pp = the tile's rows scaled
-    // by them, written to `w`.
+}
+
+/// Step 1, third part: the pivots' square roots replace the floors in the vector; `R_pp` = the
+/// tile's rows scaled by them, into the tile and `w`. Ends at a barrier.
+///
+/// # Safety
+/// `len ≤ 64`; every thread of the block calls it, after [`factor_tile`].
+#[inline(always)]
+unsafe fn write_factor(
+    space: &Space,
+    mut w: SliceMut<f64>,
+    at: impl Fn(u32, u32) -> usize,
+    start: u32,
+    len: u32,
+) {
+    let tid = thread::thread_idx_x();
     if tid < len {
-        let root = math::sqrt(pivot(tid));
+        // SAFETY: tid < len ≤ 64, written before the last barrier.
+        let root = math::sqrt(unsafe { pivot(space, tid) });
         // SAFETY: tid < 64; only this thread reads or writes the element now.
         unsafe { space.vector.write(tid as usize, root) };
     }
@@ -259,9 +338,18 @@ pub fn cholesky_diagonal_block(
         e += GEMM_THREADS;
     }
     thread::sync_threads();
-    // R_pp⁻¹ by back substitution in shared memory, four threads per column (`tid / 4`) each
-    // summing every fourth term, combined by shuffles: rows from the last up, the same steps in
-    // every thread, so each shuffle has the whole warp.
+}
+
+/// Step 1, last part: `R_pp⁻¹` into the inverse tile by back substitution in shared memory, four
+/// threads per column (`tid / 4`) each summing every fourth term, combined by shuffles: rows from
+/// the last up, the same steps in every thread, so each shuffle has the whole warp. Ends at a
+/// barrier.
+///
+/// # Safety
+/// `len ≤ 64`; every thread of the block calls it, after [`write_factor`].
+#[inline(always)]
+unsafe fn invert_factor(space: &Space, len: u32) {
+    let tid = thread::thread_idx_x();
     let (c, part) = (tid / 4, tid % 4);
     let mut r = len;
     while r > 0 {
@@ -288,13 +376,6 @@ pub fn cholesky_diagonal_block(
         warp::sync_warp(u32::MAX);
     }
     thread::sync_threads();
-    let mut e = tid;
-    while e < len * len {
-        let (r, c) = (e / len, e % len);
-        // SAFETY: r, c < 64, written before the barrier.
-        rinv[at(start + r, start + c)] = unsafe { space.inverse.at(r, c) };
-        e += GEMM_THREADS;
-    }
 }
 
 /// Step 2 of panel `panel` (module docs): a block per 64 columns right of the panel

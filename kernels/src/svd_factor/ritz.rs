@@ -1,25 +1,27 @@
 //! The Rayleigh–Ritz step and the next basis, one block per image: the Ritz pairs, their residuals
 //! and weights, the column combinations, and the Cholesky factor of the basis's Gram matrix.
 
+use super::constants::{NULL_THRESHOLD, PIVOT_FLOOR};
 use super::eigensolver::{JacobiSpace, MAX_SWEEPS, image_scratch, jacobi};
-use super::{NULL_THRESHOLD, PIVOT_FLOOR};
+use super::ritz_pairs::write_ritz_pairs;
 use gpu_std::math;
-use gpu_std::slice::SliceMut;
 use gpu_std::{kernel, shared, thread};
 
 /// Rayleigh–Ritz, first half, one block per image (`blockIdx.x`), any 1-D block size; dynamic
-/// shared memory 8 bytes, or [`jacobi_shared_bytes`](super::jacobi_shared_bytes)`(b)` to work in shared memory.
+/// shared memory 8 bytes, or [`jacobi_shared_bytes`](super::eigensolver::jacobi_shared_bytes)`(b)`
+/// to work in shared memory.
 ///
-/// In: `t` (`b × b` per image, row-major) `= QᵀY = QᵀGQ` with `Y = G·Q`. Solves `T = Z·diag(θ)·Zᵀ` by cyclic Jacobi and writes, per image, the Ritz values
-/// `theta` (`b`, non-increasing), `sigma = √θ`, `inv_sigma` (`1/σ`, or 0 for numerically zero θ)
-/// and the matching eigenvectors `ritz` (`b × b`, column `r` for `θ_r`).
+/// In: `t` (`b × b` per image, row-major) `= QᵀY = QᵀGQ` with `Y = G·Q`. Solves
+/// `T = Z·diag(θ)·Zᵀ` by cyclic Jacobi and writes, per image, the Ritz values `theta` (`b`,
+/// non-increasing), `sigma = √θ`, `inv_sigma` (`1/σ`, or 0 for numerically zero θ) and the
+/// matching eigenvectors `ritz` (`b × b`, column `r` for `θ_r`).
 ///
 /// # Safety
 /// The launch gives at least 8 bytes of dynamic shared memory (the Jacobi solver's flag), and
-/// each image's parts lie inside the slices: `b × b` of `t`, [`eigen_scratch`](super::eigen_scratch)`(b)` of
-/// `scratch`, `b` of `theta`, `sigma`, `inv_sigma` and `b × b` of `ritz`. Unchecked on the GPU,
-/// like the Jacobi work space (checks cost instructions in the solver's loops); the simulator
-/// checks every access.
+/// each image's parts lie inside the slices: `b × b` of `t`,
+/// [`eigen_scratch`](super::eigensolver::eigen_scratch)`(b)` of `scratch`, `b` of `theta`,
+/// `sigma`, `inv_sigma` and `b × b` of `ritz`. Unchecked on the GPU, like the Jacobi work space
+/// (checks cost instructions in the solver's loops); the simulator checks every access.
 #[kernel]
 pub unsafe fn ritz_eigen(
     t: &[f64],
@@ -33,90 +35,39 @@ pub unsafe fn ritz_eigen(
     let img = thread::block_idx_x() as usize;
     let bu = b as usize;
     let bb = bu * bu;
-    let t_in = t.sub_unchecked(img * bb, bb);
-    let (mut scratch, work) = image_scratch(scratch, b);
-    let space = JacobiSpace::new(scratch.as_mut_ptr(), bu);
-    let (vals, perm) = (scratch.sub_unchecked(work, bu), scratch.sub_unchecked(work + bu, bu));
-    let theta = theta.sub_unchecked(img * bu, bu);
-    let sigma = sigma.sub_unchecked(img * bu, bu);
-    let inv_sigma = inv_sigma.sub_unchecked(img * bu, bu);
-    let ritz = ritz.sub_unchecked(img * bb, bb);
-    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
+    // SAFETY (whole body): the kernel's contract: the image's parts lie inside the slices, its
+    // scratch part's two vectors after the Jacobi work space, and the launch gives the solver's
+    // flag; the work space is in shared memory when the launch gives `jacobi_shared_bytes(b)`,
+    // else in the scratch part. Every thread runs all of it (the solver's barriers), and each
+    // element is written by one thread between barriers.
+    unsafe {
+        let t_in = t.sub_unchecked(img * bb, bb);
+        let (mut scratch, work) = image_scratch(scratch, b);
+        let space = JacobiSpace::new(scratch.as_mut_ptr(), bu);
+        let (vals, perm) = (scratch.sub_unchecked(work, bu), scratch.sub_unchecked(work + bu, bu));
+        let theta = theta.sub_unchecked(img * bu, bu);
+        let sigma = sigma.sub_unchecked(img * bu, bu);
+        let inv_sigma = inv_sigma.sub_unchecked(img * bu, bu);
+        let ritz = ritz.sub_unchecked(img * bb, bb);
+        let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
 
-    // X = (T + Tᵀ)/2, Z = I.
-    let mut i = tid;
-    while i < bb {
-        let (r, c) = (i / bu, i % bu);
-        space.set_x(r, c, 0.5 * (t_in.get_unchecked(i) + t_in.get_unchecked(c * bu + r)));
-        space.set_z(r, c, if r == c { 1.0 } else { 0.0 });
-        i += nt;
-    }
-    thread::sync_threads();
-    let mut scale = 0.0f64;
-    for l in 0..bu {
-        scale = scale.max(math::abs(space.x(l, l)));
-    }
-    jacobi(space, bu, scale, MAX_SWEEPS);
-    let value = |i: usize| space.x(i, i);
-    let vector = |row: usize, col: usize| space.z(row, col);
-    write_ritz_pairs(bu, value, vector, (vals, perm), (theta, sigma, inv_sigma, ritz));
-}
-
-/// The Ritz pairs in order of decreasing value, from an eigendecomposition given as `value(i)`
-/// and `vector(row, i)` (`i, row < b`): `theta`, `sigma = √θ`, `inv_sigma` (`1/σ`, or 0 for
-/// numerically zero θ) and `ritz` (`b × b`, column `r` the vector of `θ_r`). `vals` and `perm`
-/// (`b` each) are work space. All threads of the block call it.
-#[inline(always)]
-pub(super) unsafe fn write_ritz_pairs(
-    bu: usize,
-    value: impl Fn(usize) -> f64,
-    vector: impl Fn(usize, usize) -> f64,
-    (mut vals, mut perm): (SliceMut<f64>, SliceMut<f64>),
-    (mut theta, mut sigma, mut inv_sigma, mut ritz): (
-        SliceMut<f64>,
-        SliceMut<f64>,
-        SliceMut<f64>,
-        SliceMut<f64>,
-    ),
-) {
-    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
-    let bb = bu * bu;
-    // Largest first: perm[rank] = index.
-    let mut i = tid;
-    while i < bu {
-        vals.set_unchecked(i, value(i));
-        i += nt;
-    }
-    thread::sync_threads();
-    let mut i = tid;
-    while i < bu {
-        let v = vals.get_unchecked(i);
-        let mut rank = 0;
-        for j in 0..bu {
-            let w = vals.get_unchecked(j);
-            if w > v || (w == v && j < i) {
-                rank += 1;
-            }
+        // X = (T + Tᵀ)/2, Z = I.
+        let mut i = tid;
+        while i < bb {
+            let (r, c) = (i / bu, i % bu);
+            space.set_x(r, c, 0.5 * (t_in.get_unchecked(i) + t_in.get_unchecked(c * bu + r)));
+            space.set_z(r, c, if r == c { 1.0 } else { 0.0 });
+            i += nt;
         }
-        perm.set_unchecked(rank, i as f64);
-        i += nt;
-    }
-    thread::sync_threads();
-    let mut i = tid;
-    while i < bb {
-        let (row, r) = (i / bu, i % bu);
-        ritz.set_unchecked(i, vector(row, perm.get_unchecked(r) as usize));
-        i += nt;
-    }
-    let theta0 = vals.get_unchecked(perm.get_unchecked(0) as usize).max(0.0);
-    let mut i = tid;
-    while i < bu {
-        let th = vals.get_unchecked(perm.get_unchecked(i) as usize);
-        theta.set_unchecked(i, th);
-        let s = math::sqrt(th.max(0.0));
-        sigma.set_unchecked(i, s);
-        inv_sigma.set_unchecked(i, if th > NULL_THRESHOLD * theta0 && s > 0.0 { 1.0 / s } else { 0.0 });
-        i += nt;
+        thread::sync_threads();
+        let mut scale = 0.0f64;
+        for l in 0..bu {
+            scale = scale.max(math::abs(space.x(l, l)));
+        }
+        jacobi(space, bu, scale, MAX_SWEEPS);
+        let value = |i: usize| space.x(i, i);
+        let vector = |row: usize, col: usize| space.z(row, col);
+        write_ritz_pairs(bu, value, vector, (vals, perm), (theta, sigma, inv_sigma, ritz));
     }
 }
 
@@ -410,93 +361,105 @@ pub fn chebyshev_step(
 ///
 /// # Safety
 /// The launch gives at least 8 bytes of dynamic shared memory, and each image's parts lie inside
-/// the slices: `b × b` of `w` and `rinv`, [`eigen_scratch`](super::eigen_scratch)`(b)` of `scratch`. Unchecked on the
-/// GPU, like the Jacobi work space; the simulator checks every access.
+/// the slices: `b × b` of `w` and `rinv`, [`eigen_scratch`](super::eigensolver::eigen_scratch)`(b)`
+/// of `scratch`. Unchecked on the GPU, like the Jacobi work space; the simulator checks every
+/// access.
 #[kernel]
 pub unsafe fn cholesky_inverse(w: &[f64], b: u32, scratch: &mut [f64], rinv: &mut [f64]) {
     let img = thread::block_idx_x() as usize;
     let bu = b as usize;
     let bb = bu * bu;
-    let w = w.sub_unchecked(img * bb, bb);
-    let (mut scratch, _) = image_scratch(scratch, b);
-    let space = JacobiSpace::new(scratch.as_mut_ptr(), bu);
-    let mut rinv = rinv.sub_unchecked(img * bb, bb);
-    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
-    // W (upper triangle) into x; its diagonal also into z's first row, for the pivot floors.
-    let mut i = tid;
-    while i < bb {
-        let (r, c) = (i / bu, i % bu);
-        if r <= c {
-            let value = w.get_unchecked(i);
-            space.set_x(r, c, value);
-            if r == c {
-                space.set_z(0, c, value);
+    // SAFETY (whole body): the kernel's contract: the image's parts lie inside the slices and the
+    // launch gives the solver's flag; the work space is in shared memory when the launch gives
+    // `jacobi_shared_bytes(b)`, else in the image's scratch part. Every thread runs all of it, each
+    // element is written by one thread between barriers (a row's trailing columns by a warp's
+    // lanes, a column of `R⁻¹` by one thread) and read only after them.
+    unsafe {
+        let w = w.sub_unchecked(img * bb, bb);
+        let (mut scratch, _) = image_scratch(scratch, b);
+        let space = JacobiSpace::new(scratch.as_mut_ptr(), bu);
+        let mut rinv = rinv.sub_unchecked(img * bb, bb);
+        let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
+        // W (upper triangle) into x; its diagonal also into z's first row, for the pivot floors.
+        let mut i = tid;
+        while i < bb {
+            let (r, c) = (i / bu, i % bu);
+            if r <= c {
+                let value = w.get_unchecked(i);
+                space.set_x(r, c, value);
+                if r == c {
+                    space.set_z(0, c, value);
+                }
             }
-        }
-        i += nt;
-    }
-    thread::sync_threads();
-    // Right-looking Cholesky, in place, one barrier per step: step j subtracts row j's outer
-    // product divided by the pivot (floored) from the trailing upper triangle; row j itself is
-    // final from then on and is scaled into row j of R at the end.
-    for j in 0..bu {
-        let inv = 1.0 / space.x(j, j).max(PIVOT_FLOOR * space.z(0, j)).max(f64::MIN_POSITIVE);
-        // Warp per row, lanes along the row.
-        let mut r = j + 1 + tid / 32;
-        while r < bu {
-            let xjr = space.x(j, r) * inv;
-            let mut c = r + tid % 32;
-            while c < bu {
-                space.set_x(r, c, space.x(r, c) - xjr * space.x(j, c));
-                c += 32;
-            }
-            r += nt.div_ceil(32);
+            i += nt;
         }
         thread::sync_threads();
-    }
-    // The pivots √max(x_jj, floor) replace the floors in z's first row; then the rows are scaled.
-    let mut j = tid;
-    while j < bu {
-        space.set_z(0, j, math::sqrt(space.x(j, j).max(PIVOT_FLOOR * space.z(0, j)).max(f64::MIN_POSITIVE)));
-        j += nt;
-    }
-    thread::sync_threads();
-    let mut i = tid;
-    while i < bb {
-        let (r, c) = (i / bu, i % bu);
-        if r < c {
-            space.set_x(r, c, space.x(r, c) / space.z(0, r));
-        }
-        i += nt;
-    }
-    thread::sync_threads();
-    let mut j = tid;
-    while j < bu {
-        space.set_x(j, j, space.z(0, j));
-        j += nt;
-    }
-    thread::sync_threads();
-    // R⁻¹ into z (free again), one column per thread by back substitution; then out to rinv.
-    let mut c = tid;
-    while c < bu {
-        for r in (0..bu).rev() {
-            let value = if r > c {
-                0.0
-            } else {
-                let mut acc = if r == c { 1.0 } else { 0.0 };
-                for l in r + 1..=c {
-                    acc -= space.x(r, l) * space.z(l, c);
+        // Right-looking Cholesky, in place, one barrier per step: step j subtracts row j's outer
+        // product divided by the pivot (floored) from the trailing upper triangle; row j itself is
+        // final from then on and is scaled into row j of R at the end.
+        for j in 0..bu {
+            let inv = 1.0 / space.x(j, j).max(PIVOT_FLOOR * space.z(0, j)).max(f64::MIN_POSITIVE);
+            // Warp per row, lanes along the row.
+            let mut r = j + 1 + tid / 32;
+            while r < bu {
+                let xjr = space.x(j, r) * inv;
+                let mut c = r + tid % 32;
+                while c < bu {
+                    space.set_x(r, c, space.x(r, c) - xjr * space.x(j, c));
+                    c += 32;
                 }
-                acc / space.x(r, r)
-            };
-            space.set_z(r, c, value);
+                r += nt.div_ceil(32);
+            }
+            thread::sync_threads();
         }
-        c += nt;
-    }
-    thread::sync_threads();
-    let mut i = tid;
-    while i < bb {
-        rinv.set_unchecked(i, space.z(i / bu, i % bu));
-        i += nt;
+        // The pivots √max(x_jj, floor) replace the floors in z's first row; then the rows are scaled.
+        let mut j = tid;
+        while j < bu {
+            space.set_z(
+                0,
+                j,
+                math::sqrt(space.x(j, j).max(PIVOT_FLOOR * space.z(0, j)).max(f64::MIN_POSITIVE)),
+            );
+            j += nt;
+        }
+        thread::sync_threads();
+        let mut i = tid;
+        while i < bb {
+            let (r, c) = (i / bu, i % bu);
+            if r < c {
+                space.set_x(r, c, space.x(r, c) / space.z(0, r));
+            }
+            i += nt;
+        }
+        thread::sync_threads();
+        let mut j = tid;
+        while j < bu {
+            space.set_x(j, j, space.z(0, j));
+            j += nt;
+        }
+        thread::sync_threads();
+        // R⁻¹ into z (free again), one column per thread by back substitution; then out to rinv.
+        let mut c = tid;
+        while c < bu {
+            for r in (0..bu).rev() {
+                let value = if r > c {
+                    0.0
+                } else {
+                    let mut acc = if r == c { 1.0 } else { 0.0 };
+                    for l in r + 1..=c {
+                        acc -= space.x(r, l) * space.z(l, c);
+                    }
+                    acc / space.x(r, r)
+                };
+                space.set_z(r, c, value);
+            }
+            c += nt;
+        }
+        thread::sync_threads();
+        let mut i = tid;
+        while i < bb {
+            rinv.set_unchecked(i, space.z(i / bu, i % bu));
+            i += nt;
+        }
     }
 }

@@ -22,6 +22,7 @@
 //! would cap the degree at 2–7, since every column's rounding-sized part along `v₁` grows by the
 //! filter's value at `θ₁`.
 
+use super::convergence::{converged_lead, pairs_to_converge};
 use kernels::svd_factor as kf;
 
 /// Most products with `G` one filter takes before the next Rayleigh–Ritz step.
@@ -38,9 +39,9 @@ pub const OVERSHOOT: usize = 2;
 /// Most the filter may amplify a basis column's estimated error along a larger eigenvector
 /// against the column itself: the column's condition number, at most about 1e7, which the first
 /// Cholesky QR pass survives (its Gram matrix's is the square, 1e14) and the second makes
-/// orthonormal, losing about 7 of f64's 16 digits in that column. On 16 × 1024² noise (an H100,
-/// 2026-11-26) 1e7 took 19 products and 51 ms where 1e4 and 1e6 took 21 and 57, photographs
-/// unchanged.
+/// orthonormal, losing about 7 of f64's 16 digits in that column. Lower limits took more products
+/// on white noise (`docs/benchmarks/svd-job.md`, "The Ritz solver and the Chebyshev filter's
+/// limits").
 pub const CONTAMINATION_LIMIT: f64 = 1e7;
 
 /// One filter for a batch: the coefficients of each step and image, and the weights that scale
@@ -153,14 +154,14 @@ impl ChebyshevFilter {
                 continue;
             }
             let locked =
-                super::converged_lead(stats, theta, k.min(kf::DEFLATED_PAIRS).min(b.saturating_sub(2)), tol);
+                converged_lead(stats, theta, k.min(kf::DEFLATED_PAIRS).min(b.saturating_sub(2)), tol);
             locked_theta[img * kf::DEFLATED_PAIRS..][..locked].copy_from_slice(&theta[..locked]);
             let filter = Interval::new(theta, locked, max_degree)?;
             let floor = theta[b - 1];
             let x = |th: f64| 2.0 * th / floor - 1.0;
             // Degree each unconverged leading pair needs: 1/T_d(x_i) ≤ target/residual.
             let mut need = 1usize;
-            for (th, residual, target) in super::pairs_to_converge(stats, theta, k, tol) {
+            for (th, residual, target) in pairs_to_converge(stats, theta, k, tol) {
                 let xi = x(th);
                 let d = if xi > 1.0 + 1e-12 {
                     ((residual / target).acosh() / xi.acosh()).ceil()

@@ -1,9 +1,10 @@
 //! The one-pass device work around the iteration: the per-image sums of squares (norms and
 //! reconstruction errors) and the conversions of the images to f64.
 
-use crate::error::{Result, ensure};
-use crate::profile::Work;
-use crate::{Buffer, BufferView, BufferViewMut, Device, Dim3, Element, LaunchConfig, Queue};
+use crate::launch::device::{Buffer, BufferView, BufferViewMut, Device, Element, Queue};
+use crate::launch::error::{Result, ensure};
+use crate::launch::profile::Work;
+use gpu_std::sim::{Dim3, LaunchConfig};
 use gpu_std::{KernelFn, Slice, SliceMut};
 use kernels::svd_factor as kf;
 

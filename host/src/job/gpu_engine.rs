@@ -1,194 +1,26 @@
-//! Batched SVD reconstruction with several queues, so that copies and kernels of different images
-//! overlap.
-//!
-//! ```text
-//!  host producer ──fill──▶ pinned inputs[slot] ──H2D (copy engine)──▶ device U, s, Vᵀ [slot]
-//!                                                                          │ kernel (SMs)
-//!  caller's pinned output[i] ◀──────────────D2H (copy engine)────── device out [slot]
-//! ```
-//!
-//! Each of the `slots` pipeline slots owns a queue, pinned input staging buffers and device
-//! buffers, so device memory stays bounded whatever the number of images: image `i` goes to slot
-//! `i % slots` once the slot's previous image has finished. Results are copied straight into the
-//! caller's pinned output buffers (no staging copy on the host). With one slot the same code runs
-//! the images strictly one after the other: the serial baseline. See
-//! `docs/svd-batch-pipeline.md`.
+//! The job's GPU engine: [`run_gpu`] takes the queue's images in batches of one shape, and per
+//! batch uploads the pixels, factors every image (`svd_factor`), reconstructs every rank in one
+//! launch per rank, computes the errors on the device and copies back only what the job keeps,
+//! into landing buffers kept from batch to batch.
 
-use crate::error::{Error, Result, ensure};
-use crate::svd::{
-    BatchShape, PhaseTimes, RankK, Variant, launch_quantize_gray8, launch_reconstruct,
-    launch_reconstruct_batch, reconstruct_reference, relative_error,
+use super::images::{
+    ImageResult, JobImage, JobOptions, Keep, Pixels, RankResult, Reconstruction, Sink, StageTimes,
+    check_image, check_options,
 };
-use crate::svd_factor::{
-    self, finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums,
+use super::input_queue::ImageQueue;
+use crate::families::svd::finite::check_finite;
+use crate::families::svd::metrics::{eckart_young_bound, relative, relative_error};
+use crate::families::svd::reconstruct::{BatchShape, launch_quantize_gray8, launch_reconstruct_batch};
+use crate::families::svd::reference::{reconstruct_reference, thin_svd};
+use crate::families::svd_factor::{
+    self, DeviceFactors, Plan, finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64,
+    queue_squared_sums,
 };
-use crate::svd_job::{
-    ImageQueue, ImageResult, JobImage, JobOptions, Keep, Pixels, RankResult, Reconstruction, Sink,
-    StageTimes, check_image, check_options,
-};
-use crate::{Buffer, Device, Element, HostBuffer, Mark, Queue, Staging};
+use crate::launch::device::{Buffer, Device, Element, HostBuffer, Mark, Queue, STAGING_CHUNK_BYTES, Staging};
+use crate::launch::error::{Result, ensure};
 use ndarray::Array2;
 use rayon::prelude::*;
 use std::time::Instant;
-
-/// What a batch run measured.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
-pub struct BatchRun {
-    /// Images reconstructed.
-    pub images: usize,
-    /// Pipeline slots (queues) used.
-    pub slots: usize,
-    /// Wall time of the whole batch, milliseconds (host clock, from the first input staged to the
-    /// last result in host memory).
-    pub wall_ms: f64,
-    /// Bytes copied to the device.
-    pub h2d_bytes: u64,
-    /// Bytes copied back.
-    pub d2h_bytes: u64,
-}
-
-impl BatchRun {
-    /// Bytes moved over PCIe (both directions) per second of wall time, GB/s.
-    pub fn copy_gbs(&self) -> f64 {
-        (self.h2d_bytes + self.d2h_bytes) as f64 / (self.wall_ms * 1e-3) / 1e9
-    }
-}
-
-struct Slot {
-    queue: Queue,
-    u: HostBuffer<f32>,
-    s: HostBuffer<f32>,
-    vt: HostBuffer<f32>,
-    du: Buffer<f32>,
-    ds: Buffer<f32>,
-    dvt: Buffer<f32>,
-    dout: Buffer<f32>,
-}
-
-/// Reconstructs every job (all of one shape) into `outputs[i]` (`m × n`, row-major, from
-/// [`Device::pinned`]) with `slots` overlapping pipeline slots.
-pub fn reconstruct_batch(
-    device: &Device,
-    jobs: &[RankK],
-    outputs: &mut [HostBuffer<f32>],
-    variant: Variant,
-    block: u32,
-    slots: usize,
-) -> Result<BatchRun> {
-    ensure(!jobs.is_empty(), || "empty batch".into())?;
-    ensure(outputs.len() == jobs.len(), || format!("{} outputs for {} images", outputs.len(), jobs.len()))?;
-    ensure(slots >= 1, || "at least one pipeline slot is needed".into())?;
-    let (m, k) = jobs[0].u.dim();
-    let n = jobs[0].vt.dim().1;
-    for (i, job) in jobs.iter().enumerate() {
-        ensure(job.u.dim() == (m, k) && job.vt.dim() == (k, n) && job.s.len() == k, || {
-            format!(
-                "batch image {i} is {}×{} with k = {}; the batch is {m}×{n} with k = {k}",
-                job.u.dim().0,
-                job.vt.dim().1,
-                job.s.len()
-            )
-        })?;
-    }
-    ensure(outputs.iter().all(|o| o.len() == m * n), || format!("every output must hold {m}×{n} values"))?;
-    let slots = slots.min(jobs.len());
-    let mut pool = Vec::with_capacity(slots);
-    for _ in 0..slots {
-        pool.push(Slot {
-            queue: device.new_queue()?,
-            u: device.pinned(m * k)?,
-            s: device.pinned(k)?,
-            vt: device.pinned(k * n)?,
-            du: device.alloc(m * k)?,
-            ds: device.alloc(k)?,
-            dvt: device.alloc(k * n)?,
-            dout: device.alloc(m * n)?,
-        });
-    }
-
-    let start = Instant::now();
-    for (i, (job, output)) in jobs.iter().zip(outputs.iter_mut()).enumerate() {
-        let slot = &mut pool[i % slots];
-        // The slot's previous image must be done before its staging buffers are refilled.
-        device.sync_queue(&slot.queue)?;
-        slot.u.copy_from_slice(job.u.as_slice().expect("standard layout"));
-        slot.s.copy_from_slice(&job.s);
-        slot.vt.copy_from_slice(job.vt.as_slice().expect("standard layout"));
-        // SAFETY: the staging buffers are not touched again before the slot's queue is synchronised
-        // (next use of the slot, or the end); `outputs` stays mutably borrowed until then; the
-        // device buffers have the sizes the kernel is given.
-        unsafe {
-            device.upload_async(&slot.queue, &slot.u, &mut slot.du)?;
-            device.upload_async(&slot.queue, &slot.s, &mut slot.ds)?;
-            device.upload_async(&slot.queue, &slot.vt, &mut slot.dvt)?;
-            launch_reconstruct(
-                device,
-                &slot.queue,
-                variant,
-                block,
-                (&slot.du, &slot.ds, &slot.dvt, &mut slot.dout),
-                (m, n, k),
-            )?;
-            device.download_async(&slot.queue, &slot.dout, output)?;
-        }
-    }
-    for slot in &pool {
-        device.sync_queue(&slot.queue)?;
-    }
-    let wall_ms = start.elapsed().as_secs_f64() * 1e3;
-    let images = jobs.len();
-    let run = BatchRun {
-        images,
-        slots,
-        wall_ms,
-        h2d_bytes: (images * (m * k + k + k * n) * 4) as u64,
-        d2h_bytes: (images * m * n * 4) as u64,
-    };
-    Ok(run)
-}
-
-/// One image end to end from pinned host memory on the device's queue: H2D of the operands,
-/// kernel, D2H of the result, each phase timed with events. The pinned buffers must already hold
-/// the operands (`m × k`, `k`, `k × n`); the result lands in `out` (`m × n`).
-pub fn reconstruct_pinned(
-    device: &Device,
-    inputs: (&HostBuffer<f32>, &HostBuffer<f32>, &HostBuffer<f32>),
-    out: &mut HostBuffer<f32>,
-    dims: (usize, usize, usize),
-    variant: Variant,
-    block: u32,
-) -> Result<PhaseTimes> {
-    let (m, n, k) = dims;
-    let (u, s, vt) = inputs;
-    ensure(u.len() == m * k && s.len() == k && vt.len() == k * n && out.len() == m * n, || {
-        "pinned buffers do not match the dimensions".into()
-    })?;
-    let q = device.queue();
-    let (mut du, mut ds, mut dvt, mut dout) =
-        (device.alloc(m * k)?, device.alloc(k)?, device.alloc(k * n)?, device.alloc(m * n)?);
-    let t0 = device.mark()?;
-    // SAFETY: the host buffers outlive the synchronisation in `elapsed_ms` below and are not
-    // modified meanwhile; device buffer sizes match the dimensions.
-    unsafe {
-        device.upload_async(q, u, &mut du)?;
-        device.upload_async(q, s, &mut ds)?;
-        device.upload_async(q, vt, &mut dvt)?;
-    }
-    let t1 = device.mark()?;
-    // SAFETY: as above.
-    unsafe { launch_reconstruct(device, q, variant, block, (&du, &ds, &dvt, &mut dout), (m, n, k))? };
-    let t2 = device.mark()?;
-    // SAFETY: `out` is not read before the queue is synchronised (by `elapsed_ms` / `sync_queue`).
-    unsafe { device.download_async(q, &dout, out)? };
-    let t3 = device.mark()?;
-    let times = PhaseTimes {
-        h2d_ms: device.elapsed_ms(&t0, &t1)?,
-        kernel_ms: device.elapsed_ms(&t1, &t2)?,
-        d2h_ms: device.elapsed_ms(&t2, &t3)?,
-    };
-    device.sync_queue(q)?;
-    Ok(times)
-}
 
 /// Most pixels in one factorisation batch (32 Mi: eight 2048² images; device memory about
 /// 90 bytes per pixel for the f64 image, the Gram matrix, the work matrices and the outputs).
@@ -254,7 +86,7 @@ pub fn run_gpu_staged(
 
 /// When one batch of [`run_gpu`] passed each step, on the host clock: one row of a GPU's
 /// timeline (`svd --profile`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct BatchSpan {
     /// Images in the batch.
     pub images: usize,
@@ -269,7 +101,7 @@ pub struct BatchSpan {
 }
 
 /// [`BatchSpan::steps`]: the host's clock after each step that ends in a wait for the device.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct BatchSteps {
     /// The pixels are on the device, widened to f64.
     pub uploaded: Instant,
@@ -277,6 +109,8 @@ pub struct BatchSteps {
     pub factored: Instant,
     /// The reconstructions' errors, and what of them the host keeps, are in host memory.
     pub copied: Instant,
+    /// The plan the factorisation ran by (`--profile` prints each GPU's).
+    pub plan: Plan,
 }
 
 /// Images batch together when they have the same shape and pixel type.
@@ -314,12 +148,7 @@ fn upload_batch(device: &Device, batch: &[JobImage], staging: &mut Staging) -> R
                 let Pixels::Float(pixels) = &image.pixels else {
                     unreachable!("a batch holds one pixel type")
                 };
-                if let Some(((y, x), v)) = pixels.indexed_iter().find(|(_, v)| !v.is_finite()) {
-                    return Err(Error::InvalidInput(format!(
-                        "{}: pixel ({y}, {x}) is {v}: the image must be finite",
-                        image.name
-                    )));
-                }
+                check_finite(pixels.view(), Some(&image.name))?;
                 standard.push(pixels.as_standard_layout());
             }
             let parts: Vec<&[f32]> =
@@ -333,6 +162,8 @@ fn upload_batch(device: &Device, batch: &[JobImage], staging: &mut Staging) -> R
     Ok(a)
 }
 
+/// One batch on the device: upload, factorisation, every rank's reconstruction and errors, the
+/// copies back, and each image's result handed to `sink`.
 fn run_batch(
     device: &Device,
     batch: &[JobImage],
@@ -341,7 +172,7 @@ fn run_batch(
     sink: Sink,
 ) -> Result<BatchSteps> {
     let (m, n) = batch[0].pixels.dim();
-    let (images, mn) = (batch.len(), m * n);
+    let images = batch.len();
     let kmax = *options.ranks.iter().max().expect("ranks checked non-empty");
     ensure(kmax <= m.min(n), || {
         format!(
@@ -350,77 +181,124 @@ fn run_batch(
             m.min(n)
         )
     })?;
-    let q = device.queue();
     let t_start = device.mark()?;
     let a = upload_batch(device, batch, staging)?;
     let uploaded = Instant::now();
     let t_uploaded = device.mark()?;
     let factors = svd_factor::factor(device, &a, (m, n), images, kmax)?;
+    let plan = factors.plan.clone();
     let factored = Instant::now();
     let t_factored = device.mark()?;
-
-    // Every rank of every image: reconstruction, its squared error against the image, and the
-    // 8-bit pixels when those are what comes back.
-    let ranks = &options.ranks;
-    let float_back = options.keep == Keep::Float || options.check;
-    let mut outputs = Vec::with_capacity(ranks.len());
-    let mut bytes = Vec::with_capacity(ranks.len());
-    let mut error_sums = Vec::with_capacity(ranks.len());
-    for &k in ranks {
-        let mut out = device.alloc::<f32>(images * mn)?;
-        let shape = BatchShape {
-            images,
-            ldu: kmax,
-            strides: kernels::svd::Batch {
-                u: (m * kmax) as u32,
-                s: kmax as u32,
-                vt: (kmax * n) as u32,
-                out: mn as u32,
-            },
-        };
-        // SAFETY: every buffer lives until the queue is synchronised below, and `out` is read only
-        // by work queued after the reconstruction; the reconstruction checks its buffers' lengths,
-        // and `a` and `out` hold the `images·mn` values the squared sums read.
-        unsafe {
-            let bufs = (&factors.u, &factors.s, &factors.vt, &mut out);
-            launch_reconstruct_batch(device, q, options.variant, 16, bufs, (m, n, k), shape)?;
-            error_sums.push(queue_squared_sums(device, q, &a, Some(&out), mn, images)?);
-            if options.keep == Keep::Gray8 && !float_back {
-                let mut gray = device.alloc::<u8>(images * mn)?;
-                launch_quantize_gray8(device, q, &out, &mut gray)?;
-                bytes.push(gray);
-            }
-        }
-        outputs.push(out);
-    }
+    let ranks = reconstruct_ranks(device, &a, &factors, options)?;
     let t_reconstructed = device.mark()?;
     let per_image =
         |from: &Mark, to: &Mark| -> Result<f64> { Ok(device.elapsed_ms(from, to)? / images as f64) };
     let device_times = StageTimes {
-        decode_ms: 0.0,
         h2d_ms: per_image(&t_start, &t_uploaded)?,
         svd_ms: per_image(&t_uploaded, &t_factored)?,
         reconstruct_ms: per_image(&t_factored, &t_reconstructed)?,
-        d2h_ms: 0.0,
-        encode_ms: 0.0,
+        ..StageTimes::default()
     };
-    let errors: Vec<Vec<f64>> = error_sums
+    let errors: Vec<Vec<f64>> = ranks
+        .error_sums
         .iter()
         .map(|(partial, blocks)| finish_squared_sums(device, partial, *blocks))
         .collect::<Result<_>>()?;
-
-    // Each rank's reconstructions of the whole batch come back in one copy.
     let copy_start = Instant::now();
-    let mut kept_by_rank = Vec::with_capacity(ranks.len());
-    for r in 0..ranks.len() {
-        let kept: Vec<Reconstruction> = if float_back {
-            let images = landing.floats.download_per_image(device, (q, &mut *staging), &outputs[r], mn)?;
+    let kept = copy_back(device, &ranks, (m, n, images), options, (staging, landing))?;
+    let copied = Instant::now();
+    let times =
+        StageTimes { d2h_ms: (copied - copy_start).as_secs_f64() * 1e3 / images as f64, ..device_times };
+    hand_over(batch, &factors, (&errors, kept), times, options, sink)?;
+    Ok(BatchSteps { uploaded, factored, copied, plan })
+}
+
+/// Every rank of a batch on the device ([`reconstruct_ranks`]).
+struct BatchRanks {
+    /// Per rank, the f32 reconstructions of every image, consecutive.
+    outputs: Vec<Buffer<f32>>,
+    /// Per rank, their 8-bit pixels, when those are what comes back.
+    bytes: Vec<Buffer<u8>>,
+    /// Per rank, the partial squared sums of `A − A_k` per image ([`queue_squared_sums`]).
+    error_sums: Vec<(Buffer<f64>, usize)>,
+}
+
+/// Every rank of every image of the batch: reconstruction, its squared error against the image
+/// `a`, and the 8-bit pixels when those are what comes back (queued, not waited for).
+fn reconstruct_ranks(
+    device: &Device,
+    a: &Buffer<f64>,
+    factors: &DeviceFactors,
+    options: &JobOptions,
+) -> Result<BatchRanks> {
+    let q = device.queue();
+    let ((m, n), images, kmax) = (factors.dims, factors.images, factors.k);
+    let mn = m * n;
+    let gray_back = options.keep == Keep::Gray8 && !float_back(options);
+    let count = options.ranks.len();
+    let mut ranks = BatchRanks {
+        outputs: Vec::with_capacity(count),
+        bytes: Vec::new(),
+        error_sums: Vec::with_capacity(count),
+    };
+    let shape = BatchShape {
+        images,
+        ldu: kmax,
+        strides: kernels::svd::Batch {
+            u: (m * kmax) as u32,
+            s: kmax as u32,
+            vt: (kmax * n) as u32,
+            out: mn as u32,
+        },
+    };
+    for &k in &options.ranks {
+        let mut out = device.alloc::<f32>(images * mn)?;
+        // SAFETY: every buffer lives until the queue is synchronised (the errors' download), and
+        // `out` is read only by work queued after the reconstruction; the reconstruction checks
+        // its buffers' lengths, and `a` and `out` hold the `images·mn` values the squared sums read.
+        unsafe {
+            let bufs = (&factors.u, &factors.s, &factors.vt, &mut out);
+            launch_reconstruct_batch(device, q, options.variant, 16, bufs, (m, n, k), shape)?;
+            ranks.error_sums.push(queue_squared_sums(device, q, a, Some(&out), mn, images)?);
+            if gray_back {
+                let mut gray = device.alloc::<u8>(images * mn)?;
+                launch_quantize_gray8(device, q, &out, &mut gray)?;
+                ranks.bytes.push(gray);
+            }
+        }
+        ranks.outputs.push(out);
+    }
+    Ok(ranks)
+}
+
+/// Whether the f32 reconstructions come back: for `.npy` files, or for `--check` (compared on the
+/// host with the CPU reference).
+fn float_back(options: &JobOptions) -> bool {
+    options.keep == Keep::Float || options.check
+}
+
+/// Each rank's reconstructions of the whole batch, copied back in one transfer as `options` asks
+/// (f32 values, 8-bit pixels or nothing): per rank, an iterator over the batch's images.
+fn copy_back(
+    device: &Device,
+    ranks: &BatchRanks,
+    (m, n, images): (usize, usize, usize),
+    options: &JobOptions,
+    (staging, landing): (&mut Staging, &mut Landing),
+) -> Result<Vec<std::vec::IntoIter<Reconstruction>>> {
+    let q = device.queue();
+    let mn = m * n;
+    let mut kept_by_rank = Vec::with_capacity(options.ranks.len());
+    for r in 0..options.ranks.len() {
+        let kept: Vec<Reconstruction> = if float_back(options) {
+            let images =
+                landing.floats.download_per_image(device, (q, &mut *staging), &ranks.outputs[r], mn)?;
             images
                 .into_iter()
                 .map(|values| Reconstruction::Float(Array2::from_shape_vec((m, n), values).expect("m·n")))
                 .collect()
         } else if options.keep == Keep::Gray8 {
-            let images = landing.bytes.download_per_image(device, (q, &mut *staging), &bytes[r], mn)?;
+            let images = landing.bytes.download_per_image(device, (q, &mut *staging), &ranks.bytes[r], mn)?;
             images
                 .into_iter()
                 .map(|values| Reconstruction::Gray8(Array2::from_shape_vec((m, n), values).expect("m·n")))
@@ -430,18 +308,29 @@ fn run_batch(
         };
         kept_by_rank.push(kept.into_iter());
     }
-    let copied = Instant::now();
-    let times =
-        StageTimes { d2h_ms: (copied - copy_start).as_secs_f64() * 1e3 / images as f64, ..device_times };
+    Ok(kept_by_rank)
+}
+
+/// Each image's result to `sink`, in batch order: its spectrum and norm from `factors`, per rank
+/// its error (`errors[rank][image]`, squared), bound, kept reconstruction and, with `--check`,
+/// its difference from the CPU reference.
+fn hand_over(
+    batch: &[JobImage],
+    factors: &DeviceFactors,
+    (errors, mut kept_by_rank): (&[Vec<f64>], Vec<std::vec::IntoIter<Reconstruction>>),
+    times: StageTimes,
+    options: &JobOptions,
+    sink: Sink,
+) -> Result<()> {
+    let (rows, cols) = factors.dims;
     for (i, image) in batch.iter().enumerate() {
         let kept: Vec<Reconstruction> =
             kept_by_rank.iter_mut().map(|rank| rank.next().expect("one per image")).collect();
         let sigma = &factors.singular_values[i];
         let norm = factors.frobenius_norms[i];
-        let reference =
-            if options.check { Some(crate::svd::thin_svd(image.pixels.to_f32().view())?) } else { None };
-        let mut rank_results = Vec::with_capacity(ranks.len());
-        for ((r, &k), reconstruction) in ranks.iter().enumerate().zip(kept) {
+        let reference = if options.check { Some(thin_svd(image.pixels.to_f32().view())?) } else { None };
+        let mut ranks = Vec::with_capacity(options.ranks.len());
+        for ((r, &k), reconstruction) in options.ranks.iter().enumerate().zip(kept) {
             let check_error = match (&reference, reconstruction.float()) {
                 (Some(f), Some(values)) => {
                     Some(relative_error(values.view(), reconstruct_reference(f, k)?.view()))
@@ -454,26 +343,19 @@ fn run_batch(
                 }
                 other => other,
             };
-            rank_results.push(RankResult {
+            ranks.push(RankResult {
                 k,
-                relative_error: ratio(errors[r][i].sqrt(), norm),
-                eckart_young_bound: eckart_young(sigma, k, norm),
+                relative_error: relative(errors[r][i], norm * norm),
+                eckart_young_bound: eckart_young_bound(sigma, k, norm * norm),
                 reconstruction,
                 check_error,
             });
         }
-        sink(ImageResult {
-            index: image.index,
-            name: image.name.clone(),
-            rows: m,
-            cols: n,
-            singular_values: sigma.clone(),
-            frobenius_norm: norm,
-            ranks: rank_results,
-            times,
-        })?;
+        let (index, name, singular_values) = (image.index, image.name.clone(), sigma.clone());
+        let frobenius_norm = norm;
+        sink(ImageResult { index, name, rows, cols, singular_values, frobenius_norm, ranks, times })?;
     }
-    Ok(BatchSteps { uploaded, factored, copied })
+    Ok(())
 }
 
 /// Where a batch's reconstructions are copied to: through the staging, or, once a job has copied
@@ -522,7 +404,7 @@ impl<T: Element> LandingBuffer<T> {
         mn: usize,
     ) -> Result<Vec<Vec<T>>> {
         let len = buffer.len();
-        let small = len * std::mem::size_of::<T>() <= crate::device::STAGING_CHUNK_BYTES;
+        let small = len * std::mem::size_of::<T>() <= STAGING_CHUNK_BYTES;
         let pinned_fits = self.pinned.as_ref().is_some_and(|host| host.len() >= len);
         if small || (!pinned_fits && self.staged < STAGED_BEFORE_PINNING) {
             self.staged += usize::from(!small);
@@ -541,16 +423,4 @@ impl<T: Element> LandingBuffer<T> {
         device.sync_queue(queue)?;
         Ok(host.par_chunks(mn).map(<[T]>::to_vec).collect())
     }
-}
-
-/// `a / b`, 0 when both are 0 (the zero image is reconstructed exactly).
-fn ratio(a: f64, b: f64) -> f64 {
-    if b == 0.0 { if a == 0.0 { 0.0 } else { f64::INFINITY } } else { a / b }
-}
-
-/// `sqrt(‖A‖² − Σ_{i<k} σ_i²) / ‖A‖`: the Eckart–Young bound from the leading singular values and
-/// the Frobenius norm (the tail's energy is what the leading values leave of `‖A‖²`).
-pub fn eckart_young(sigma: &[f64], k: usize, norm: f64) -> f64 {
-    let head: f64 = sigma[..k.min(sigma.len())].iter().map(|s| s * s).sum();
-    ratio((norm * norm - head).max(0.0).sqrt(), norm)
 }

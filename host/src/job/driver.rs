@@ -1,23 +1,28 @@
 //! What runs the `svd` job: its images ([`Source`], from the phantom or files and folders, sharded
 //! with [`Shard`]), the engine ([`Engine`]: the CPU, one GPU or the simulator, or several GPUs
-//! with one thread each) and [`Engine::run`], which feeds the engine from the decoding queue and
-//! writes each finished image's outputs on encoder threads. The `svd` binary parses the command
-//! line and reports; everything between is here.
+//! with one thread each, opened as [`EngineOptions`] say) and [`Engine::run`], which feeds the
+//! engine from the decoding queue and writes each finished image's outputs on encoder threads.
+//! The `svd` binary parses the command line (and builds the [`EngineOptions`] from it) and
+//! reports; everything between is here.
 
-use crate::cli::{DeviceArgs, DeviceChoice, Target};
-use crate::profile::Report;
-use crate::svd_batch::{BatchSpan, run_gpu, run_gpu_staged};
-use crate::svd_job::{self, ImageQueue, ImageResult, JobImage, JobOptions, Pixels, run_cpu};
-use crate::svd_outputs::{ImageReport, Outputs};
-use crate::{Device, GpuOptions, Startup, device::gpu_count, svd};
+use super::cpu_engine::run_cpu;
+use super::gpu_engine::{BatchSpan, run_gpu, run_gpu_staged};
+use super::images::{ImageResult, JobImage, JobOptions, Pixels};
+use super::input_queue::{ImageQueue, decode_file, decode_into_queue, image_name};
+use super::lock::{into_inner, lock, wait};
+use super::outputs::{ImageReport, Outputs};
+use crate::families::svd::phantom::shepp_logan;
+use crate::launch::device::{Device, GpuOptions, Startup, gpu_count};
+use crate::launch::error;
+use crate::launch::profile::Report;
 use anyhow::{Context, anyhow, bail, ensure};
 use ndarray::Array2;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Barrier, Condvar, Mutex};
 use std::time::Instant;
 
 /// `--shard I/N`: every `N`-th image of the job from the `I`-th (0-based) on.
@@ -89,7 +94,7 @@ impl Source {
     pub fn collect(inputs: &[PathBuf], size: usize, shard: Option<Shard>) -> anyhow::Result<(Source, usize)> {
         if inputs.is_empty() {
             ensure!(size >= 1, "--size must be at least 1");
-            return Ok((Source::Phantom(svd::shepp_logan(size)), 1));
+            return Ok((Source::Phantom(shepp_logan(size)), 1));
         }
         let mut files = Vec::new();
         for input in inputs {
@@ -118,7 +123,7 @@ impl Source {
         }
         let mut names: HashMap<String, &Path> = HashMap::new();
         for file in &files {
-            if let Some(other) = names.insert(svd_job::image_name(file), file) {
+            if let Some(other) = names.insert(image_name(file), file) {
                 bail!(
                     "{} and {} have the same name, so their outputs would overwrite each other",
                     other.display(),
@@ -150,12 +155,12 @@ impl Source {
     pub fn names(&self) -> Vec<String> {
         match self {
             Source::Phantom(_) => vec![PHANTOM.into()],
-            Source::Files(files) => files.iter().map(|f| svd_job::image_name(f)).collect(),
+            Source::Files(files) => files.iter().map(|f| image_name(f)).collect(),
         }
     }
 
     /// Keeps the images whose name `keep` accepts (`--resume` drops those done), and returns
-    /// where each kept image was: the [`crate::svd_outputs::Journal`]'s positions. The images
+    /// where each kept image was: the [`super::outputs::Journal`]'s positions. The images
     /// are numbered afresh from 0, so the queue's indices stay contiguous.
     pub fn retain(&mut self, keep: impl Fn(&str) -> bool) -> Vec<usize> {
         let kept: Vec<usize> =
@@ -169,26 +174,55 @@ impl Source {
     }
 
     /// The original pixels of image `index` (decoded again from its file), for the mosaic.
-    pub fn original(&self, index: usize) -> crate::Result<Array2<f32>> {
+    pub fn original(&self, index: usize) -> error::Result<Array2<f32>> {
         match self {
             Source::Phantom(image) => Ok(image.clone()),
-            Source::Files(files) => Ok(svd_job::decode_file(&files[index])?.to_f32()),
+            Source::Files(files) => Ok(decode_file(&files[index])?.to_f32()),
         }
     }
 
     /// The queue of the job's images: decoded on a background pool for files, so the first
     /// images are ready when the device is open. The job screens it ([`ImageQueue::screened`])
     /// once its report is started.
-    pub fn queue(&self) -> crate::Result<ImageQueue> {
+    pub fn queue(&self) -> error::Result<ImageQueue> {
         Ok(match self {
             Source::Phantom(image) => ImageQueue::from_images(vec![JobImage {
                 index: 0,
                 name: PHANTOM.into(),
                 pixels: Pixels::Float(image.clone()),
             }]),
-            Source::Files(files) => svd_job::decode_into_queue(files.clone())?,
+            Source::Files(files) => decode_into_queue(files.clone())?,
         })
     }
+}
+
+/// Where the job runs (the command line's `--device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineDevice {
+    /// A GPU if one is usable, else the CPU engine (saying so on stderr).
+    Auto,
+    /// A GPU; an error without one.
+    Gpu,
+    /// The GPU engine in the CPU simulator.
+    Simulator,
+    /// The CPU engine.
+    Cpu,
+}
+
+/// How the job's engine opens and runs, as the command line asked (`--device`, `--gpu`,
+/// `--gpus`, `--max-registers`, `--ptx`, `--profile`); the `svd` binary builds it.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Where.
+    pub device: EngineDevice,
+    /// The GPU (or simulator) of a one-device engine.
+    pub gpu: u32,
+    /// Several GPUs instead (`Some` needs [`EngineDevice::Gpu`] or [`EngineDevice::Auto`]).
+    pub gpus: Option<GpuList>,
+    /// How each GPU opens.
+    pub gpu_options: GpuOptions,
+    /// Record every kernel for a profile (GPU only).
+    pub profile: bool,
 }
 
 /// What runs the job.
@@ -278,26 +312,38 @@ impl GpuRun {
              reconstruction and copies back {back:.1}, handing over {handing:.1}; idle after its last batch {:.1}",
             span(last, end)
         );
+        // Each distinct plan its batches ran by: which Ritz solver, Cholesky variant and launch
+        // shapes the factorisation chose.
+        let mut plans: Vec<String> = Vec::new();
+        for plan in self.batches.iter().map(|b| b.steps.plan.to_string()) {
+            if !plans.contains(&plan) {
+                plans.push(plan);
+            }
+        }
+        for plan in plans {
+            text += &format!("\n{plan}");
+        }
         text
     }
 }
 
 impl Engine {
-    /// Opens what runs the job: `--device cpu` the CPU engine; `sim` the simulator; `gpu`/`auto`
-    /// the GPU of `--gpu`, or those of `--gpus` (with `auto`, falling back to the CPU when there is
-    /// none). Also returns the time spent counting the GPUs for `--gpus` (it starts the driver), ms.
-    pub fn open(device: &DeviceArgs, gpus: Option<GpuList>) -> anyhow::Result<(Engine, f64)> {
-        let choice = device.device;
-        if gpus.is_some() && matches!(choice, DeviceChoice::Cpu | DeviceChoice::Sim) {
+    /// Opens what runs the job: [`EngineDevice::Cpu`] the CPU engine; `Simulator` the simulator;
+    /// `Gpu`/`Auto` the GPU of [`EngineOptions::gpu`], or those of [`EngineOptions::gpus`] (with
+    /// `Auto`, falling back to the CPU when there is none). Also returns the time spent counting
+    /// the GPUs for `gpus` (it starts the driver), ms.
+    pub fn open(options: &EngineOptions) -> anyhow::Result<(Engine, f64)> {
+        let choice = options.device;
+        if options.gpus.is_some() && matches!(choice, EngineDevice::Cpu | EngineDevice::Simulator) {
             bail!("--gpus needs --device gpu or auto");
         }
         let start = Instant::now();
-        let ordinals = match gpus {
-            None => vec![device.gpu],
+        let ordinals = match &options.gpus {
+            None => vec![options.gpu],
             Some(list) => {
                 let count = match gpu_count() {
                     Ok(count) => count,
-                    Err(e) if choice == DeviceChoice::Auto && e.is_no_gpu() => {
+                    Err(e) if choice == EngineDevice::Auto && e.is_no_gpu() => {
                         eprintln!("note: {e}; falling back to the CPU reference (--device cpu)");
                         return Ok((Engine::Cpu, 0.0));
                     }
@@ -305,7 +351,7 @@ impl Engine {
                 };
                 let ordinals = match list {
                     GpuList::All => (0..count).collect(),
-                    GpuList::Some(ordinals) => ordinals,
+                    GpuList::Some(ordinals) => ordinals.clone(),
                 };
                 if let Some(bad) = ordinals.iter().find(|&&i| i >= count) {
                     bail!("--gpus: GPU index {bad} requested, {count} GPU(s) present");
@@ -315,13 +361,37 @@ impl Engine {
         };
         let count_ms = start.elapsed().as_secs_f64() * 1e3;
         if let [ordinal] = ordinals[..] {
-            let one = DeviceArgs { gpu: ordinal, ..device.clone() };
-            return Ok(match one.select_for_job()? {
-                Target::Kernels(device) => (Engine::One(device), count_ms),
-                Target::CpuReference => (Engine::Cpu, 0.0),
+            return Ok(match Engine::open_one(options, ordinal)? {
+                engine @ Engine::One(_) => (engine, count_ms),
+                engine => (engine, 0.0),
             });
         }
         Ok((Engine::Many(ordinals), count_ms))
+    }
+
+    /// One device: GPU `gpu` (or the simulator, or the CPU), recording its kernels when profiled.
+    fn open_one(options: &EngineOptions, gpu: u32) -> error::Result<Engine> {
+        let device = match options.device {
+            EngineDevice::Cpu => None,
+            EngineDevice::Simulator => Some(Device::simulator()),
+            EngineDevice::Gpu => Some(Device::gpu_with(gpu, options.gpu_options)?),
+            EngineDevice::Auto => match Device::gpu_with(gpu, options.gpu_options) {
+                Ok(device) => Some(device),
+                Err(e) if e.is_no_gpu() => {
+                    eprintln!("note: {e}; falling back to the CPU reference (--device cpu)");
+                    None
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let recording = match &device {
+            Some(device) if options.profile => device.enable_profiling()?,
+            _ => false,
+        };
+        if options.profile && !recording {
+            eprintln!("note: --profile needs a GPU; this run is not profiled");
+        }
+        Ok(device.map_or(Engine::Cpu, Engine::One))
     }
 
     /// What runs the job, in words.
@@ -335,11 +405,11 @@ impl Engine {
 
     /// Runs the job: the engine(s) take the images of `queue` (`images` of them), and encoder
     /// threads (one per core) write each finished image's `outputs`, then hand its report to
-    /// `done`. `device` is what opened the engine (its `--gpu`, and for several GPUs the options
-    /// each opens with, and `--profile`). On several GPUs, a folder too small to give every GPU
-    /// a full batch is spread evenly: batches hold at most `images / GPUs` (rounded up). The
-    /// first error of any thread (an engine's, a file that cannot be written, `done`'s) stops the
-    /// others and is returned; images that fail in a screened queue are no error here.
+    /// `done`. `options` are those the engine was opened with (its GPU, and for several GPUs the
+    /// options each opens with, and the profile). On several GPUs, a folder too small to give
+    /// every GPU a full batch is spread evenly: batches hold at most `images / GPUs` (rounded
+    /// up). The first error of any thread (an engine's, a file that cannot be written, `done`'s)
+    /// stops the others and is returned; images that fail in a screened queue are no error here.
     ///
     /// Engines hand results over a bounded channel and block while it is full; the CPU engine
     /// does so from rayon's global pool. The encoders therefore never use that pool: each image's
@@ -347,9 +417,9 @@ impl Engine {
     /// their own work, so the consumer of the channel always makes progress.
     pub fn run(
         &self,
-        device: &DeviceArgs,
+        options: &EngineOptions,
         (queue, images): (&ImageQueue, usize),
-        options: &JobOptions,
+        job: &JobOptions,
         outputs: &Outputs,
         done: Done,
     ) -> anyhow::Result<JobRun> {
@@ -361,145 +431,220 @@ impl Engine {
             .context("cannot start the encoding threads")?;
         // Bounded: when encoding falls behind, the engines wait instead of piling up reconstructions.
         let (sender, receiver) = sync_channel::<ImageResult>(encoders);
-        let receiver = Mutex::new(receiver);
-        let failure = Failure::default();
-        let startups = Mutex::new(Vec::new());
-        let starts = Mutex::new(Vec::new());
-        let ends = Mutex::new(Vec::new());
-        let ended = |at: Instant| ends.lock().expect("no panics while holding the lock").push(at);
-        let gpu_runs = Mutex::new(Vec::new());
-        let record = |run: GpuRun| gpu_runs.lock().expect("no panics while holding the lock").push(run);
-        // Encoders still running: several GPUs' engines close their devices only once none is, so
-        // that the contexts' teardown (hundreds of milliseconds of driver work) does not compete
-        // with the last images' encoding.
-        let encoding_left = (Mutex::new(encoders), std::sync::Condvar::new());
-        let encoding_done = || {
-            let (left, changed) = &encoding_left;
-            let mut left = left.lock().expect("no panics while holding the lock");
-            while *left > 0 {
-                left = changed.wait(left).expect("no panics while holding the lock");
-            }
-        };
+        let run = RunState::new(queue, encoders);
+        let encoder = Encoder { receiver: Mutex::new(receiver), pool: encoding, outputs, done };
         std::thread::scope(|scope| {
             for _ in 0..encoders {
-                scope.spawn(|| {
-                    // When this encoder finished its last image (it exits once every engine is done).
-                    let mut last = None;
-                    loop {
-                        let next = receiver.lock().expect("no panics while holding the lock").recv();
-                        let Ok(mut result) = next else { break };
-                        if failure.failed() {
-                            continue;
-                        }
-                        let start = Instant::now();
-                        let written =
-                            encoding.install(|| outputs.write(&result)).map_err(anyhow::Error::from);
-                        let reported = written.and_then(|()| {
-                            result.times.encode_ms = start.elapsed().as_secs_f64() * 1e3;
-                            done(ImageReport::from(result))
-                        });
-                        if let Err(e) = reported {
-                            failure.record(e);
-                        }
-                        last = Some(Instant::now());
-                    }
-                    last.map(ended);
-                    let (left, changed) = &encoding_left;
-                    *left.lock().expect("no panics while holding the lock") -= 1;
-                    changed.notify_all();
-                });
+                scope.spawn(|| encoder.run(&run));
             }
-            let failure = &failure;
-            // An engine's sink: the channel closes, and the encoders stop, once every engine has
-            // dropped its own.
-            let sink_with = |sender: SyncSender<ImageResult>| {
-                move |mut result: ImageResult| -> crate::Result<()> {
-                    let stopped = || crate::Error::InvalidInput("stopped after an earlier error".into());
-                    if failure.failed() {
-                        return Err(stopped());
-                    }
-                    result.times.decode_ms = queue.take_decode_ms(result.index);
-                    sender.send(result).map_err(|_| stopped())
-                }
-            };
-            let started = |gpu_startup: Option<StartupReport>| {
-                starts.lock().expect("no panics while holding the lock").push(Instant::now());
-                startups.lock().expect("no panics while holding the lock").extend(gpu_startup);
-            };
             match self {
-                Engine::Cpu => {
-                    started(None);
-                    if let Err(e) = run_cpu(queue, options, &sink_with(sender)) {
-                        failure.record(e.into());
-                    }
-                    ended(Instant::now());
-                }
-                Engine::One(one) => {
-                    started(one.startup().map(|startup| StartupReport { gpu: device.gpu, startup }));
-                    match run_gpu(one, queue, options, &sink_with(sender)) {
-                        Ok(batches) => record(GpuRun { gpu: device.gpu, batches, profile: None }),
-                        Err(e) => failure.record(e.into()),
-                    }
-                    ended(Instant::now());
-                }
+                Engine::Cpu => run.on_cpu(job, sender),
+                Engine::One(device) => run.on_device(device, options.gpu, job, sender),
                 Engine::Many(ordinals) => {
-                    let gpu_options =
-                        GpuOptions { max_registers: device.max_registers, force_ptx: device.ptx };
                     let spread = JobOptions {
-                        batch_images: options.batch_images.min(images.div_ceil(ordinals.len()).max(1)),
-                        ..options.clone()
+                        batch_images: job.batch_images.min(images.div_ceil(ordinals.len()).max(1)),
+                        ..job.clone()
                     };
-                    // The job starts once every GPU is open: a GPU that opened late would find
-                    // the work taken.
-                    let all_open = std::sync::Barrier::new(ordinals.len());
-                    let encoding_done = &encoding_done;
-                    std::thread::scope(|gpus| {
-                        for &gpu in ordinals {
-                            let (started, all_open, record, spread) = (&started, &all_open, &record, &spread);
-                            let sink = sink_with(sender.clone());
-                            gpus.spawn(move || {
-                                let run = || -> anyhow::Result<()> {
-                                    // A device belongs to the thread that opened it.
-                                    let opened = Device::gpu_with(gpu, gpu_options).and_then(|d| {
-                                        if device.profile {
-                                            d.enable_profiling()?;
-                                        }
-                                        let staging = d.staging()?;
-                                        Ok((d, staging))
-                                    });
-                                    all_open.wait();
-                                    let (opened, mut staging) = opened?;
-                                    println!("GPU {gpu}: {}", opened.describe());
-                                    started(opened.startup().map(|startup| StartupReport { gpu, startup }));
-                                    let batches = run_gpu_staged(&opened, &mut staging, queue, spread, &sink)
-                                        .with_context(|| format!("GPU {gpu}"))?;
-                                    ended(Instant::now());
-                                    drop(sink);
-                                    encoding_done();
-                                    let profile = opened.profile_report()?;
-                                    record(GpuRun { gpu, batches, profile });
-                                    Ok(())
-                                };
-                                if let Err(e) = run() {
-                                    failure.record(e);
-                                }
-                            });
-                        }
-                        drop(sender);
-                    });
+                    run.on_gpus(ordinals, options, &spread, sender);
                 }
             }
         });
-        failure.into_result()?;
-        let job_start =
-            starts.into_inner().expect("no poisoned lock").into_iter().min().unwrap_or_else(Instant::now);
-        let job_end =
-            ends.into_inner().expect("no poisoned lock").into_iter().max().unwrap_or_else(Instant::now);
-        let mut startup = startups.into_inner().expect("no poisoned lock");
+        run.finish()
+    }
+}
+
+/// What the threads of one [`Engine::run`] share: the queue, the first failure, and what each
+/// engine and encoder reports of its start and end.
+struct RunState<'a> {
+    queue: &'a ImageQueue,
+    failure: Failure,
+    startups: Mutex<Vec<StartupReport>>,
+    /// When each engine started.
+    starts: Mutex<Vec<Instant>>,
+    /// When each engine, and each encoder that wrote an image, finished.
+    ends: Mutex<Vec<Instant>>,
+    gpu_runs: Mutex<Vec<GpuRun>>,
+    /// Encoders still running: several GPUs' engines close their devices only once none is, so
+    /// that the contexts' teardown (hundreds of milliseconds of driver work) does not compete
+    /// with the last images' encoding.
+    encoding_left: (Mutex<usize>, Condvar),
+}
+
+impl<'a> RunState<'a> {
+    fn new(queue: &'a ImageQueue, encoders: usize) -> Self {
+        RunState {
+            queue,
+            failure: Failure::default(),
+            startups: Mutex::new(Vec::new()),
+            starts: Mutex::new(Vec::new()),
+            ends: Mutex::new(Vec::new()),
+            gpu_runs: Mutex::new(Vec::new()),
+            encoding_left: (Mutex::new(encoders), Condvar::new()),
+        }
+    }
+
+    /// An engine started now (after its device opened).
+    fn started(&self, startup: Option<StartupReport>) {
+        lock(&self.starts).push(Instant::now());
+        lock(&self.startups).extend(startup);
+    }
+
+    fn ended(&self, at: Instant) {
+        lock(&self.ends).push(at);
+    }
+
+    /// An encoder is done (it exits once every engine is).
+    fn encoder_done(&self) {
+        let (left, changed) = &self.encoding_left;
+        *lock(left) -= 1;
+        changed.notify_all();
+    }
+
+    /// Waits until every encoder is done.
+    fn encoding_done(&self) {
+        let (left, changed) = &self.encoding_left;
+        let mut left = lock(left);
+        while *left > 0 {
+            left = wait(changed, left);
+        }
+    }
+
+    /// An engine's sink: hands each result to the encoders with its decode time. The channel
+    /// closes, and the encoders stop, once every engine has dropped its own.
+    fn sink(&self, sender: SyncSender<ImageResult>) -> impl Fn(ImageResult) -> error::Result<()> + Sync + '_ {
+        move |mut result: ImageResult| {
+            let stopped = || error::Error::InvalidInput("stopped after an earlier error".into());
+            if self.failure.failed() {
+                return Err(stopped());
+            }
+            result.times.decode_ms = self.queue.take_decode_ms(result.index);
+            sender.send(result).map_err(|_| stopped())
+        }
+    }
+
+    /// The CPU engine, on the calling thread (and rayon's pool).
+    fn on_cpu(&self, job: &JobOptions, sender: SyncSender<ImageResult>) {
+        self.started(None);
+        if let Err(e) = run_cpu(self.queue, job, &self.sink(sender)) {
+            self.failure.record(e.into());
+        }
+        self.ended(Instant::now());
+    }
+
+    /// The GPU engine on one device (GPU `gpu`, or the simulator), on the calling thread.
+    fn on_device(&self, device: &Device, gpu: u32, job: &JobOptions, sender: SyncSender<ImageResult>) {
+        self.started(device.startup().map(|startup| StartupReport { gpu, startup }));
+        match run_gpu(device, self.queue, job, &self.sink(sender)) {
+            Ok(batches) => lock(&self.gpu_runs).push(GpuRun { gpu, batches, profile: None }),
+            Err(e) => self.failure.record(e.into()),
+        }
+        self.ended(Instant::now());
+    }
+
+    /// The GPU engine on several GPUs, one thread each, all taking images from one queue. The
+    /// job starts once every GPU is open: a GPU that opened late would find the work taken.
+    fn on_gpus(
+        &self,
+        ordinals: &[u32],
+        options: &EngineOptions,
+        job: &JobOptions,
+        sender: SyncSender<ImageResult>,
+    ) {
+        let all_open = Barrier::new(ordinals.len());
+        std::thread::scope(|gpus| {
+            for &gpu in ordinals {
+                let (all_open, sink) = (&all_open, self.sink(sender.clone()));
+                gpus.spawn(move || {
+                    if let Err(e) = self.on_gpu(gpu, options, job, all_open, sink) {
+                        self.failure.record(e);
+                    }
+                });
+            }
+            drop(sender);
+        });
+    }
+
+    /// One GPU's thread of [`RunState::on_gpus`]: opens the GPU (a device belongs to the thread
+    /// that opened it), waits for the others, runs the engine, and once the encoders are done too
+    /// closes the device.
+    fn on_gpu(
+        &self,
+        gpu: u32,
+        options: &EngineOptions,
+        job: &JobOptions,
+        all_open: &Barrier,
+        sink: impl Fn(ImageResult) -> error::Result<()> + Sync,
+    ) -> anyhow::Result<()> {
+        let opened = Device::gpu_with(gpu, options.gpu_options).and_then(|d| {
+            if options.profile {
+                d.enable_profiling()?;
+            }
+            let staging = d.staging()?;
+            Ok((d, staging))
+        });
+        all_open.wait();
+        let (opened, mut staging) = opened?;
+        println!("GPU {gpu}: {}", opened.describe());
+        self.started(opened.startup().map(|startup| StartupReport { gpu, startup }));
+        let batches = run_gpu_staged(&opened, &mut staging, self.queue, job, &sink)
+            .with_context(|| format!("GPU {gpu}"))?;
+        self.ended(Instant::now());
+        drop(sink);
+        self.encoding_done();
+        let profile = opened.profile_report()?;
+        lock(&self.gpu_runs).push(GpuRun { gpu, batches, profile });
+        Ok(())
+    }
+
+    /// The run's result once every thread is done: its first error, or what it reports.
+    fn finish(self) -> anyhow::Result<JobRun> {
+        self.failure.into_result()?;
+        let job_start = into_inner(self.starts).into_iter().min().unwrap_or_else(Instant::now);
+        let job_end = into_inner(self.ends).into_iter().max().unwrap_or_else(Instant::now);
+        let mut startup = into_inner(self.startups);
         startup.sort_by_key(|s| s.gpu);
-        let mut gpus = gpu_runs.into_inner().expect("no poisoned lock");
+        let mut gpus = into_inner(self.gpu_runs);
         gpus.sort_by_key(|g| g.gpu);
         Ok(JobRun { startup, job_start, job_end, gpus })
+    }
+}
+
+/// What each encoder thread of [`Engine::run`] runs: takes finished images from the engines'
+/// channel, writes their outputs on its own pool, and hands their reports to `done`.
+struct Encoder<'a> {
+    receiver: Mutex<Receiver<ImageResult>>,
+    pool: rayon::ThreadPool,
+    outputs: &'a Outputs<'a>,
+    done: Done<'a>,
+}
+
+impl Encoder<'_> {
+    /// One encoder thread, until every engine is done (after a failure it only drains the
+    /// channel).
+    fn run(&self, run: &RunState) {
+        // When this encoder finished its last image.
+        let mut last = None;
+        loop {
+            let next = lock(&self.receiver).recv();
+            let Ok(mut result) = next else { break };
+            if run.failure.failed() {
+                continue;
+            }
+            let start = Instant::now();
+            let written = self.pool.install(|| self.outputs.write(&result)).map_err(anyhow::Error::from);
+            let reported = written.and_then(|()| {
+                result.times.encode_ms = start.elapsed().as_secs_f64() * 1e3;
+                (self.done)(ImageReport::from(result))
+            });
+            if let Err(e) = reported {
+                run.failure.record(e);
+            }
+            last = Some(Instant::now());
+        }
+        if let Some(at) = last {
+            run.ended(at);
+        }
+        run.encoder_done();
     }
 }
 
@@ -512,7 +657,7 @@ struct Failure {
 
 impl Failure {
     fn record(&self, error: anyhow::Error) {
-        self.first.lock().expect("no panics while holding the lock").get_or_insert(error);
+        lock(&self.first).get_or_insert(error);
         self.failed.store(true, Ordering::SeqCst);
     }
 
@@ -521,7 +666,7 @@ impl Failure {
     }
 
     fn into_result(self) -> anyhow::Result<()> {
-        match self.first.into_inner().expect("no panics while holding the lock") {
+        match into_inner(self.first) {
             Some(e) => Err(e),
             None => Ok(()),
         }

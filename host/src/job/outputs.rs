@@ -3,10 +3,11 @@
 //! [`Journal`] of every image's [`ImageEntry`] (done, failed, or done by an earlier run that
 //! `--resume` continues: [`resumable`]).
 
-use crate::error::{Error, Result};
-use crate::image_io::{self, Scaling};
-use crate::svd_job::{FailedImage, ImageResult, JobOptions, RankResult, Reconstruction, StageTimes};
-use crate::{npy, plot};
+use super::images::{FailedImage, ImageResult, JobOptions, RankResult, Reconstruction, StageTimes};
+use super::lock::{into_inner, lock};
+use crate::commands::image_io::{self, Scaling};
+use crate::commands::{npy, plot};
+use crate::launch::error::{Error, Result};
 use ndarray::Array2;
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -34,7 +35,7 @@ pub struct Outputs<'a> {
 impl Outputs<'_> {
     /// Writes one image's files: every rank's and the mosaic at once (one task each on the rayon
     /// pool it is called in; PNG encoding is the slow part). The job calls it on a pool of its
-    /// encoders' own, never on one whose threads may block on the encoders ([`crate::svd_engine::Engine::run`]).
+    /// encoders' own, never on one whose threads may block on the encoders ([`super::driver::Engine::run`]).
     pub fn write(&self, result: &ImageResult) -> Result<()> {
         let (ranks, mosaic) = rayon::join(
             || result.ranks.par_iter().try_for_each(|rank| self.write_rank(result, rank)),
@@ -306,7 +307,7 @@ pub const CSV_HEADER: [&str; 11] = [
 /// report is rewritten in order, and adds its values to the [`Totals`]; the images' whole
 /// entries only when asked to (for `--json`, or the tables of a few images).
 ///
-/// Indices: an image's [`crate::svd_job::JobImage::index`] is its place in this run's queue,
+/// Indices: an image's [`super::images::JobImage::index`] is its place in this run's queue,
 /// which `--resume` shortens; the journal reports its place in the whole job instead.
 pub struct Journal {
     path: PathBuf,
@@ -450,7 +451,7 @@ impl Journal {
     /// them whole or absent) and adds it to the totals.
     fn record(&self, entry: ImageEntry) -> Result<()> {
         let rows = csv_bytes(entry.rows());
-        let mut written = self.written.lock().expect("no panics while holding the lock");
+        let mut written = lock(&self.written);
         written.file.write_all(&rows).map_err(|e| Error::File {
             path: self.path.clone(),
             message: format!("cannot append to the report: {e}"),
@@ -469,7 +470,7 @@ impl Journal {
     /// whole or not at all ([`image_io::write_atomically`]); returns the totals and, if kept,
     /// every entry in index order.
     pub fn finish(self) -> Result<(Totals, Vec<ImageEntry>)> {
-        let mut written = self.written.into_inner().expect("no panics while holding the lock");
+        let mut written = into_inner(self.written);
         written.spans.sort_by_key(|span| span.index);
         let file = &written.file;
         image_io::write_atomically(&self.path, |out| {

@@ -1,0 +1,100 @@
+//! Cholesky QR's small step for any `b`: per image, the inverse `R⁻¹` of the Cholesky factor of a
+//! `b × b` Gram matrix in panels over many blocks ([`blocked_cholesky_inverse`],
+//! `kernels::svd_factor::blocked_cholesky`). Where one block's shared memory holds the work space
+//! the plan takes [`kf::cholesky_inverse`] instead, one block per image.
+
+use crate::launch::device::{Backend, Buffer, Device, Queue};
+use crate::launch::error::{Result, ensure};
+use gpu_std::sim::{Dim3, LaunchConfig};
+use kernels::svd_factor as kf;
+
+/// Panel rows of [`blocked_cholesky_inverse`]: 64 on a GPU (a panel is one GEMM tile); 16 in
+/// the simulator, so that its tests on small matrices take several panels.
+pub fn cholesky_panel_rows(device: &Device) -> usize {
+    match device.backend() {
+        Backend::Gpu => kf::CHOLESKY_PANEL_MAX as usize,
+        _ => 16,
+    }
+}
+
+/// Cholesky QR's small step for any `b`, on the device over many blocks
+/// (`kernels::svd_factor::blocked_cholesky`): per image, `rinv = R⁻¹` (`b × b`, row-major, upper
+/// triangular) for the Gram matrix `w = RᵀR` (`b × b`, row-major, upper triangle read), pivots
+/// floored as [`kf::cholesky_inverse`] floors them. `w`'s upper triangle is overwritten with `R`;
+/// `diagonal` (`b` per image) is work space. Queued on `queue`: `4·⌈b/nb⌉ − 2` launches
+/// ([`cholesky_panel_rows`]), each for every image, and no wait.
+///
+/// # Safety
+/// The buffers must live until the queue reaches the launches (as for [`Device::launch_on`]).
+pub unsafe fn blocked_cholesky_inverse(
+    device: &Device,
+    queue: &Queue,
+    (w, rinv, diagonal): (&mut Buffer<f64>, &mut Buffer<f64>, &mut Buffer<f64>),
+    b: usize,
+    images: usize,
+) -> Result<()> {
+    let len = images * b * b;
+    ensure(
+        b > 0 && images > 0 && w.len() >= len && rinv.len() >= len && diagonal.len() >= images * b,
+        || {
+            format!(
+                "blocked Cholesky of {images} matrices of {b} × {b}: buffers of {}, {} and {} values",
+                w.len(),
+                rinv.len(),
+                diagonal.len()
+            )
+        },
+    )?;
+    let nb = cholesky_panel_rows(device);
+    let panels = b.div_ceil(nb);
+    let config = |blocks: usize| LaunchConfig {
+        grid: Dim3 { x: blocks as u32, y: 1, z: images as u32 },
+        block: Dim3::x(kf::BLOCKED_CHOLESKY_THREADS),
+        shared_bytes: kf::BLOCKED_CHOLESKY_SHARED_BYTES,
+    };
+    let (b32, nb32) = (b as u32, nb as u32);
+    for panel in 0..panels {
+        let right = b - (b.min((panel + 1) * nb));
+        // SAFETY: forwarded from the caller; the kernels index through checked slices, each
+        // image's `b²` values inside the buffers (checked above).
+        unsafe {
+            device.launch_on(
+                queue,
+                &kf::CHOLESKY_DIAGONAL_BLOCK,
+                config(1),
+                (&mut *w, &mut *rinv, &mut *diagonal, b32, nb32, panel as u32),
+            )?;
+            if right > 0 {
+                let tiles = right.div_ceil(kf::GEMM_TILE as usize);
+                device.launch_on(
+                    queue,
+                    &kf::CHOLESKY_ROW_PANEL,
+                    config(tiles),
+                    (&mut *w, &*rinv, b32, nb32, panel as u32),
+                )?;
+                let trailing = LaunchConfig {
+                    grid: Dim3 { x: tiles as u32, y: tiles as u32, z: images as u32 },
+                    ..config(1)
+                };
+                device.launch_on(
+                    queue,
+                    &kf::CHOLESKY_TRAILING_UPDATE,
+                    trailing,
+                    (&mut *w, b32, nb32, panel as u32),
+                )?;
+            }
+        }
+    }
+    for panel in 0..panels {
+        // SAFETY: as above.
+        unsafe {
+            device.launch_on(
+                queue,
+                &kf::TRIANGULAR_INVERSE_COLUMN,
+                config(panels),
+                (&*w, &mut *rinv, b32, nb32, panel as u32),
+            )?;
+        }
+    }
+    Ok(())
+}

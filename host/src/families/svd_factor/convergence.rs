@@ -1,0 +1,73 @@
+//! When the iteration stops and how far it looks ahead: the stop test on each Ritz pair's residual
+//! and the predictions built on it (power steps to take, pairs a Chebyshev filter may lock).
+//!
+//! Every function reads one image's last Rayleigh–Ritz step as `ritz_residuals` writes it:
+//! `stats` (`‖W_i‖²` then the residuals `‖W_i − θ_i·V_i‖²`, `2b` values) and `theta` (`b` values,
+//! non-increasing).
+
+use kernels::svd_factor as kf;
+
+/// Residual tolerance of the iteration: each of the `k` leading Ritz pairs must satisfy
+/// `‖G·v − θ·v‖ ≤ TOLERANCE·√(θ₁·θ)`. Since an eigenvalue lies within the residual of a Ritz
+/// value, each singular value is then within `TOLERANCE·σ₁/2` of the exact one, half the accuracy
+/// asked for; in practice (the error is quadratic in the residual) within about 1e-8·σ₁.
+pub const TOLERANCE: f64 = 1e-5;
+
+/// Iterations after which an image that has not converged is an error (natural images need 5–15,
+/// white noise about 20 with the Chebyshev filter, 40 without).
+pub const MAX_ITERATIONS: usize = 300;
+
+/// The leading `k` Ritz pairs of one image that are not numerically zero and still miss the stop
+/// test `‖r_i‖ ≤ tol·√(θ₁·θ_i)`: `(θ_i, ‖r_i‖, tol·√(θ₁·θ_i))`.
+pub(super) fn pairs_to_converge<'a>(
+    stats: &'a [f64],
+    theta: &'a [f64],
+    k: usize,
+    tol: f64,
+) -> impl Iterator<Item = (f64, f64, f64)> + 'a {
+    (0..k).filter_map(move |i| {
+        let (residual, target) = residual_and_target(stats, theta, i, tol);
+        (theta[i] > kf::NULL_THRESHOLD * theta[0].max(0.0) && residual > target)
+            .then_some((theta[i], residual, target))
+    })
+}
+
+/// How many of the first `most` Ritz pairs of one image meet the stop test, counted from the first
+/// and stopping at one that does not or is numerically zero: the pairs a Chebyshev filter may lock.
+pub(super) fn converged_lead(stats: &[f64], theta: &[f64], most: usize, tol: f64) -> usize {
+    (0..most)
+        .take_while(|&i| {
+            let (residual, target) = residual_and_target(stats, theta, i, tol);
+            theta[i] > kf::NULL_THRESHOLD * theta[0].max(0.0) && residual <= target
+        })
+        .count()
+}
+
+/// Pair `i`'s residual `‖r_i‖` and the stop test's bound on it, `tol·√(θ₁·θ_i)`.
+fn residual_and_target(stats: &[f64], theta: &[f64], i: usize, tol: f64) -> (f64, f64) {
+    (stats[theta.len() + i].sqrt(), tol * (theta[0].max(0.0) * theta[i]).sqrt())
+}
+
+/// Subspace iterations (products with `G`) after which every image not yet converged should
+/// meet the tolerance, predicted from its last Rayleigh–Ritz step (`stats`, `theta` and the
+/// `converged` flags of the whole batch, `2b`, `b` and 1 per image): the residual of pair `i`
+/// shrinks by about `θ_b/θ_i` per iteration (`θ_b` the smallest Ritz value, which approximates
+/// `λ_{b+1}`). At least 1; at most 8, so a poor early estimate costs little.
+pub(super) fn steps_to_convergence(
+    stats: &[f64],
+    theta: &[f64],
+    converged: &[u32],
+    b: usize,
+    k: usize,
+) -> usize {
+    let mut steps = 1.0f64;
+    for img in (0..converged.len()).filter(|&img| converged[img] != 1) {
+        let (stats, theta) = (&stats[img * 2 * b..(img + 1) * 2 * b], &theta[img * b..(img + 1) * b]);
+        let floor = theta[b - 1].max(0.0);
+        for (th, residual, target) in pairs_to_converge(stats, theta, k, TOLERANCE) {
+            let rate = floor / th;
+            steps = steps.max(if rate < 0.99 { (target / residual).ln() / rate.ln() } else { 8.0 });
+        }
+    }
+    (steps.ceil() as usize).clamp(1, 8)
+}

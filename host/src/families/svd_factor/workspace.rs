@@ -1,0 +1,431 @@
+//! The factorisation's device buffers, allocated once from the plan, and the steps of the
+//! iteration as methods on them (the loop that calls them is `mod.rs`'s [`factor_with`](super::factor_with)).
+//!
+//! Safety, once for every launch of this file: each kernel and GEMM is queued on the device's
+//! queue with buffers that the [`Workspace`] owns or borrows (the images `a`) and that are sized
+//! from the plan, which the GEMMs check against their layouts and the kernels index through
+//! checked slices (but the one-block kernels' shared work space, which the plan's launch sizes).
+//! The workspace lives until [`Workspace::extract`] has waited for the queue; a step that fails
+//! drops it early, and freeing device memory waits for the device's work.
+
+use super::chebyshev::{self, ChebyshevFilter};
+use super::cholesky::blocked_cholesky_inverse;
+use super::convergence::TOLERANCE;
+use super::factors::{DeviceFactors, IterationCounts};
+use super::gemm::{Gemms, operand as op};
+use super::passes::{finish_squared_sums, queue_squared_sums};
+use super::plan::{CholeskyMethod, Plan};
+use super::ritz::{RitzPairs, RitzSolver};
+use crate::launch::device::{Buffer, BufferView, Device, IntoKernelArgs};
+use crate::launch::error::Result;
+use gpu_std::KernelFn;
+use gpu_std::sim::{Dim3, LaunchConfig};
+use kernels::svd_factor::{self as kf, Layout};
+
+/// Seed of the starting basis ([`kf::random_subspace`]), mixed with the shape.
+const STARTING_SEED: u32 = 0x5eed_0000;
+
+/// Queues `kernel` on the device's queue, under the module's safety argument.
+fn launch<A: Copy>(
+    device: &Device,
+    kernel: &KernelFn<A>,
+    cfg: LaunchConfig,
+    args: impl IntoKernelArgs<A>,
+) -> Result<()> {
+    // SAFETY: the module's argument (its doc): the workspace's buffers, sized from the plan,
+    // alive until the queue has finished with them.
+    unsafe { device.launch(kernel, cfg, args) }
+}
+
+/// The device buffers of one factorisation and the plan they were sized for.
+pub(super) struct Workspace<'a> {
+    device: &'a Device,
+    plan: &'a Plan,
+    gemms: Gemms<'a>,
+    /// The images, `m × n` row-major each.
+    a: BufferView<'a, f64>,
+    /// `G`, `r × r` per image.
+    g: Buffer<f64>,
+    /// `[Q Y]`, `r × 2b` per image: the basis and `Y = G·Q`; the next basis is built in the left half.
+    qy: Buffer<f64>,
+    /// `[V W]`, `r × 2b` per image: the Ritz vectors `V = Q·Z` and `W = G·V`; the first Cholesky
+    /// QR pass's result goes to its left half.
+    vw: Buffer<f64>,
+    /// Cholesky QR's Gram matrix and inverse factor, `b × b` per image, and its work space.
+    gram: Buffer<f64>,
+    rinv: Buffer<f64>,
+    scratch: Buffer<f64>,
+    solver: Box<dyn RitzSolver>,
+    pairs: RitzPairs,
+    /// Per image `‖W_i‖²` then the residuals `‖W_i − θ_i·V_i‖²` (`2b`), as `ritz_residuals`
+    /// writes them.
+    stats: Buffer<f64>,
+    /// The next basis's column weights `[e f g]`, `3b` per image.
+    weights: Buffer<f64>,
+    /// 1 per image that has converged.
+    converged: Buffer<u32>,
+    filter: FilterSpace,
+    /// `‖A‖²` per image, as partial sums (buffer, blocks per image) to add up at the end.
+    norms: (Buffer<f64>, usize),
+}
+
+/// The Chebyshev filter's buffers.
+struct FilterSpace {
+    /// `[a, p, q]` per step and image.
+    coefficients: Buffer<f64>,
+    /// The locked pairs' vectors (`r × DEFLATED_PAIRS` per image, zero until a filter saves them),
+    /// values, and overlaps `θ_l·v_lᵀ·x_i` with the basis it filters.
+    locked: Buffer<f64>,
+    locked_theta: Buffer<f64>,
+    overlaps: Buffer<f64>,
+}
+
+impl<'a> Workspace<'a> {
+    /// Every buffer of the plan's factorisation of `a`, and the images' norms queued.
+    pub(super) fn new(device: &'a Device, plan: &'a Plan, a: &'a Buffer<f64>) -> Result<Self> {
+        let (images, r, b) = (plan.images, plan.r, plan.b);
+        let deflated = kf::DEFLATED_PAIRS;
+        let (m, n) = plan.dims;
+        let g = device.alloc::<f64>(images * r * r)?;
+        let qy = device.alloc::<f64>(images * r * 2 * b)?;
+        let vw = device.alloc::<f64>(images * r * 2 * b)?;
+        let (gram, rinv) = (device.alloc::<f64>(images * b * b)?, device.alloc::<f64>(images * b * b)?);
+        let solver = plan.ritz_solver(device)?;
+        let filter = FilterSpace {
+            coefficients: device.alloc::<f64>(chebyshev::MAX_DEGREE * images * 3)?,
+            locked: device.zeroed::<f64>(images * r * deflated)?,
+            locked_theta: device.alloc::<f64>(images * deflated)?,
+            overlaps: device.alloc::<f64>(images * deflated * b)?,
+        };
+        // SAFETY: `a` is borrowed for the workspace's life; the module's argument.
+        let norms = unsafe { queue_squared_sums(device, device.queue(), a, None, m * n, images)? };
+        Ok(Workspace {
+            device,
+            plan,
+            gemms: Gemms::new(device, images, plan.tensor_cores),
+            a: a.view(..)?,
+            g,
+            qy,
+            vw,
+            gram,
+            rinv,
+            // The one-block kernels' work space per image; the blocked Cholesky's `b` diagonal values.
+            scratch: device.alloc::<f64>(images * kf::eigen_scratch(b as u32) as usize)?,
+            solver,
+            pairs: RitzPairs::new(device, b, images)?,
+            stats: device.alloc::<f64>(images * 2 * b)?,
+            weights: device.alloc::<f64>(images * 3 * b)?,
+            converged: device.alloc::<u32>(images)?,
+            filter,
+            norms,
+        })
+    }
+
+    /// `G`'s layout: `r × r` row-major per image.
+    fn g_layout(&self) -> Layout {
+        Layout::row_major(self.plan.r as u32, (self.plan.r * self.plan.r) as u32)
+    }
+
+    /// `[Q Y]`'s and `[V W]`'s layout: `r × 2b` row-major per image.
+    fn qy_layout(&self) -> Layout {
+        let (r, b) = (self.plan.r, self.plan.b);
+        Layout::row_major(2 * b as u32, (r * 2 * b) as u32)
+    }
+
+    /// The small matrices' layout: `b × b` row-major per image.
+    fn square_layout(&self) -> Layout {
+        let b = self.plan.b;
+        Layout::row_major(b as u32, (b * b) as u32)
+    }
+
+    /// `A_eff` (`m_eff × r`): `A` for tall images, `Aᵀ` for wide ones.
+    fn a_eff(&self) -> Layout {
+        let (m, n) = self.plan.dims;
+        let a = Layout::row_major(n as u32, (m * n) as u32);
+        if self.plan.tall() { a } else { a.transposed() }
+    }
+
+    /// Kernels over the `r × b` columns of each image (one thread per element, grid-strided).
+    fn columns_config(&self) -> LaunchConfig {
+        let p = self.plan;
+        LaunchConfig {
+            grid: Dim3 { x: (p.r * p.b).div_ceil(256).min(1024) as u32, y: 1, z: p.images as u32 },
+            block: Dim3::x(256),
+            shared_bytes: 0,
+        }
+    }
+
+    /// Kernels over each image's `b` columns of `[V W]` (`ritz_residuals`, `deflation_overlaps`).
+    fn residuals_config(&self) -> LaunchConfig {
+        LaunchConfig {
+            grid: Dim3 { x: self.plan.b.div_ceil(32) as u32, y: 1, z: self.plan.images as u32 },
+            block: Dim3 { x: 32, y: kf::RESIDUAL_ROWS, z: 1 },
+            shared_bytes: 32 * kf::RESIDUAL_ROWS * 16,
+        }
+    }
+
+    /// `G = A_effᵀ·A_eff`, only the upper triangle of blocks computed and mirrored.
+    pub(super) fn gram_matrix(&mut self) -> Result<()> {
+        let (r, m_eff) = (self.plan.r, self.plan.dims.0.max(self.plan.dims.1));
+        let (a, a_eff, g_layout) = (self.a, self.a_eff(), self.g_layout());
+        let operands = (op(a, a_eff.transposed()), op(a, a_eff));
+        // SAFETY: the module's argument.
+        unsafe { self.gemms.product(operands, (self.g.view_mut(..)?, g_layout), None, (r, r, m_eff), true) }
+    }
+
+    /// The starting basis: a seeded random matrix (the same for every image and run of a shape),
+    /// orthonormalised.
+    pub(super) fn start_basis(&mut self) -> Result<()> {
+        let (r, b) = (self.plan.r as u32, self.plan.b as u32);
+        let seed = STARTING_SEED ^ (r << 12) ^ b;
+        launch(
+            self.device,
+            &kf::RANDOM_SUBSPACE,
+            self.columns_config(),
+            (&mut self.qy, r, b, r * 2 * b, seed),
+        )?;
+        self.cholesky_qr2()
+    }
+
+    /// Two passes of Cholesky QR on the basis in Q's place (`qy`'s left half → `vw`'s left half →
+    /// back): each forms the Gram matrix, inverts its Cholesky factor and multiplies.
+    fn cholesky_qr2(&mut self) -> Result<()> {
+        let (r, b) = (self.plan.r, self.plan.b);
+        let (qy_layout, square) = (self.qy_layout(), self.square_layout());
+        for pass in 0..2 {
+            let from = if pass == 0 { &self.qy } else { &self.vw }.view(..)?;
+            let operands = (op(from, qy_layout.transposed()), op(from, qy_layout));
+            // SAFETY: the module's argument.
+            unsafe {
+                self.gemms.product(operands, (self.gram.view_mut(..)?, square), None, (b, b, r), true)?
+            };
+            self.inverse_cholesky_factor()?;
+            let (from, to) = if pass == 0 { (&self.qy, &mut self.vw) } else { (&self.vw, &mut self.qy) };
+            let operands = (op(from.view(..)?, qy_layout), op(self.rinv.view(..)?, square));
+            // SAFETY: the module's argument.
+            unsafe { self.gemms.product(operands, (to.view_mut(..)?, qy_layout), None, (r, b, b), false)? };
+        }
+        Ok(())
+    }
+
+    /// `R⁻¹` of every image's Gram matrix `gram`'s Cholesky factor into `rinv`, by the plan's method
+    /// (the blocked one overwrites `gram`'s upper triangle with `R`).
+    fn inverse_cholesky_factor(&mut self) -> Result<()> {
+        let (gram, rinv, scratch) = (&mut self.gram, &mut self.rinv, &mut self.scratch);
+        let (b, images) = (self.plan.b, self.plan.images);
+        match self.plan.cholesky {
+            CholeskyMethod::OneBlock => launch(
+                self.device,
+                &kf::CHOLESKY_INVERSE,
+                self.plan.one_block_config(),
+                (&*gram, b as u32, scratch, rinv),
+            ),
+            // SAFETY: the module's argument.
+            CholeskyMethod::Blocked => unsafe {
+                blocked_cholesky_inverse(self.device, self.device.queue(), (gram, rinv, scratch), b, images)
+            },
+        }
+    }
+
+    /// `Y = G·Q`, into the right half of each row of `[Q Y]`.
+    pub(super) fn multiply_by_g(&mut self) -> Result<()> {
+        let (r, b) = (self.plan.r, self.plan.b);
+        let (g_layout, qy_layout) = (self.g_layout(), self.qy_layout());
+        let qy_whole = self.qy.view_mut(..)?;
+        // SAFETY: Y = G·Q reads only columns 0..b through this view and writes only columns b..2b
+        // through the other.
+        let qy_read = unsafe { qy_whole.aliased_view() };
+        let y_write = qy_whole.into_view_mut(b..)?;
+        let operands = (op(self.g.view(..)?, g_layout), op(qy_read, qy_layout));
+        // SAFETY: the module's argument.
+        unsafe { self.gemms.product(operands, (y_write, qy_layout), None, (r, b, r), false) }
+    }
+
+    /// A power step without Rayleigh–Ritz (which would not change the subspace): `Q ← G·Q` with
+    /// the columns scaled by the last Ritz values, orthonormalised.
+    pub(super) fn power_step(&mut self) -> Result<()> {
+        let (r, b) = (self.plan.r as u32, self.plan.b as u32);
+        launch(
+            self.device,
+            &kf::POWER_STEP_COLUMNS,
+            self.columns_config(),
+            (&mut self.qy, &self.weights, r, b),
+        )?;
+        self.cholesky_qr2()
+    }
+
+    /// Rayleigh–Ritz: `T = QᵀY`, its eigenpairs, `[V W] = [Q·Z  Y·Z]`, then each pair's residual,
+    /// the convergence flags and the next basis's column weights.
+    pub(super) fn rayleigh_ritz(&mut self) -> Result<()> {
+        let (r, b, k) = (self.plan.r, self.plan.b, self.plan.k);
+        let (qy_layout, square) = (self.qy_layout(), self.square_layout());
+        let operands = (op(self.qy.view(..)?, qy_layout.transposed()), op(self.qy.view(b..)?, qy_layout));
+        // SAFETY (this block): the module's argument; `T` is symmetric, so only the upper triangle
+        // of blocks is computed, and mirrored.
+        unsafe {
+            self.gemms.product(operands, self.solver.input()?, None, (b, b, r), true)?;
+            self.solver.solve(self.device, &mut self.pairs)?;
+            for half in [0, b] {
+                let operands =
+                    (op(self.qy.view(half..)?, qy_layout), op(self.pairs.vectors.view(..)?, square));
+                self.gemms.product(
+                    operands,
+                    (self.vw.view_mut(half..)?, qy_layout),
+                    None,
+                    (r, b, b),
+                    false,
+                )?;
+            }
+        }
+        let theta = &self.pairs.theta;
+        launch(
+            self.device,
+            &kf::RITZ_RESIDUALS,
+            self.residuals_config(),
+            (&self.vw, theta, r as u32, b as u32, &mut self.stats),
+        )?;
+        let per_image = LaunchConfig {
+            grid: Dim3::x(self.plan.images as u32),
+            block: Dim3::x(self.plan.per_image_threads),
+            shared_bytes: 8,
+        };
+        let args =
+            (&self.stats, theta, b as u32, k as u32, TOLERANCE, &mut self.weights, &mut self.converged);
+        launch(self.device, &kf::RITZ_WEIGHTS, per_image, args)
+    }
+
+    /// The convergence flags of the last Rayleigh–Ritz step, one per image (a wait for the queue).
+    pub(super) fn converged(&self) -> Result<Vec<u32>> {
+        self.device.download(&self.converged)
+    }
+
+    /// The last Rayleigh–Ritz step's residual statistics and Ritz values (`2b` and `b` per image).
+    pub(super) fn ritz_statistics(&self) -> Result<(Vec<f64>, Vec<f64>)> {
+        Ok((self.device.download(&self.stats)?, self.device.download(&self.pairs.theta)?))
+    }
+
+    /// The Chebyshev filter of `[V W]` in place: the halves of `vw` take turns holding its last two
+    /// bases; each product `G·X` goes to Y's place in `qy`.
+    pub(super) fn chebyshev_filter(&mut self, filter: &ChebyshevFilter) -> Result<()> {
+        let (r, b) = (self.plan.r, self.plan.b);
+        let mut padded = filter.coefficients.clone();
+        padded.resize(self.filter.coefficients.len(), 0.0);
+        self.device.upload_into(&mut self.filter.coefficients, &padded)?;
+        self.device.upload_into(&mut self.weights, &filter.weights)?;
+        self.device.upload_into(&mut self.filter.locked_theta, &filter.locked_theta)?;
+        let columns = self.columns_config();
+        let mut newer = 0;
+        for step in 0..filter.degree {
+            if step > 0 {
+                if filter.deflates {
+                    let overlaps_cfg = LaunchConfig {
+                        shared_bytes: 32 * kf::RESIDUAL_ROWS * kf::DEFLATED_PAIRS as u32 * 8,
+                        ..self.residuals_config()
+                    };
+                    let f = &mut self.filter;
+                    let args = (
+                        &self.vw,
+                        &f.locked,
+                        &f.locked_theta,
+                        r as u32,
+                        b as u32,
+                        newer as u32,
+                        &mut f.overlaps,
+                    );
+                    launch(self.device, &kf::DEFLATION_OVERLAPS, overlaps_cfg, args)?;
+                }
+                let (g_layout, qy_layout) = (self.g_layout(), self.qy_layout());
+                let operands = (op(self.g.view(..)?, g_layout), op(self.vw.view(newer..)?, qy_layout));
+                // SAFETY: the module's argument.
+                unsafe {
+                    self.gemms.product(
+                        operands,
+                        (self.qy.view_mut(b..)?, qy_layout),
+                        None,
+                        (r, b, r),
+                        false,
+                    )?
+                };
+            }
+            let f = &mut self.filter;
+            let args = (
+                &self.qy,
+                &f.coefficients,
+                r as u32,
+                b as u32,
+                step as u32,
+                filter.degree as u32 - 1,
+                newer as u32,
+                &f.locked_theta,
+                &f.overlaps,
+                &mut f.locked,
+                &mut self.vw,
+            );
+            launch(self.device, &kf::CHEBYSHEV_STEP, columns, args)?;
+            newer = b - newer;
+        }
+        Ok(())
+    }
+
+    /// The next basis `X = V·E + W·F` in Q's place, orthonormalised.
+    pub(super) fn next_basis(&mut self) -> Result<()> {
+        let (r, b) = (self.plan.r as u32, self.plan.b as u32);
+        launch(
+            self.device,
+            &kf::COMBINE_COLUMNS,
+            self.columns_config(),
+            (&self.vw, &self.weights, r, b, &mut self.qy),
+        )?;
+        self.cholesky_qr2()
+    }
+
+    /// The factors as the reconstruction reads them: the Gram side's vectors `X = Q·Z[:, :k]`
+    /// (`r × k`, f64, then f32), the other side `A_eff·X·diag(1/σ)`, the singular values and norms.
+    pub(super) fn extract(self, counts: IterationCounts) -> Result<DeviceFactors> {
+        let plan = self.plan;
+        let ((m, n), images, k, r, b) = (plan.dims, plan.images, plan.k, plan.r, plan.b);
+        let device = self.device;
+        let mut x = device.alloc::<f64>(images * r * k)?;
+        let mut u = device.alloc::<f32>(images * m * k)?;
+        let mut vt = device.alloc::<f32>(images * k * n)?;
+        let x_layout = Layout::row_major(k as u32, (r * k) as u32);
+        let u_layout = Layout::row_major(k as u32, (m * k) as u32);
+        // Vᵀ (k × n) written as the transpose of an n × k result.
+        let v_layout = Layout::row_major(n as u32, (k * n) as u32).transposed();
+        let (gram_side, other_side) = if plan.tall() { (v_layout, u_layout) } else { (u_layout, v_layout) };
+        let basis = op(self.qy.view(..)?, self.qy_layout());
+        let vectors = op(self.pairs.vectors.view(..)?, self.square_layout());
+        let (gram, other) = if plan.tall() {
+            (vt.view_mut(..)?, u.view_mut(..)?)
+        } else {
+            (u.view_mut(..)?, vt.view_mut(..)?)
+        };
+        let inv_sigma = Some((self.pairs.inv_sigma.view(..)?, b as u32));
+        // SAFETY (this block): the module's argument; `x`, `u` and `vt` live past the download below.
+        unsafe {
+            self.gemms.product((basis, vectors), (x.view_mut(..)?, x_layout), None, (r, k, b), false)?;
+            self.gemms.product_f32((basis, vectors), (gram, gram_side), None, (r, k, b))?;
+            let a_times_x = (op(self.a, self.a_eff()), op(x.view(..)?, x_layout));
+            self.gemms.product_f32(a_times_x, (other, other_side), inv_sigma, (m.max(n), k, r))?;
+        }
+        let sigma = device.download(&self.pairs.sigma)?;
+        let singular_values: Vec<Vec<f64>> = sigma.chunks(b).map(|c| c[..k].to_vec()).collect();
+        let s32: Vec<f32> = singular_values.iter().flatten().map(|&v| v as f32).collect();
+        let frobenius_norms =
+            finish_squared_sums(device, &self.norms.0, self.norms.1)?.into_iter().map(f64::sqrt).collect();
+        Ok(DeviceFactors {
+            images,
+            dims: plan.dims,
+            k,
+            u,
+            s: device.upload(&s32)?,
+            vt,
+            singular_values,
+            frobenius_norms,
+            iterations: counts.iterations,
+            rayleigh_ritz_steps: counts.rayleigh_ritz_steps,
+            filter_steps: counts.filter_steps,
+            plan: plan.clone(),
+        })
+    }
+}

@@ -1,0 +1,98 @@
+//! The Ritz pairs as both eigensolvers write them (the one-block Jacobi of
+//! [`ritz_eigen`](super::ritz::ritz_eigen) and the block Jacobi's
+//! [`block_jacobi_finish`](super::block_jacobi::block_jacobi_finish)): in order of decreasing
+//! value, with `σ = √θ` and `1/σ`.
+
+use super::constants::NULL_THRESHOLD;
+use gpu_std::math;
+use gpu_std::slice::SliceMut;
+use gpu_std::thread;
+
+/// A Ritz pair's `σ = √max(θ, 0)`: every Ritz solver's rule, on the device and on the host.
+#[inline(always)]
+pub fn sigma_of(theta: f64) -> f64 {
+    math::sqrt(theta.max(0.0))
+}
+
+/// A Ritz pair's `1/σ` (`sigma` from [`sigma_of`]), or 0 where `θ` is numerically zero
+/// (`≤ NULL_THRESHOLD·θ₁`, `theta_max` = `max(θ₁, 0)`): every Ritz solver's rule.
+#[inline(always)]
+pub fn inverse_sigma(theta: f64, sigma: f64, theta_max: f64) -> f64 {
+    if theta > NULL_THRESHOLD * theta_max && sigma > 0.0 { 1.0 / sigma } else { 0.0 }
+}
+
+/// The Ritz pairs in order of decreasing value, from an eigendecomposition given as `value(i)`
+/// and `vector(row, i)` (`i, row < b`): `theta`, `sigma = √θ`, `inv_sigma` (`1/σ`, or 0 for
+/// numerically zero θ) and `ritz` (`b × b`, column `r` the vector of `θ_r`). `vals` and `perm`
+/// (`b` each) are work space. All threads of the block call it.
+///
+/// # Safety
+/// `vals`, `perm`, `theta`, `sigma` and `inv_sigma` hold at least `b` elements and `ritz` `b²`:
+/// they are accessed unchecked on the GPU (the simulator checks).
+#[inline(always)]
+pub(super) unsafe fn write_ritz_pairs(
+    bu: usize,
+    value: impl Fn(usize) -> f64,
+    vector: impl Fn(usize, usize) -> f64,
+    (mut vals, mut perm): (SliceMut<f64>, SliceMut<f64>),
+    (mut theta, mut sigma, mut inv_sigma, mut ritz): (
+        SliceMut<f64>,
+        SliceMut<f64>,
+        SliceMut<f64>,
+        SliceMut<f64>,
+    ),
+) {
+    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
+    let bb = bu * bu;
+    // Largest first: perm[rank] = index.
+    let mut i = tid;
+    while i < bu {
+        // SAFETY: i < b, within `vals` (the contract); one thread per element.
+        unsafe { vals.set_unchecked(i, value(i)) };
+        i += nt;
+    }
+    thread::sync_threads();
+    let mut i = tid;
+    while i < bu {
+        // SAFETY: i, j and the rank are below b, within `vals` and `perm` (the contract); `vals`
+        // was written before the barrier, and the ranks are distinct: one thread per element of
+        // `perm`.
+        unsafe {
+            let v = vals.get_unchecked(i);
+            let mut rank = 0;
+            for j in 0..bu {
+                let w = vals.get_unchecked(j);
+                if w > v || (w == v && j < i) {
+                    rank += 1;
+                }
+            }
+            perm.set_unchecked(rank, i as f64);
+        }
+        i += nt;
+    }
+    thread::sync_threads();
+    let mut i = tid;
+    while i < bb {
+        let (row, r) = (i / bu, i % bu);
+        // SAFETY: i < b², within `ritz`, and r < b, within `perm` (the contract); `perm`'s
+        // entries, written before the barrier, are indices below b; one thread per element.
+        unsafe { ritz.set_unchecked(i, vector(row, perm.get_unchecked(r) as usize)) };
+        i += nt;
+    }
+    // SAFETY: 0 < b, within `perm`, whose entries (written before the barrier) are indices below
+    // b, within `vals`.
+    let theta0 = unsafe { vals.get_unchecked(perm.get_unchecked(0) as usize) }.max(0.0);
+    let mut i = tid;
+    while i < bu {
+        // SAFETY: i < b, within `perm`, `theta`, `sigma` and `inv_sigma` (the contract), and
+        // `perm`'s entries are indices below b, within `vals`; one thread per element written.
+        unsafe {
+            let th = vals.get_unchecked(perm.get_unchecked(i) as usize);
+            theta.set_unchecked(i, th);
+            let s = sigma_of(th);
+            sigma.set_unchecked(i, s);
+            inv_sigma.set_unchecked(i, inverse_sigma(th, s, theta0));
+        }
+        i += nt;
+    }
+}
