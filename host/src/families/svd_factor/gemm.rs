@@ -54,6 +54,37 @@ fn check_span(
     })
 }
 
+/// A GEMM result type and its kernels: the 64 × 64 tensor-core and FMA ones, the pipelined ones
+/// and the split-K sum.
+pub(super) trait GemmResult: Element + 'static {
+    /// [`kf::gemm_f64_mma_to`] for this type.
+    const MMA: &'static KernelFn<GemmArgs<Self>>;
+    /// [`kf::gemm_f64_to`] for this type.
+    const FMA: &'static KernelFn<GemmArgs<Self>>;
+    /// [`kf::gemm_f64_pipelined_to`] for this type.
+    const PIPELINED: &'static KernelFn<PipelinedArgs<Self>>;
+    /// [`kf::gemm_f64_pipelined_wide_to`] for this type.
+    const PIPELINED_WIDE: &'static KernelFn<PipelinedArgs<Self>>;
+    /// [`kf::gemm_f64_split_sum_to`] for this type.
+    const SPLIT_SUM: &'static KernelFn<SplitSumArgs<Self>>;
+}
+
+impl GemmResult for f64 {
+    const MMA: &'static KernelFn<GemmArgs<f64>> = &kf::GEMM_F64_MMA_TO_F64;
+    const FMA: &'static KernelFn<GemmArgs<f64>> = &kf::GEMM_F64_TO_F64;
+    const PIPELINED: &'static KernelFn<PipelinedArgs<f64>> = &kf::GEMM_F64_PIPELINED_TO_F64;
+    const PIPELINED_WIDE: &'static KernelFn<PipelinedArgs<f64>> = &kf::GEMM_F64_PIPELINED_WIDE_TO_F64;
+    const SPLIT_SUM: &'static KernelFn<SplitSumArgs<f64>> = &kf::GEMM_F64_SPLIT_SUM_TO_F64;
+}
+
+impl GemmResult for f32 {
+    const MMA: &'static KernelFn<GemmArgs<f32>> = &kf::GEMM_F64_MMA_TO_F32;
+    const FMA: &'static KernelFn<GemmArgs<f32>> = &kf::GEMM_F64_TO_F32;
+    const PIPELINED: &'static KernelFn<PipelinedArgs<f32>> = &kf::GEMM_F64_PIPELINED_TO_F32;
+    const PIPELINED_WIDE: &'static KernelFn<PipelinedArgs<f32>> = &kf::GEMM_F64_PIPELINED_WIDE_TO_F32;
+    const SPLIT_SUM: &'static KernelFn<SplitSumArgs<f32>> = &kf::GEMM_F64_SPLIT_SUM_TO_F32;
+}
+
 /// Most images of a batch whose products of fewer than 2²⁵ multiply-adds each still run on the
 /// pipelined kernels ([`Gemms`]).
 const PIPELINED_SMALL_BATCH: usize = 4;
@@ -77,59 +108,31 @@ impl<'a> Gemms<'a> {
         Gemms { device, images, tensor_cores }
     }
 
-    /// `C = A·B·diag(scale)` for every image (`m × n` result, inner dimension `k`), f64 result;
-    /// `scale` is `n` values per image, its stride apart. Only the upper triangle of blocks is
-    /// computed and mirrored when `symmetric`.
+    /// `C = A·B·diag(scale)` for every image (`m × n` result, inner dimension `k`), in `T` (f64,
+    /// or f32 for the reconstruction's factors); `scale` is `n` values per image, its stride apart.
+    /// Only the upper triangle of blocks is computed and mirrored when `symmetric`.
     ///
     /// # Safety
     /// The buffers must live until the queue reaches the launch (as for [`Device::launch_on`]).
-    pub(super) unsafe fn product(
+    pub(super) unsafe fn product<T: GemmResult>(
         &self,
         operands: (Operand, Operand),
-        c: (BufferViewMut<f64>, Layout),
+        c: (BufferViewMut<T>, Layout),
         scale: Option<(BufferView<f64>, u32)>,
         dims: (usize, usize, usize),
         symmetric: bool,
     ) -> Result<()> {
         if self.pipelined(dims) {
-            let kernel = if kf::pgemm_wide(dims.0 as u32, dims.1 as u32) {
-                &kf::GEMM_F64_PIPELINED_WIDE_TO_F64
-            } else {
-                &kf::GEMM_F64_PIPELINED_TO_F64
-            };
-            let kernels = (kernel, &kf::GEMM_F64_SPLIT_SUM_TO_F64);
+            let kernel =
+                if kf::pgemm_wide(dims.0 as u32, dims.1 as u32) { T::PIPELINED_WIDE } else { T::PIPELINED };
             // SAFETY: forwarded from the caller.
-            return unsafe { self.launch_pipelined(kernels, operands, c, scale, dims, symmetric) };
+            return unsafe {
+                self.launch_pipelined((kernel, T::SPLIT_SUM), operands, c, scale, dims, symmetric)
+            };
         }
-        let kernel = if self.tensor_cores { &kf::GEMM_F64_MMA_TO_F64 } else { &kf::GEMM_F64_TO_F64 };
+        let kernel = if self.tensor_cores { T::MMA } else { T::FMA };
         // SAFETY: forwarded from the caller.
         unsafe { self.launch(kernel, operands, c, scale, dims, symmetric) }
-    }
-
-    /// [`Gemms::product`] with an f32 result (never symmetric).
-    ///
-    /// # Safety
-    /// As for [`Gemms::product`].
-    pub(super) unsafe fn product_f32(
-        &self,
-        operands: (Operand, Operand),
-        c: (BufferViewMut<f32>, Layout),
-        scale: Option<(BufferView<f64>, u32)>,
-        dims: (usize, usize, usize),
-    ) -> Result<()> {
-        if self.pipelined(dims) {
-            let kernel = if kf::pgemm_wide(dims.0 as u32, dims.1 as u32) {
-                &kf::GEMM_F64_PIPELINED_WIDE_TO_F32
-            } else {
-                &kf::GEMM_F64_PIPELINED_TO_F32
-            };
-            let kernels = (kernel, &kf::GEMM_F64_SPLIT_SUM_TO_F32);
-            // SAFETY: forwarded from the caller.
-            return unsafe { self.launch_pipelined(kernels, operands, c, scale, dims, false) };
-        }
-        let kernel = if self.tensor_cores { &kf::GEMM_F64_MMA_TO_F32 } else { &kf::GEMM_F64_TO_F32 };
-        // SAFETY: forwarded from the caller.
-        unsafe { self.launch(kernel, operands, c, scale, dims, false) }
     }
 
     /// Whether an `m × n × k` product runs on the pipelined tensor-core kernel
@@ -408,7 +411,13 @@ mod tests {
         let operands = (operand(da.view(..)?, la), operand(db.view(..)?, lb));
         // SAFETY: as above.
         unsafe {
-            gemms.product_f32(operands, (c.view_mut(..)?, lc), Some((ds.view(..)?, n as u32)), (m, n, k))?
+            gemms.product(
+                operands,
+                (c.view_mut(..)?, lc),
+                Some((ds.view(..)?, n as u32)),
+                (m, n, k),
+                false,
+            )?
         };
         let got = device.download(&c)?;
         for i in 0..m {

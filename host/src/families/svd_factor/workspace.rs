@@ -404,9 +404,9 @@ impl<'a> Workspace<'a> {
         // SAFETY (this block): the module's argument; `x`, `u` and `vt` live past the download below.
         unsafe {
             self.gemms.product((basis, vectors), (x.view_mut(..)?, x_layout), None, (r, k, b), false)?;
-            self.gemms.product_f32((basis, vectors), (gram, gram_side), None, (r, k, b))?;
+            self.gemms.product((basis, vectors), (gram, gram_side), None, (r, k, b), false)?;
             let a_times_x = (op(self.a, self.a_eff()), op(x.view(..)?, x_layout));
-            self.gemms.product_f32(a_times_x, (other, other_side), inv_sigma, (m.max(n), k, r))?;
+            self.gemms.product(a_times_x, (other, other_side), inv_sigma, (m.max(n), k, r), false)?;
         }
         let sigma = device.download(&self.pairs.sigma)?;
         let singular_values: Vec<Vec<f64>> = sigma.chunks(b).map(|c| c[..k].to_vec()).collect();
