@@ -166,16 +166,7 @@ impl<'a> Gemms<'a> {
         symmetric: bool,
     ) -> Result<()> {
         let (images, device) = (self.images, self.device);
-        check_span("A", a.data.len(), a.layout, (m, k), images)?;
-        check_span("B", b.data.len(), b.layout, (k, n), images)?;
-        check_span("C", c.len(), c_layout, (m, n), images)?;
-        let scale_stride = match scale {
-            Some((values, stride)) => {
-                check_span("scale", values.len(), Layout::row_major(1, stride), (1, n), images)?;
-                stride
-            }
-            None => 0,
-        };
+        let scale_stride = self.check_operands((a, b), (c.len(), c_layout), scale, (m, n, k))?;
         let wide = kf::pgemm_wide(m as u32, n as u32);
         let (bn, threads, shared_bytes) = if wide {
             (kf::PGEMM_WIDE_TILE_N, kf::PGEMM_WIDE_THREADS, kf::PGEMM_WIDE_SHARED_BYTES)
@@ -291,6 +282,28 @@ impl<'a> Gemms<'a> {
         unsafe { self.device.launch_counted(self.device.queue(), sum, config, args, None) }
     }
 
+    /// Checks that every operand's layout lies inside its buffer (the kernels index without
+    /// checks) for an `m × n × k` product over the batch; returns the scale's stride (0 without).
+    fn check_operands(
+        &self,
+        (a, b): (Operand, Operand),
+        (c_len, c_layout): (usize, Layout),
+        scale: Option<(BufferView<f64>, u32)>,
+        (m, n, k): (usize, usize, usize),
+    ) -> Result<u32> {
+        let images = self.images;
+        check_span("A", a.data.len(), a.layout, (m, k), images)?;
+        check_span("B", b.data.len(), b.layout, (k, n), images)?;
+        check_span("C", c_len, c_layout, (m, n), images)?;
+        Ok(match scale {
+            Some((values, stride)) => {
+                check_span("scale", values.len(), Layout::row_major(1, stride), (1, n), images)?;
+                stride
+            }
+            None => 0,
+        })
+    }
+
     /// A GEMM with the result type of `kernel`; every operand's layout checked against its buffer.
     ///
     /// # Safety
@@ -305,16 +318,7 @@ impl<'a> Gemms<'a> {
         symmetric: bool,
     ) -> Result<()> {
         let images = self.images;
-        check_span("A", a.data.len(), a.layout, (m, k), images)?;
-        check_span("B", b.data.len(), b.layout, (k, n), images)?;
-        check_span("C", c.len(), c_layout, (m, n), images)?;
-        let scale_stride = match scale {
-            Some((values, stride)) => {
-                check_span("scale", values.len(), Layout::row_major(1, stride), (1, n), images)?;
-                stride
-            }
-            None => 0,
-        };
+        let scale_stride = self.check_operands((a, b), (c.len(), c_layout), scale, (m, n, k))?;
         let work = gemm_work(m, n, k, images, symmetric);
         let args = (
             a.data,
