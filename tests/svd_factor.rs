@@ -1282,14 +1282,18 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
         } else {
             vec![(5, true), (24, true), (37, true), (70, true), (1, true), (2, true), (5, false), (37, false)]
         };
-        use kernel_suite::svd_factor::{TRIDIAGONAL_MAX_B, TridiagonalEigensolver};
+        use kernel_suite::svd_factor::{HostEigensolver, TRIDIAGONAL_MAX_B, TridiagonalEigensolver};
         let refused =
             TridiagonalEigensolver::new(&device, TRIDIAGONAL_MAX_B + 1, 1).err().map(|e| e.to_string());
         assert!(
             refused.as_deref().is_some_and(|e| e.contains("b ≤ 512")),
             "a b past the tridiagonal solver's range must be refused: {refused:?}"
         );
-        for (b, shared) in tridiagonal {
+        // The host's solver (faer, its pairs ordered on the device) on the same spectra, at the
+        // tridiagonal solver's sizes: `None` for it.
+        let host_cases: Vec<(usize, Option<bool>)> = tridiagonal.iter().map(|&(b, _)| (b, None)).collect();
+        let cases = tridiagonal.iter().map(|&(b, shared)| (b, Some(shared))).chain(host_cases);
+        for (b, tridiagonal_shared) in cases {
             let problems = known_spectra(b as u64, b);
             let images = problems.len();
             let mut pairs = RitzPairs {
@@ -1298,12 +1302,24 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                 inv_sigma: poisoned(images * b),
                 vectors: poisoned(images * b * b),
             };
-            let mut solver = TridiagonalEigensolver::new(&device, b, images).unwrap();
-            if !shared {
-                let config =
-                    LaunchConfig { shared_bytes: kf::tridiagonal_small_bytes(b as u32), ..solver.config() };
-                solver = TridiagonalEigensolver::with_config(&device, b, images, config).unwrap();
-            }
+            let (mut solver, label): (Box<dyn RitzSolver>, String) = match tridiagonal_shared {
+                Some(shared) => {
+                    let mut solver = TridiagonalEigensolver::new(&device, b, images).unwrap();
+                    if !shared {
+                        let config = LaunchConfig {
+                            shared_bytes: kf::tridiagonal_small_bytes(b as u32),
+                            ..solver.config()
+                        };
+                        solver = TridiagonalEigensolver::with_config(&device, b, images, config).unwrap();
+                    }
+                    let memory = if solver.in_shared_memory() { "shared" } else { "global" };
+                    (Box::new(solver), format!("tridiagonal, b = {b}, matrix in {memory} memory"))
+                }
+                None => {
+                    (Box::new(HostEigensolver::new(&device, b, images).unwrap()), format!("host, b = {b}"))
+                }
+            };
+            let label = format!("{label}, on {}", device.describe());
             let t: Vec<f64> = problems.iter().flat_map(|(t, _)| t.iter().copied()).collect();
             let t = device.upload(&t).unwrap();
             let (input, layout) = solver.input().unwrap();
@@ -1311,8 +1327,6 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
             device.copy_view(device.queue(), t.view(..).unwrap(), input).unwrap();
             // SAFETY: `pairs` lives until the downloads below wait for the queue.
             unsafe { solver.solve(&device, &mut pairs).unwrap() };
-            let memory = if solver.in_shared_memory() { "shared" } else { "global" };
-            let label = format!("tridiagonal, b = {b}, matrix in {memory} memory, on {}", device.describe());
             let got = [&pairs.theta, &pairs.sigma, &pairs.inv_sigma, &pairs.vectors]
                 .map(|buffer| device.download(buffer).unwrap());
             check_residuals_and_orthogonality(&label, &problems, b, &got[0], &got[3], 1e-12);

@@ -2,7 +2,6 @@
 //! paired round by round, rotations found per pair and applied across the image.
 
 use super::eigensolver::{JacobiSpace, jacobi, jacobi_shared_bytes};
-use super::ritz_pairs::write_ritz_pairs;
 use gpu_std::math;
 use gpu_std::{kernel, shared, thread};
 
@@ -177,47 +176,6 @@ pub fn block_jacobi_apply(
         dst[row(r) * nu + pair_index(cols, nb, c as u32)] = value;
         i += nt;
     }
-}
-
-/// Block Jacobi, the end: per image (one block each, `blockIdx.x`, any 1-D block), the Ritz pairs
-/// of the diagonalised `x` and accumulated `z` (`n × n`, as in [`block_jacobi_apply`]) for the
-/// leading `b` rows and columns (the rest is padding), written as
-/// [`ritz_eigen`](super::ritz::ritz_eigen) writes them; `scratch` holds `2b` per image.
-#[kernel]
-pub fn block_jacobi_finish(
-    x: &[f64],
-    z: &[f64],
-    n: u32,
-    b: u32,
-    scratch: &mut [f64],
-    theta: &mut [f64],
-    sigma: &mut [f64],
-    inv_sigma: &mut [f64],
-    ritz: &mut [f64],
-) {
-    let img = thread::block_idx_x() as usize;
-    let (nu, bu) = (n as usize, b as usize);
-    let x = x.sub(img * nu * nu, nu * nu);
-    let z = z.sub(img * nu * nu, nu * nu);
-    let scratch = scratch.sub(img * 2 * bu, 2 * bu);
-    let value = |i: usize| x[i * nu + i];
-    let vector = |row: usize, col: usize| z[row * nu + col];
-    // SAFETY: each image's parts are taken by checked `sub` above; `write_ritz_pairs` indexes
-    // below b and b² within them.
-    unsafe {
-        write_ritz_pairs(
-            bu,
-            value,
-            vector,
-            (scratch.sub(0, bu), scratch.sub(bu, bu)),
-            (
-                theta.sub(img * bu, bu),
-                sigma.sub(img * bu, bu),
-                inv_sigma.sub(img * bu, bu),
-                ritz.sub(img * bu * bu, bu * bu),
-            ),
-        )
-    };
 }
 
 /// `x = I` for each image's `n × n` matrix (row-major, images `n²` apart). Grid `(x, 1, images)`,

@@ -24,8 +24,8 @@
 //! - `passes.rs`: the one-pass kernels: conversions to f64, the random starting subspace, sums
 //!   of squares.
 //! - `eigensolver.rs`: the one-block cyclic Jacobi solver, its work space and their sizes.
-//! - `ritz_pairs.rs`: the Ritz pairs as both eigensolvers write them (ordered, with `σ` and
-//!   `1/σ`).
+//! - `ritz_pairs.rs`: the Ritz pairs as every eigensolver writes them (ordered, with `σ` and
+//!   `1/σ`), in the solvers' kernels and as a kernel of its own ([`sorted_ritz_pairs`]).
 //! - `ritz.rs`: the Rayleigh–Ritz step ([`ritz_eigen`], residuals, weights), the next basis
 //!   (power and Chebyshev steps) and the one-block Cholesky QR step ([`cholesky_inverse`]).
 //! - `block_jacobi.rs`: the block Jacobi eigensolver for subspaces too large for one block.
@@ -53,5 +53,5 @@ pub use gemm_pipelined::*;
 pub use layout::*;
 pub use passes::*;
 pub use ritz::*;
-pub use ritz_pairs::{inverse_sigma, sigma_of};
+pub use ritz_pairs::*;
 pub use tridiagonal::*;

@@ -1,9 +1,10 @@
-//! The Ritz pairs as both eigensolvers write them (the one-block Jacobi of
-//! [`ritz_eigen`](super::ritz::ritz_eigen) and the block Jacobi's
-//! [`block_jacobi_finish`](super::block_jacobi::block_jacobi_finish)): in order of decreasing
-//! value, with `σ = √θ` and `1/σ`.
+//! The Ritz pairs as every eigensolver writes them (the one-block Jacobi of
+//! [`ritz_eigen`](super::ritz::ritz_eigen), the tridiagonal solver, and [`sorted_ritz_pairs`] for
+//! the block Jacobi and the host's solver): in order of decreasing value, with `σ = √θ` and `1/σ`.
 
 use super::constants::NULL_THRESHOLD;
+use super::layout::Layout;
+use gpu_std::kernel;
 use gpu_std::math;
 use gpu_std::slice::SliceMut;
 use gpu_std::thread;
@@ -95,4 +96,54 @@ pub(super) unsafe fn write_ritz_pairs(
         }
         i += nt;
     }
+}
+
+/// `write_ritz_pairs` as a kernel, per image (one block each, `blockIdx.x`, any 1-D block): the
+/// pairs of the leading `b` eigenvalues, value `i` element `(i, i)` of `values` through
+/// `value_layout` (the diagonal of a diagonalised matrix, or a vector with a row stride of 0), and
+/// their eigenvectors, vector `i` column `i` of `vectors` through `vector_layout`. `scratch` holds
+/// `2b` per image. The last step of the block Jacobi, tridiagonal and host solvers (the host's
+/// uploads faer's unsorted pairs): one ordering for every solver.
+///
+/// # Safety
+/// Each image's `b` values and `b × b` vectors lie inside `values` and `vectors` through their
+/// layouts; read unchecked on the GPU (the simulator checks).
+#[kernel]
+pub unsafe fn sorted_ritz_pairs(
+    values: &[f64],
+    value_layout: Layout,
+    vectors: &[f64],
+    vector_layout: Layout,
+    b: u32,
+    scratch: &mut [f64],
+    theta: &mut [f64],
+    sigma: &mut [f64],
+    inv_sigma: &mut [f64],
+    ritz: &mut [f64],
+) {
+    let img = thread::block_idx_x() as usize;
+    let bu = b as usize;
+    let scratch = scratch.sub(img * 2 * bu, 2 * bu);
+    let (value_base, vector_base) = (img * value_layout.batch as usize, img * vector_layout.batch as usize);
+    // SAFETY: the kernel's contract: the layouts keep every image's values and vectors inside.
+    let value = |i: usize| unsafe { values.get_unchecked(value_base + value_layout.at(i as u32, i as u32)) };
+    let vector = |row: usize, col: usize| unsafe {
+        vectors.get_unchecked(vector_base + vector_layout.at(row as u32, col as u32))
+    };
+    // SAFETY: each image's outputs and scratch are taken by checked `sub`; `write_ritz_pairs`
+    // indexes below b and b² within them.
+    unsafe {
+        write_ritz_pairs(
+            bu,
+            value,
+            vector,
+            (scratch.sub(0, bu), scratch.sub(bu, bu)),
+            (
+                theta.sub(img * bu, bu),
+                sigma.sub(img * bu, bu),
+                inv_sigma.sub(img * bu, bu),
+                ritz.sub(img * bu * bu, bu * bu),
+            ),
+        )
+    };
 }

@@ -16,10 +16,12 @@
 //!    `dstein`) are reorthogonalised by modified Gram–Schmidt in rank order, every cluster's
 //!    round `r` at once (two barriers per round, as many rounds as the largest cluster).
 //! 3. The back-transformation `z ← Q·z`, applying the reflectors in reverse order, a warp per
-//!    eigenvector (rows of `W` in global scratch).
-//! 4. The pairs through [`write_ritz_pairs`] (decreasing, `σ`, `1/σ`), as the Jacobi solvers.
+//!    eigenvector over the whole GPU ([`tridiagonal_back_transform`], a launch of its own: in the
+//!    one block it took 2.1 of 5.6 ms at `b = 200` and 52 of 93 ms at `b = 512` on an H100); the
+//!    first kernel leaves the reflectors, `τ` and the eigenvalues in the image's scratch for it.
+//! 4. The pairs through [`sorted_ritz_pairs`](super::ritz_pairs::sorted_ritz_pairs) (decreasing,
+//!    `σ`, `1/σ`), as the other solvers.
 
-use super::ritz_pairs::write_ritz_pairs;
 use gpu_std::math;
 use gpu_std::{kernel, shared, thread, warp};
 
@@ -55,11 +57,34 @@ pub const fn tridiagonal_small_bytes(b: u32) -> u32 {
     8 * VECTORS * b
 }
 
-/// f64 scratch per image of [`tridiagonal_eigen`]: the eigenvectors `W` (`b × b`), the pair
-/// writer's two vectors, each eigenvector's tridiagonal `U` (`3b` each) and the packed matrix
-/// (used where it does not fit in shared memory).
+/// f64 scratch per image of [`tridiagonal_eigen`]: the eigenvectors `W` (`b × b`, a row each), the
+/// eigenvalues and `τ` (`b` each), each eigenvector's tridiagonal `U` (`3b` each) and the packed
+/// matrix, whose columns end as the reflectors ([`tridiagonal_scratch_parts`]).
 pub const fn tridiagonal_scratch(b: u32) -> u32 {
     b * b + 2 * b + LU as u32 * b * b + packed(b)
+}
+
+/// Offsets in an image's [`tridiagonal_scratch`], elements: `W` (`b × b`, eigenvector `j` in row
+/// `j`, unordered), the eigenvalues (`b`, value `j` that of row `j`), `τ` (`b`), the `U`s and the
+/// packed lower triangle (`b(b+1)/2`).
+pub const fn tridiagonal_scratch_parts(b: u32) -> TridiagonalScratch {
+    let bb = b * b;
+    TridiagonalScratch { w: 0, values: bb, tau: bb + b, lu: bb + 2 * b, packed: bb + 2 * b + LU as u32 * bb }
+}
+
+/// Where [`tridiagonal_eigen`] keeps each part of an image's scratch ([`tridiagonal_scratch_parts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TridiagonalScratch {
+    /// The eigenvectors, a row each.
+    pub w: u32,
+    /// The eigenvalues.
+    pub values: u32,
+    /// The reflectors' `τ`.
+    pub tau: u32,
+    /// The inverse iteration's tridiagonal `U`s.
+    pub lu: u32,
+    /// The packed lower triangle, then the reflectors.
+    pub packed: u32,
 }
 
 /// `len` f64 at a raw pointer (shared or global memory), unchecked on the GPU, checked in the
@@ -596,76 +621,75 @@ unsafe fn eigenvectors(sp: Space) {
     }
 }
 
-/// `z ← Q·z` for every row `z` of `W`. All threads of the block call it.
+/// The back-transformation `z ← Q·z = H_0·(H_1·(… H_{b−2}·z))` of [`tridiagonal_eigen`]'s
+/// eigenvectors, in place in each image's scratch, a warp per eigenvector: grid
+/// `(⌈b / warps⌉, images)`, any whole number of warps per block. Each lane owns the rows
+/// `≡ lane (mod 32)`, so that no lane reads another's writes.
 ///
 /// # Safety
-/// As for [`tridiagonal_eigen`]; the earlier phases ran, and a barrier followed them.
-#[inline(always)]
-unsafe fn back_transform(sp: Space) {
-    let Space { a, w, tau, bu, .. } = sp;
-    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
-    let (lane, warp_id, warps) = (tid % 32, tid / 32, nt / 32);
+/// [`tridiagonal_eigen`] ran on `scratch` (`tridiagonal_scratch(b)` per image, the grid's images
+/// inside it). Unchecked on the GPU; the simulator checks every access.
+#[kernel]
+pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
+    let (img, bu) = (thread::block_idx_y() as usize, b as usize);
+    let (lane, warp_id) = (thread::thread_idx_x() as usize % 32, thread::thread_idx_x() as usize / 32);
+    let j = thread::block_idx_x() as usize * (thread::block_dim_x() as usize / 32) + warp_id;
+    if j >= bu {
+        return;
+    }
     let add = |x: f64, y: f64| x + y;
-    // SAFETY: as for the kernel's body (`Space`'s vectors hold `b` each, the matrices b × b).
+    let per_image = tridiagonal_scratch(b) as usize;
+    let parts = tridiagonal_scratch_parts(b);
+    // SAFETY: the kernel's contract: the image's scratch lies inside `scratch`; the parts below
+    // lie inside it (`tridiagonal_scratch_parts`), and j < b.
     unsafe {
-        // 3. z ← Q·z = H_0·(H_1·(… H_{b−2}·z)), a warp per eigenvector, each lane its rows.
-        let mut j = warp_id;
-        while j < bu {
-            let row = w.sub(j * bu, bu);
-            for k in (0..bu.saturating_sub(1)).rev() {
-                let tk = tau.get(k);
-                if tk == 0.0 {
-                    continue;
-                }
-                // Lane `l` owns the rows `≡ l (mod 32)`, so that no lane reads another's writes.
-                let first = k + 1 + (lane + 32 - (k + 1) % 32) % 32;
-                let mut dot = 0.0f64;
-                let mut i = first;
-                while i < bu {
-                    dot = math::fma(a.lower(i, k), row.get(i), dot);
-                    i += 32;
-                }
-                let f = tk * warp::reduce(dot, add);
-                let mut i = first;
-                while i < bu {
-                    row.set(i, math::fma(-f, a.lower(i, k), row.get(i)));
-                    i += 32;
-                }
+        let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
+        let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
+        let row = base.sub(parts.w as usize + j * bu, bu);
+        let tau = base.sub(parts.tau as usize, bu);
+        let a = Packed(base.sub(parts.packed as usize, packed(b) as usize));
+        for k in (0..bu.saturating_sub(1)).rev() {
+            let tk = tau.get(k);
+            if tk == 0.0 {
+                continue;
             }
-            j += warps;
+            let first = k + 1 + (lane + 32 - (k + 1) % 32) % 32;
+            let mut dot = 0.0f64;
+            let mut i = first;
+            while i < bu {
+                dot = math::fma(a.lower(i, k), row.get(i), dot);
+                i += 32;
+            }
+            let f = tk * warp::reduce(dot, add);
+            let mut i = first;
+            while i < bu {
+                row.set(i, math::fma(-f, a.lower(i, k), row.get(i)));
+                i += 32;
+            }
         }
-        thread::sync_threads();
     }
 }
 
 /// Symmetric eigensolver by tridiagonalisation, one block per image (`blockIdx.x`), block
 /// `32·w` threads (`w ≤ 16`); dynamic shared memory [`tridiagonal_shared_bytes`]`(b)` to keep the
 /// matrix in shared memory, else at least [`tridiagonal_small_bytes`]`(b)` (the matrix in the
-/// scratch). See the module doc for the method.
+/// scratch). See the module doc for the method: this kernel does steps 1 and 2, and leaves in the
+/// scratch ([`tridiagonal_scratch_parts`]) the eigenvectors of the tridiagonal matrix, the
+/// eigenvalues, and the reflectors and `τ` for [`tridiagonal_back_transform`].
 ///
-/// In: `t` (`b × b` per image, row-major, symmetric; `(T + Tᵀ)/2` is used). Out, per image, as
-/// [`ritz_eigen`](super::ritz::ritz_eigen): `theta` (`b`, non-increasing), `sigma = √θ⁺`,
-/// `inv_sigma` (`1/σ`, or 0 for numerically zero θ) and `ritz` (`b × b`, column `r` for `θ_r`).
+/// In: `t` (`b × b` per image, row-major, symmetric; `(T + Tᵀ)/2` is used).
 ///
 /// # Safety
 /// The launch gives at least [`tridiagonal_small_bytes`]`(b)` of dynamic shared memory and a
 /// whole number of warps, at most 512 threads (its launch bounds); each image's parts lie inside
-/// the slices: `b × b` of `t` and `ritz`, [`tridiagonal_scratch`]`(b)` of `scratch`, `b` of
-/// `theta`, `sigma` and `inv_sigma`.
+/// the slices: `b × b` of `t`, [`tridiagonal_scratch`]`(b)` of `scratch`.
 /// Unchecked on the GPU; the simulator checks every access.
 #[kernel(launch_bounds(512, 1))]
-pub unsafe fn tridiagonal_eigen(
-    t: &[f64],
-    b: u32,
-    scratch: &mut [f64],
-    theta: &mut [f64],
-    sigma: &mut [f64],
-    inv_sigma: &mut [f64],
-    ritz: &mut [f64],
-) {
+pub unsafe fn tridiagonal_eigen(t: &[f64], b: u32, scratch: &mut [f64]) {
     let img = thread::block_idx_x() as usize;
     let bu = b as usize;
     let bb = bu * bu;
+    let parts = tridiagonal_scratch_parts(b);
     // SAFETY (whole body): the kernel's contract: the image's parts lie inside the slices, the
     // launch gives the vectors' shared memory (and the matrix's where it is used from there).
     // Every thread runs every barrier; between barriers each element is written by one thread
@@ -675,21 +699,22 @@ pub unsafe fn tridiagonal_eigen(
         let per_image = tridiagonal_scratch(b) as usize;
         let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
         let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
-        let w = base.sub(0, bb);
-        let (vals, perm) = (scratch.sub_unchecked(bb, bu), scratch.sub_unchecked(bb + bu, bu));
-        let lu_all = base.sub(bb + 2 * bu, LU * bb);
+        let w = base.sub(parts.w as usize, bb);
+        let lu_all = base.sub(parts.lu as usize, LU * bb);
         let vectors = Vector {
             p: shared::region::<f64>(0, VECTORS as usize * bu).as_ptr(),
             len: VECTORS as usize * bu,
         };
         let packed_len = packed(b) as usize;
-        let a = Packed(if shared::dynamic_bytes() >= tridiagonal_shared_bytes(b) as usize {
+        let in_scratch = base.sub(parts.packed as usize, packed_len);
+        let in_shared = shared::dynamic_bytes() >= tridiagonal_shared_bytes(b) as usize;
+        let a = Packed(if in_shared {
             Vector {
                 p: shared::region::<f64>(8 * VECTORS as usize * bu, packed_len).as_ptr(),
                 len: packed_len,
             }
         } else {
-            base.sub(bb + 2 * bu + LU * bb, packed_len)
+            in_scratch
         });
         let d = vectors.sub(0, bu);
         let e = vectors.sub(bu, bu);
@@ -704,15 +729,22 @@ pub unsafe fn tridiagonal_eigen(
         tridiagonalise(sp, t_in);
         eigenvalues(sp);
         eigenvectors(sp);
-        back_transform(sp);
 
-        // 4. The pairs, largest first.
-        let theta = theta.sub_unchecked(img * bu, bu);
-        let sigma = sigma.sub_unchecked(img * bu, bu);
-        let inv_sigma = inv_sigma.sub_unchecked(img * bu, bu);
-        let ritz = ritz.sub_unchecked(img * bb, bb);
-        let value = |i: usize| lam.get(i);
-        let vector = |row: usize, col: usize| w.get(col * bu + row);
-        write_ritz_pairs(bu, value, vector, (vals, perm), (theta, sigma, inv_sigma, ritz));
+        // For the back-transformation: the reflectors (where they are in shared memory), τ and
+        // the eigenvalues into the scratch.
+        if in_shared {
+            let mut i = thread::thread_idx_x() as usize;
+            while i < packed_len {
+                in_scratch.set(i, a.0.get(i));
+                i += thread::block_dim_x() as usize;
+            }
+        }
+        let (tau_out, values_out) = (base.sub(parts.tau as usize, bu), base.sub(parts.values as usize, bu));
+        let mut i = thread::thread_idx_x() as usize;
+        while i < bu {
+            tau_out.set(i, tau.get(i));
+            values_out.set(i, lam.get(i));
+            i += thread::block_dim_x() as usize;
+        }
     }
 }

@@ -177,12 +177,13 @@ impl RitzSolver for BlockJacobi {
         // caller promises; every image's part lies inside them.
         unsafe {
             device.launch(
-                &kf::BLOCK_JACOBI_FINISH,
+                &kf::SORTED_RITZ_PAIRS,
                 config,
                 (
                     &self.x[cur],
+                    Layout::row_major(n32, n32 * n32),
                     &self.z[cur],
-                    n32,
+                    Layout::row_major(n32, n32 * n32),
                     self.b as u32,
                     &mut self.scratch,
                     theta,

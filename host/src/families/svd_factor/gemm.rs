@@ -2,12 +2,13 @@
 //! tensor cores on a GPU): operands read through a [`Layout`](kernels::svd_factor::Layout)
 //! (transposed, strided, per image), their spans checked before a launch.
 
-use crate::launch::device::{BufferView, BufferViewMut, Device, Element};
+use crate::launch::device::{Buffer, BufferView, BufferViewMut, Device, Element};
 use crate::launch::error::{Result, ensure};
 use crate::launch::profile::Work;
 use gpu_std::sim::{Dim3, LaunchConfig};
 use gpu_std::{KernelFn, Slice, SliceMut};
 use kernels::svd_factor::{self as kf, Layout};
+use std::cell::RefCell;
 
 /// Launch configuration of the GEMM kernels for an `m × n` result over `images`.
 fn gemm_config(m: usize, n: usize, images: usize) -> LaunchConfig {
@@ -95,17 +96,46 @@ const PIPELINED_SMALL_BATCH: usize = 4;
 /// smallest products, [`kf::gemm_f64_mma_to`] for those — else the FMA kernels, whose results agree
 /// to rounding (the simulator runs those, since it simulates a warp's `mma` through
 /// a gather of all its lanes; the tensor-core kernels are tested there on their own).
-#[derive(Clone, Copy)]
 pub(super) struct Gemms<'a> {
     device: &'a Device,
     images: usize,
     tensor_cores: bool,
+    split_parts: RefCell<SplitParts>,
+}
+
+/// The split-K products' partial sums: one buffer, reused by every product on the device's queue
+/// (in order, so a product's sum has read it before the next one's parts write it) and replaced by
+/// a larger one where a product needs more. Buffers of its own rather than stream-ordered ones:
+/// the first stream-ordered allocations of a process grow the pool, which cost a cold one-image
+/// job 10.7 ms in 18 calls on an H100 (`docs/benchmarks/svd-job.md`).
+#[derive(Default)]
+struct SplitParts {
+    current: Option<Buffer<f64>>,
+    /// Smaller buffers replaced while queued work may still read them; freed with the `Gemms`.
+    replaced: Vec<Buffer<f64>>,
 }
 
 impl<'a> Gemms<'a> {
     /// The GEMMs of a batch of `images` on `device`, on the tensor cores if `tensor_cores`.
     pub(super) fn new(device: &'a Device, images: usize, tensor_cores: bool) -> Self {
-        Gemms { device, images, tensor_cores }
+        Gemms { device, images, tensor_cores, split_parts: RefCell::default() }
+    }
+
+    /// Runs `use_parts` with the split-K buffer, made at least `len` values long.
+    fn with_split_parts<R>(
+        &self,
+        len: usize,
+        use_parts: impl FnOnce(&mut Buffer<f64>) -> Result<R>,
+    ) -> Result<R> {
+        let mut parts = self.split_parts.borrow_mut();
+        let buffer = match parts.current.take() {
+            Some(buffer) if buffer.len() >= len => buffer,
+            smaller => {
+                parts.replaced.extend(smaller);
+                self.device.alloc::<f64>(len)?
+            }
+        };
+        use_parts(parts.current.insert(buffer))
     }
 
     /// `C = A·B·diag(scale)` for every image (`m × n` result, inner dimension `k`), in `T` (f64,
@@ -206,40 +236,42 @@ impl<'a> Gemms<'a> {
             return unsafe { device.launch_counted(device.queue(), kernel, config(1), args, work) };
         }
         let parts = splits as usize;
-        let mut partial = device.alloc_temporary::<f64>(device.queue(), parts * images * m * n)?;
+        let len = parts * images * m * n;
         let part_layout = Layout::row_major(n as u32, (m * n) as u32);
-        let none: Option<BufferView<f64>> = None;
-        let args = (
-            a.data,
-            a.layout,
-            b.data,
-            b.layout,
-            partial.view_mut(..)?,
-            part_layout,
-            none,
-            0,
-            dims.0,
-            dims.1,
-            dims.2,
-            kf::pgemm_mode(symmetric, splits),
-        );
-        // SAFETY: as above; the parts fill `partial` (`parts · images` matrices of m × n), which
-        // is freed in the queue's order after the sum below.
         let part_kernel =
             if wide { &kf::GEMM_F64_PIPELINED_WIDE_TO_F64 } else { &kf::GEMM_F64_PIPELINED_TO_F64 };
-        unsafe { device.launch_counted(device.queue(), part_kernel, config(parts), args, work)? };
-        // SAFETY: `partial` holds the parts (written above, in the queue's order); C's span was
-        // checked above.
-        unsafe {
-            self.sum_parts(
-                sum,
-                (partial.view(..)?, splits),
-                (c, c_layout),
-                (scale, scale_stride),
-                (m, n),
-                symmetric,
-            )
-        }
+        self.with_split_parts(len, |partial| {
+            let none: Option<BufferView<f64>> = None;
+            let args = (
+                a.data,
+                a.layout,
+                b.data,
+                b.layout,
+                partial.view_mut(..len)?,
+                part_layout,
+                none,
+                0,
+                dims.0,
+                dims.1,
+                dims.2,
+                kf::pgemm_mode(symmetric, splits),
+            );
+            // SAFETY: as above; the parts fill the first `len` values of `partial` (`parts · images`
+            // matrices of m × n), which no other work on the queue touches before the sum below.
+            unsafe { device.launch_counted(device.queue(), part_kernel, config(parts), args, work)? };
+            // SAFETY: `partial` holds the parts (written above, in the queue's order); C's span was
+            // checked above.
+            unsafe {
+                self.sum_parts(
+                    sum,
+                    (partial.view(..len)?, splits),
+                    (c, c_layout),
+                    (scale, scale_stride),
+                    (m, n),
+                    symmetric,
+                )
+            }
+        })
     }
 
     /// The split-K sum: C = (Σ of the `splits` parts in `partial`)·diag(scale), mirrored when

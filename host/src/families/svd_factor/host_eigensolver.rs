@@ -1,5 +1,5 @@
 //! The host's Ritz solver: faer's symmetric eigensolver, images in parallel, the matrices
-//! downloaded (a wait for the queue) and the pairs uploaded once per Rayleigh–Ritz step.
+//! downloaded (a wait for the queue) and the eigenpairs uploaded once per Rayleigh–Ritz step.
 
 use super::ritz::{RitzPairs, RitzSolver};
 use crate::launch::device::{Buffer, BufferViewMut, Device};
@@ -8,21 +8,34 @@ use faer::Mat;
 use faer::diag::Diag;
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::evd::{ComputeEigenvectors, self_adjoint_evd, self_adjoint_evd_scratch};
+use gpu_std::sim::{Dim3, LaunchConfig};
 use kernels::svd_factor::{self as kf, Layout};
 use rayon::prelude::*;
 
-/// faer's symmetric eigensolver on the host: the matrices are downloaded (a wait for the queue)
-/// and the pairs uploaded.
+/// faer's symmetric eigensolver on the host: the matrices are downloaded (a wait for the queue),
+/// the eigenpairs uploaded and ordered on the device by [`kf::sorted_ritz_pairs`], as the block
+/// Jacobi solver's are.
 pub struct HostEigensolver {
     b: usize,
     images: usize,
+    /// `T` (`b × b` per image), then the eigenvectors (`b × b` per image, row-major, unordered).
     t: Buffer<f64>,
+    /// The eigenvalues, `b` per image, unordered.
+    values: Buffer<f64>,
+    /// [`kf::sorted_ritz_pairs`]'s work space, `2b` per image.
+    scratch: Buffer<f64>,
 }
 
 impl HostEigensolver {
     /// Work space for `images` problems of `b × b`.
     pub fn new(device: &Device, b: usize, images: usize) -> Result<HostEigensolver> {
-        Ok(HostEigensolver { b, images, t: device.alloc(images * b * b)? })
+        Ok(HostEigensolver {
+            b,
+            images,
+            t: device.alloc(images * b * b)?,
+            values: device.alloc(images * b)?,
+            scratch: device.alloc(images * 2 * b)?,
+        })
     }
 }
 
@@ -34,37 +47,58 @@ impl RitzSolver for HostEigensolver {
 
     unsafe fn solve(&mut self, device: &Device, pairs: &mut RitzPairs) -> Result<()> {
         let t = device.download(&self.t)?;
-        let [theta, sigma, inv_sigma, vectors] = device
-            .time_host("Ritz eigenproblems (faer, host)", || ritz_pairs_on_host(&t, self.b, self.images))?;
-        device.upload_into(&mut pairs.theta, &theta)?;
-        device.upload_into(&mut pairs.sigma, &sigma)?;
-        device.upload_into(&mut pairs.inv_sigma, &inv_sigma)?;
-        device.upload_into(&mut pairs.vectors, &vectors)
+        let (values, vectors) = device
+            .time_host("Ritz eigenproblems (faer, host)", || eigenpairs_on_host(&t, self.b, self.images))?;
+        device.upload_into(&mut self.values, &values)?;
+        device.upload_into(&mut self.t, &vectors)?;
+        let config = LaunchConfig { grid: Dim3::x(self.images as u32), block: Dim3::x(256), shared_bytes: 0 };
+        let RitzPairs { theta, sigma, inv_sigma, vectors } = pairs;
+        let b = self.b as u32;
+        // SAFETY: the values, vectors and scratch belong to `self` (`b`, `b²` and `2b` per image,
+        // uploaded above), and the layouts keep each image's inside them; the pairs' buffers live
+        // as the caller promises.
+        unsafe {
+            device.launch(
+                &kf::SORTED_RITZ_PAIRS,
+                config,
+                (
+                    &self.values,
+                    Layout { row: 0, col: 1, batch: b },
+                    &self.t,
+                    Layout::row_major(b, b * b),
+                    b,
+                    &mut self.scratch,
+                    theta,
+                    sigma,
+                    inv_sigma,
+                    vectors,
+                ),
+            )
+        }
     }
 }
 
-/// The host's [`kf::ritz_eigen`]: per image, the Ritz pairs of `T` (`b × b` per image), as
-/// `[theta, sigma, inv_sigma, vectors]` laid out as [`RitzPairs`].
-fn ritz_pairs_on_host(t: &[f64], b: usize, images: usize) -> Result<[Vec<f64>; 4]> {
+/// Per image, faer's eigenpairs of `T` (`b × b` per image, row-major): the values (`b` per image)
+/// and the vectors (`b × b` per image, row-major, column `i` that of value `i`), unordered.
+fn eigenpairs_on_host(t: &[f64], b: usize, images: usize) -> Result<(Vec<f64>, Vec<f64>)> {
     // One image runs on the calling thread: rayon's pool adds a wake-up per solve and, on a busy
     // host, long tails (`docs/benchmarks/svd-job.md`, "The Ritz solver and the Chebyshev
     // filter's limits").
-    let per_image: Vec<[Vec<f64>; 4]> = if images == 1 {
+    let per_image: Vec<(Vec<f64>, Vec<f64>)> = if images == 1 {
         vec![one_image_on_host(&t[..b * b], b)?]
     } else {
         t.par_chunks(b * b).take(images).map(|block| one_image_on_host(block, b)).collect::<Result<_>>()?
     };
-    let mut out: [Vec<f64>; 4] = Default::default();
-    for image in per_image {
-        for (all, part) in out.iter_mut().zip(image) {
-            all.extend(part);
-        }
+    let (mut values, mut vectors) = (Vec::with_capacity(images * b), Vec::with_capacity(images * b * b));
+    for (image_values, image_vectors) in per_image {
+        values.extend(image_values);
+        vectors.extend(image_vectors);
     }
-    Ok(out)
+    Ok((values, vectors))
 }
 
-/// The Ritz pairs of one `b × b` matrix (row-major, symmetrised), sorted as the device's are.
-fn one_image_on_host(block: &[f64], b: usize) -> Result<[Vec<f64>; 4]> {
+/// faer's eigenpairs of one `b × b` matrix (row-major, symmetrised): values, and vectors row-major.
+fn one_image_on_host(block: &[f64], b: usize) -> Result<(Vec<f64>, Vec<f64>)> {
     let t = Mat::<f64>::from_fn(b, b, |i, j| 0.5 * (block[i * b + j] + block[j * b + i]));
     let (mut s, mut vectors) = (Diag::<f64>::zeros(b), Mat::<f64>::zeros(b, b));
     // Sequential: images run in parallel, and for one image of b ≤ 1024 faer's own threads do
@@ -81,16 +115,7 @@ fn one_image_on_host(block: &[f64], b: usize) -> Result<[Vec<f64>; 4]> {
         Default::default(),
     )
     .map_err(|e| Error::Numerical(format!("the Ritz eigenproblem did not converge: {e:?}")))?;
-    let values: Vec<f64> = s.column_vector().iter().copied().collect();
-    let mut order: Vec<usize> = (0..b).collect();
-    order.sort_by(|&x, &y| values[y].total_cmp(&values[x]));
-    let theta: Vec<f64> = order.iter().map(|&i| values[i]).collect();
-    let sigma: Vec<f64> = theta.iter().map(|&t| kf::sigma_of(t)).collect();
-    let inv_sigma =
-        theta.iter().zip(&sigma).map(|(&t, &s)| kf::inverse_sigma(t, s, theta[0].max(0.0))).collect();
-    let mut ritz = Vec::with_capacity(b * b);
-    for row in 0..b {
-        ritz.extend(order.iter().map(|&col| vectors[(row, col)]));
-    }
-    Ok([theta, sigma, inv_sigma, ritz])
+    let values = s.column_vector().iter().copied().collect();
+    let rows = (0..b).flat_map(|row| (0..b).map(move |col| (row, col)));
+    Ok((values, rows.map(|(row, col)| vectors[(row, col)]).collect()))
 }

@@ -1,7 +1,9 @@
 //! The one-block tridiagonal Ritz solver ([`kf::tridiagonal_eigen`]): one thread block per image,
 //! Householder tridiagonalisation (the packed triangle in shared memory where it fits, else in
-//! global scratch), bisection and inverse iteration on the tridiagonal matrix, and the
-//! back-transformation, all on the device.
+//! global scratch), bisection and inverse iteration on the tridiagonal matrix; then the
+//! back-transformation a warp per eigenvector over the whole GPU
+//! ([`kf::tridiagonal_back_transform`]) and the ordered pairs ([`kf::sorted_ritz_pairs`]), all on
+//! the device.
 
 use super::ritz::{RitzPairs, RitzSolver};
 use crate::launch::device::{Backend, Buffer, BufferViewMut, Device};
@@ -19,13 +21,20 @@ const SIMULATOR_THREADS: u32 = 64;
 pub const TRIDIAGONAL_MAX_B: usize = 512;
 
 /// Householder tridiagonalisation, bisection and inverse iteration in one thread block per image
-/// ([`kf::tridiagonal_eigen`]).
+/// ([`kf::tridiagonal_eigen`]), then the back-transformation and the ordered pairs.
 pub struct TridiagonalEigensolver {
     b: usize,
+    images: usize,
     t: Buffer<f64>,
     scratch: Buffer<f64>,
+    /// [`kf::sorted_ritz_pairs`]'s work space, `2b` per image.
+    order: Buffer<f64>,
     config: LaunchConfig,
 }
+
+/// Warps per block of [`kf::tridiagonal_back_transform`] (a warp per eigenvector): two, so that
+/// `b = 200` already spreads over 100 blocks.
+const BACK_TRANSFORM_WARPS: u32 = 2;
 
 impl TridiagonalEigensolver {
     /// Work space for `images` problems of `b × b`, and the launch: one block per image, as many
@@ -69,8 +78,10 @@ impl TridiagonalEigensolver {
         )?;
         Ok(TridiagonalEigensolver {
             b,
+            images,
             t: device.alloc(images * b * b)?,
             scratch: device.alloc(images * kf::tridiagonal_scratch(b as u32) as usize)?,
+            order: device.alloc(images * 2 * b)?,
             config,
         })
     }
@@ -104,16 +115,43 @@ impl RitzSolver for TridiagonalEigensolver {
     }
 
     unsafe fn solve(&mut self, device: &Device, pairs: &mut RitzPairs) -> Result<()> {
-        let RitzPairs { theta, sigma, inv_sigma, vectors } = pairs;
+        let (b, images) = (self.b as u32, self.images as u32);
         // SAFETY: `t` and `scratch` are the solver's, sized for the batch (`b × b` and
-        // `tridiagonal_scratch(b)` per image), the pairs' buffers (sized from the same plan) live
-        // as the caller promises; the launch was checked in `with_config` (whole warps, at most
-        // 512 threads, the vectors' shared memory, a block per image).
+        // `tridiagonal_scratch(b)` per image); the launch was checked in `with_config` (whole
+        // warps, at most 512 threads, the vectors' shared memory, a block per image).
+        unsafe { device.launch(&kf::TRIDIAGONAL_EIGEN, self.config, (&self.t, b, &mut self.scratch))? };
+        let back = LaunchConfig {
+            grid: Dim3 { x: b.div_ceil(BACK_TRANSFORM_WARPS), y: images, z: 1 },
+            block: Dim3::x(32 * BACK_TRANSFORM_WARPS),
+            shared_bytes: 0,
+        };
+        // SAFETY: `tridiagonal_eigen` ran on the scratch (queued before); a warp per eigenvector
+        // of every image.
+        unsafe { device.launch(&kf::TRIDIAGONAL_BACK_TRANSFORM, back, (b, &mut self.scratch))? };
+        let parts = kf::tridiagonal_scratch_parts(b);
+        let per_image = kf::tridiagonal_scratch(b);
+        let order = LaunchConfig { grid: Dim3::x(images), block: Dim3::x(256), shared_bytes: 0 };
+        let RitzPairs { theta, sigma, inv_sigma, vectors } = pairs;
+        // SAFETY: per image, the eigenvalues (`b` from `parts.values`) and the eigenvectors (rows
+        // of `W`, `b × b` from `parts.w`: vector `j` is row `j`, hence the transposed layout) lie
+        // inside the image's scratch; `order` holds `2b` per image; the pairs' buffers (sized from
+        // the same plan) live as the caller promises.
         unsafe {
             device.launch(
-                &kf::TRIDIAGONAL_EIGEN,
-                self.config,
-                (&self.t, self.b as u32, &mut self.scratch, theta, sigma, inv_sigma, vectors),
+                &kf::SORTED_RITZ_PAIRS,
+                order,
+                (
+                    self.scratch.view(parts.values as usize..)?,
+                    Layout { row: 0, col: 1, batch: per_image },
+                    self.scratch.view(parts.w as usize..)?,
+                    Layout::row_major(b, per_image).transposed(),
+                    b,
+                    &mut self.order,
+                    theta,
+                    sigma,
+                    inv_sigma,
+                    vectors,
+                ),
             )
         }
     }

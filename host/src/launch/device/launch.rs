@@ -106,18 +106,22 @@ impl Device {
         match (&self.inner, &queue.stream) {
             (Inner::Gpu(g), Some(stream)) => {
                 let _phase = Phase::new(name);
-                let function = g.module.get_function(name).map_err(cuda("cuModuleGetFunction"))?;
-                if cfg.shared_bytes > 48 * 1024 {
-                    // Above 48 KiB a kernel must opt in to more dynamic shared memory.
-                    // SAFETY: a valid function handle and attribute.
-                    raw("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", unsafe {
-                        cust::sys::cuFuncSetAttribute(
-                            function.to_raw(),
-                            cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            cfg.shared_bytes as i32,
-                        )
-                    })?;
-                }
+                // A kernel's first lookup loads it (lazy module loading): a host cost in profiles.
+                let function = self.time_host("kernel lookup (cuModuleGetFunction, cuFuncSetAttribute)", || {
+                    let function = g.module.get_function(name).map_err(cuda("cuModuleGetFunction"))?;
+                    if cfg.shared_bytes > 48 * 1024 {
+                        // Above 48 KiB a kernel must opt in to more dynamic shared memory.
+                        // SAFETY: a valid function handle and attribute.
+                        raw("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", unsafe {
+                            cust::sys::cuFuncSetAttribute(
+                                function.to_raw(),
+                                cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                cfg.shared_bytes as i32,
+                            )
+                        })?;
+                    }
+                    Ok::<_, Error>(function)
+                })?;
                 let mut params = kernel.param_ptrs(&args);
                 let (grid, block) = (cfg.grid, cfg.block);
                 let start = self.profiler.get().map(|p| p.start(stream)).transpose()?;

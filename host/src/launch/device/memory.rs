@@ -109,8 +109,10 @@ impl Device {
                 let mut ptr: cust::sys::CUdeviceptr = 0;
                 let bytes = (len * std::mem::size_of::<T>()).max(1);
                 // SAFETY: a valid stream; the pointer is written by the call.
-                raw("cuMemAllocAsync", unsafe {
-                    cust::sys::cuMemAllocAsync(&mut ptr, bytes, stream.as_inner())
+                self.time_host("cuMemAllocAsync", || {
+                    raw("cuMemAllocAsync", unsafe {
+                        cust::sys::cuMemAllocAsync(&mut ptr, bytes, stream.as_inner())
+                    })
                 })?;
                 let inner =
                     Ordered { ptr, len, stream: stream.as_inner(), element: std::marker::PhantomData };
