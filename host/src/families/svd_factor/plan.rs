@@ -27,19 +27,27 @@ pub enum RitzMethod {
     /// faer's symmetric eigensolver on the host, the matrices copied each way.
     Host,
     /// Householder tridiagonalisation, bisection and inverse iteration in one thread block per
-    /// image ([`kf::tridiagonal_eigen`], [`TridiagonalEigensolver`]).
+    /// image ([`kf::tridiagonal_eigen`], [`TridiagonalEigensolver`]), the back-transformation over
+    /// the GPU.
     Tridiagonal,
 }
 
 impl RitzMethod {
     /// The solver for `images` problems of `b × b` on `device`: [`RitzMethod::OneBlockJacobi`]
-    /// when its work space fits in one block's shared memory; else [`RitzMethod::BlockJacobi`]
-    /// when the batch gives every multiprocessor a pair of blocks or the problem has
-    /// [`BLOCK_JACOBI_MIN_PAIRS`] pairs of blocks itself; else [`RitzMethod::Host`], since a few
-    /// blocks per round would leave the GPU idle.
+    /// when its work space fits in one block's shared memory; else, for a batch, the
+    /// [`RitzMethod::Tridiagonal`] solver when its matrix fits in one block's shared memory; else
+    /// [`RitzMethod::BlockJacobi`] when the batch gives every multiprocessor a pair of blocks or
+    /// the problem has [`BLOCK_JACOBI_MIN_PAIRS`] pairs of blocks itself; else
+    /// [`RitzMethod::Host`], since a few blocks per round would leave the GPU idle.
+    /// (`docs/benchmarks/svd-job.md`, "The Ritz solver per size": the tridiagonal solver took a
+    /// batch of 16 at `b = 200` from 103 to 72 ms of job; at `b = 512` it lost to block Jacobi,
+    /// and for one image at `b = 200` to the host.)
     pub fn for_problem(device: &Device, b: usize, images: usize) -> Result<RitzMethod> {
         if one_block_fits(device, b)? {
             return Ok(RitzMethod::OneBlockJacobi);
+        }
+        if images > 1 && TridiagonalEigensolver::fits_shared_memory(device, b)? {
+            return Ok(RitzMethod::Tridiagonal);
         }
         let pairs = b.div_ceil(2 * BlockJacobi::block_rows(device, b));
         Ok(if images * pairs >= device.multiprocessors()? as usize || pairs >= BLOCK_JACOBI_MIN_PAIRS {
@@ -222,4 +230,24 @@ impl std::fmt::Display for Plan {
 /// (at least `k + 16`), rounded up to a multiple of 8, at most `r`.
 pub fn subspace_size(k: usize, r: usize) -> usize {
     (2 * k).max(k + 16).next_multiple_of(8).min(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Ritz solver per size, as measured (`docs/benchmarks/svd-job.md`): the tridiagonal
+    /// solver for batches whose matrix fits one block's shared memory, and only there.
+    #[test]
+    fn the_tridiagonal_solver_takes_batches_whose_matrix_fits_shared_memory() -> Result<()> {
+        let device = Device::simulator();
+        assert_eq!(RitzMethod::for_problem(&device, 40, 16)?, RitzMethod::OneBlockJacobi);
+        assert_eq!(RitzMethod::for_problem(&device, 200, 16)?, RitzMethod::Tridiagonal);
+        assert_eq!(RitzMethod::for_problem(&device, 232, 2)?, RitzMethod::Tridiagonal);
+        for (b, images) in [(200, 1), (233, 16), (512, 8), (512, 1)] {
+            let method = RitzMethod::for_problem(&device, b, images)?;
+            assert_ne!(method, RitzMethod::Tridiagonal, "b = {b}, {images} images");
+        }
+        Ok(())
+    }
 }

@@ -89,12 +89,18 @@ impl TridiagonalEigensolver {
     /// Dynamic shared memory of the launch: the packed matrix and the vectors where they fit,
     /// else the vectors only.
     pub fn shared_bytes(device: &Device, b: usize) -> Result<u32> {
-        let full = kf::tridiagonal_shared_bytes(b as u32);
-        Ok(if full <= device.max_shared_bytes_per_block()? {
-            full
+        Ok(if Self::fits_shared_memory(device, b)? {
+            kf::tridiagonal_shared_bytes(b as u32)
         } else {
             kf::tridiagonal_small_bytes(b as u32)
         })
+    }
+
+    /// Whether a `b × b` matrix fits in one block's shared memory on `device` (`b ≤ 232` on an
+    /// H100, and in the simulator, which reports the H100's 227 KiB), where the reduction runs
+    /// fastest.
+    pub fn fits_shared_memory(device: &Device, b: usize) -> Result<bool> {
+        Ok(kf::tridiagonal_shared_bytes(b as u32) <= device.max_shared_bytes_per_block()?)
     }
 
     /// Whether the matrix lies in shared memory in this solver's launches.
