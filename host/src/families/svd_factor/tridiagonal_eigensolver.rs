@@ -16,9 +16,8 @@ const MAX_THREADS: u32 = 512;
 /// Threads per block in the simulator (a thread per GPU thread: two warps).
 const SIMULATOR_THREADS: u32 = 64;
 
-/// Largest `b` the solver takes: at `b = 1024` its inverse iteration left `|ZᵀZ − I|` at 5e-12 on a
-/// clustered spectrum (H100), above the 1e-12 every solver must meet.
-pub const TRIDIAGONAL_MAX_B: usize = 512;
+/// Largest `b` the solver takes ([`kf::TRIDIAGONAL_MAX_B`]).
+pub const TRIDIAGONAL_MAX_B: usize = kf::TRIDIAGONAL_MAX_B as usize;
 
 /// Householder tridiagonalisation, bisection and inverse iteration in one thread block per image
 /// ([`kf::tridiagonal_eigen`]), then the back-transformation and the ordered pairs.
