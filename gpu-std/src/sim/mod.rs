@@ -22,7 +22,8 @@
 //!   that reads what it never wrote shows it.
 //! * A panic (a failed bounds check, [`gpu_assert!`](crate::gpu_assert)) stops that thread; the
 //!   block finishes, no further block starts, and the launch panics once, naming the kernel, the
-//!   first failing block and thread, the kernel's source line, and how many other threads failed.
+//!   first failing block and thread, the kernel's source line, and how many other threads failed
+//!   (the host's `Device::launch` returns that report as an error, as it returns a GPU's trap).
 //! * [`printf!`](crate::printf) writes one line per call, prefixed with the block and thread;
 //!   [`capture_output`] collects those lines instead, for tests.
 //!

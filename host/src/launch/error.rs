@@ -37,6 +37,17 @@ pub enum Error {
         /// The driver's error code.
         source: CudaError,
     },
+    /// A kernel failed in the CPU simulator (an index out of range, a failed `gpu_assert!`, a
+    /// barrier some threads never reach …): the simulator's message, which names the kernel, the
+    /// first failing block and thread and the kernel's source line. On a GPU the same fault is a
+    /// [`Error::Kernel`] (the `trap`'s CUDA error).
+    #[error("{message}")]
+    SimulatedKernel {
+        /// The kernel's name.
+        kernel: &'static str,
+        /// The simulator's report.
+        message: String,
+    },
     /// The launch configuration is outside the device's limits.
     #[error("invalid launch of kernel `{kernel}`: {message}")]
     InvalidLaunch {

@@ -158,11 +158,28 @@ impl Device {
                 }
                 Ok(())
             }
-            // SAFETY: forwarded from the caller.
-            (Inner::Simulator, None) => unsafe { gpu_std::sim::launch(kernel, cfg, args) }
-                .map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 }),
+            (Inner::Simulator, None) => {
+                // A simulated thread's fault unwinds out of the launch as one panic with the
+                // simulator's report; it becomes an error, as a GPU's trap does.
+                // SAFETY: forwarded from the caller.
+                let launch = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+                    gpu_std::sim::launch(kernel, cfg, args)
+                }));
+                match launch {
+                    Ok(launched) => launched.map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 }),
+                    Err(panic) => Err(Error::SimulatedKernel { kernel: name, message: panic_text(panic) }),
+                }
+            }
             _ => Err(mixed_devices()),
         }
+    }
+}
+
+/// The text of a panic's payload (a formatted message or a literal).
+fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
+    match panic.downcast::<String>() {
+        Ok(text) => *text,
+        Err(panic) => panic.downcast_ref::<&str>().map_or("a kernel panicked", |text| text).to_string(),
     }
 }
 
