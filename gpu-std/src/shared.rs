@@ -78,7 +78,7 @@
 //!   [`ZeroedCounters`] → [`Counters`] (atomics only) → [`TileRead`]. None of them is `Copy`, so
 //!   no copy of a phase outlives the barrier. Reading before the barrier does not compile:
 //!
-//!   ```compile_fail
+//!   ```compile_fail,E0277
 //!   # use gpu_std::shared::{Allocator, Threads};
 //!   # fn kernel() {
 //!   let mut tile = Allocator::new().tile::<f32>(64);
@@ -86,6 +86,9 @@
 //!   let x = tile[0];                                      // a Tile has no reads
 //!   # }
 //!   ```
+//!
+//!   (rustc: "`Tile<f32>` is in its write phase: call `shared::sync_threads(...)` before reading
+//!   it", from [`ReadAfterSyncThreads`]),
 //!
 //!   while after the barrier it does:
 //!

@@ -325,6 +325,47 @@ impl Allocator {
     }
 }
 
+/// What a tile in its write phase ([`Tile`], [`Tile2d`]) lacks to be read: it is implemented for
+/// nothing (and sealed), so that `tile[i]` before the barrier fails with a message that names the
+/// barrier instead of rustc's "cannot index into a value":
+///
+/// ```compile_fail,E0277
+/// # use gpu_std::shared::{Allocator, Threads};
+/// # fn kernel() {
+/// let mut tile = Allocator::new().tile_rows::<f32>(8, 8, 8);
+/// tile.fill(Threads::block(), |r: u32, c: u32| (r + c) as f32);
+/// let x = tile[(0, 0)]; // `Tile2d<f32>` is in its write phase: call `shared::sync_threads(...)` …
+/// # }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is in its write phase: call `shared::sync_threads(...)` before reading it",
+    label = "read before the block barrier",
+    note = "`shared::sync_threads(tile)` returns the tile in its read phase (`TileRead`, `Tile2dRead`), which indexes"
+)]
+pub trait ReadAfterSyncThreads: sealed::Unreadable {}
+
+impl<T: Plain> Index<usize> for Tile<T>
+where
+    Tile<T>: ReadAfterSyncThreads,
+{
+    type Output = T;
+
+    fn index(&self, _: usize) -> &T {
+        unreachable!("ReadAfterSyncThreads has no implementation")
+    }
+}
+
+impl<T: Plain> Index<(usize, usize)> for Tile2d<T>
+where
+    Tile2d<T>: ReadAfterSyncThreads,
+{
+    type Output = T;
+
+    fn index(&self, _: (usize, usize)) -> &T {
+        unreachable!("ReadAfterSyncThreads has no implementation")
+    }
+}
+
 /// A 1-D tile of shared memory in its write phase: slot `i` belongs to the thread of rank
 /// `i mod threads` ([`Threads::rank`]). Made by [`Allocator::tile`]; [`sync_threads`](fn@sync_threads)
 /// makes it a [`TileRead`].
@@ -741,6 +782,10 @@ impl<T: Atomic> Counters<T> {
 }
 
 mod sealed {
+    /// Keeps [`ReadAfterSyncThreads`](super::ReadAfterSyncThreads) unimplementable outside this
+    /// crate (which implements it for nothing).
+    pub trait Unreadable {}
+
     /// The conversions of a [`TileIndex`](super::TileIndex).
     pub trait Index {
         /// From a thread coordinate or step.
