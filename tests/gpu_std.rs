@@ -676,3 +676,26 @@ fn a_capture_that_waits_for_the_device_fails_cleanly() {
     // The device still works.
     assert_eq!(device.download(&dx).unwrap(), vec![1.0f32; 64]);
 }
+
+/// A buffer the device cannot hold is an `OutOfMemory` error that says so (with the free memory on
+/// a GPU), never an abort of the process, and the device stays usable.
+#[test]
+fn a_buffer_larger_than_the_memory_is_an_out_of_memory_error() {
+    for device in common::devices("a_buffer_larger_than_the_memory_is_an_out_of_memory_error") {
+        // 8 PiB, and a size whose bytes do not fit a usize.
+        for (len, mib) in
+            [(1usize << 50, 1u128 << 33), (usize::MAX, (usize::MAX as u128 * 8).div_ceil(1 << 20))]
+        {
+            let err = device.alloc::<f64>(len).err().expect("no device holds this");
+            assert!(matches!(err, kernel_suite::Error::OutOfMemory { .. }), "{err:?}");
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("out of memory: a buffer of {mib} MiB does not fit")),
+                "{text}"
+            );
+            assert_eq!(text.contains(" MiB free)"), device.backend() == Backend::Gpu, "{text}");
+        }
+        let buffer = device.upload(&[1.5f64, -2.0]).unwrap();
+        assert_eq!(device.download(&buffer).unwrap(), vec![1.5, -2.0]);
+    }
+}

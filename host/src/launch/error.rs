@@ -37,6 +37,19 @@ pub enum Error {
         /// The driver's error code.
         source: CudaError,
     },
+    /// A buffer did not fit in the device's free memory (another process, or a library's cache,
+    /// may hold the rest).
+    #[error(
+        "out of memory: a buffer of {} MiB does not fit{}; a smaller batch or another GPU may",
+        mib(*bytes),
+        free.map_or(String::new(), |(free, total)| format!(" ({} of {} MiB free)", mib(free as u128), mib(total as u128)))
+    )]
+    OutOfMemory {
+        /// The buffer's size, bytes.
+        bytes: u128,
+        /// The device's free and total memory when it failed, bytes (`None` in the simulator).
+        free: Option<(usize, usize)>,
+    },
     /// A kernel failed in the CPU simulator (an index out of range, a failed `gpu_assert!`, a
     /// barrier some threads never reach …): the simulator's message, which names the kernel, the
     /// first failing block and thread and the kernel's source line. On a GPU the same fault is a
@@ -84,6 +97,11 @@ impl Error {
 }
 
 /// Adapts a `CudaError` from the driver call `call`: `result.map_err(cuda("cuMemAlloc"))`.
+/// Bytes as MiB, rounded up.
+fn mib(bytes: u128) -> u128 {
+    bytes.div_ceil(1 << 20)
+}
+
 pub(crate) fn cuda(call: &'static str) -> impl FnOnce(CudaError) -> Error {
     move |source| Error::Cuda { call, source }
 }

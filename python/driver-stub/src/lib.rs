@@ -82,6 +82,7 @@ not_initialized!(
     cuMemFreeAsync,
     cuMemFreeHost,
     cuMemFree_v2,
+    cuMemGetInfo_v2,
     cuMemPoolSetAttribute,
     cuMemcpyAsync,
     cuMemcpyDtoHAsync_v2,

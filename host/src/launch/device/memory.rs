@@ -4,6 +4,7 @@
 use super::{Device, Element, Inner, Phase, Queue, STAGING_CHUNK_BYTES, Staging, mixed_devices, same_len};
 use crate::error::{Error, Result, cuda, raw};
 use crate::profile::Direction;
+use cust::error::CudaError;
 use cust::memory::{AsyncCopyDestination, DeviceBuffer, LockedBuffer};
 use rayon::prelude::*;
 use std::marker::PhantomData;
@@ -20,13 +21,19 @@ impl Device {
 
     /// A buffer of `len` elements whose contents are unspecified (or poisoned, see
     /// [`Device::set_poison_allocations`]) until a kernel or an upload writes them.
+    /// A buffer larger than the free memory is [`Error::OutOfMemory`], with what was free.
     pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
-        let bytes = len * std::mem::size_of::<T>();
+        let wanted = len as u128 * std::mem::size_of::<T>() as u128;
+        let out_of_memory = || Error::OutOfMemory { bytes: wanted, free: self.free_memory() };
+        let bytes = usize::try_from(wanted).map_err(|_| out_of_memory())?;
         let inner = match &self.inner {
             Inner::Gpu(_) => {
                 let t = Instant::now();
                 // SAFETY: any bytes are a valid `Element`.
-                let buf = unsafe { DeviceBuffer::uninitialized(len) }.map_err(cuda("cuMemAlloc"))?;
+                let buf = unsafe { DeviceBuffer::uninitialized(len) }.map_err(|e| match e {
+                    CudaError::OutOfMemory => out_of_memory(),
+                    other => Error::Cuda { call: "cuMemAlloc", source: other },
+                })?;
                 if let Some(p) = self.profiler.get() {
                     p.host_cost("cuMemAlloc", t.elapsed().as_secs_f64() * 1e3);
                 }
@@ -43,7 +50,8 @@ impl Device {
                 BufferInner::Gpu(buf)
             }
             Inner::Simulator => {
-                let mut v = Vec::<T>::with_capacity(len);
+                let mut v = Vec::<T>::new();
+                v.try_reserve_exact(len).map_err(|_| out_of_memory())?;
                 // SAFETY: any bytes are a valid `Element`, so filling the bytes initialises them.
                 unsafe {
                     std::ptr::write_bytes(v.as_mut_ptr() as *mut u8, 0xff, bytes);
@@ -53,6 +61,15 @@ impl Device {
             }
         };
         Ok(Buffer { inner })
+    }
+
+    /// The GPU's free and total memory, bytes (`cuMemGetInfo`); `None` in the simulator, or where
+    /// the driver does not say.
+    pub fn free_memory(&self) -> Option<(usize, usize)> {
+        match &self.inner {
+            Inner::Gpu(_) => cust::memory::mem_get_info().ok(),
+            Inner::Simulator => None,
+        }
     }
 
     /// A buffer of `len` zeros (all bytes 0: `0.0` for floats), set on the device's queue before
