@@ -656,25 +656,9 @@ fn the_blocked_cholesky_inverts_the_factor_on_any_size() {
     }
 }
 
-/// A GEMM kernel with an f64 result: its argument tuple.
-type GemmKernel = gpu_std::KernelFn<(
-    gpu_std::Slice<f64>,
-    kernels::svd_factor::Layout,
-    gpu_std::Slice<f64>,
-    kernels::svd_factor::Layout,
-    gpu_std::SliceMut<f64>,
-    kernels::svd_factor::Layout,
-    gpu_std::Slice<f64>,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-)>;
-
-/// A pipelined GEMM kernel with result type `T`: its argument tuple (the last argument is the
-/// mode, `kf::pgemm_mode`).
-type GemmKernel13<T> = gpu_std::KernelFn<(
+/// A GEMM kernel with result type `T`: its argument tuple (for the pipelined kernels the last
+/// argument is the mode, `kf::pgemm_mode`; for the others, whether the product is symmetric).
+type GemmKernelTo<T> = gpu_std::KernelFn<(
     gpu_std::Slice<f64>,
     kernels::svd_factor::Layout,
     gpu_std::Slice<f64>,
@@ -732,7 +716,7 @@ fn the_tensor_core_gemm_matches_the_fma_gemm_and_exact_products() {
                 .collect();
             let (da, db, ds) =
                 (device.upload(&a).unwrap(), device.upload(&b).unwrap(), device.upload(&scale).unwrap());
-            let run = |kernel: &GemmKernel| -> Vec<f64> {
+            let run = |kernel: &GemmKernelTo<f64>| -> Vec<f64> {
                 let mut c = device.upload(&vec![f64::NAN; images * m * n]).unwrap();
                 // SAFETY: the layouts lie inside the buffers; the download waits for the queue.
                 unsafe {
@@ -835,7 +819,7 @@ fn the_pipelined_tensor_core_gemm_matches_exact_products() {
     use kernels::svd_factor::{self as kf, Layout};
     let images = 2usize;
     // Both tile widths: (wide, f64 kernel, f32 kernel).
-    let variants: [(bool, &GemmKernel13<f64>, &GemmKernel13<f32>); 2] = [
+    let variants: [(bool, &GemmKernelTo<f64>, &GemmKernelTo<f32>); 2] = [
         (false, &kf::GEMM_F64_PIPELINED_TO_F64, &kf::GEMM_F64_PIPELINED_TO_F32),
         (true, &kf::GEMM_F64_PIPELINED_WIDE_TO_F64, &kf::GEMM_F64_PIPELINED_WIDE_TO_F32),
     ];
