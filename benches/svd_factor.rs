@@ -153,8 +153,8 @@ fn measure() -> anyhow::Result<()> {
         }
     }
     print!("{}", table.render());
-    // One image of a large subspace: the Ritz problem on the host or by block Jacobi on the device
-    // (the Cholesky factorisations are on the device either way).
+    // One image of a large subspace: the Ritz problem on the host, by block Jacobi or by the
+    // tridiagonal solver on the device (the Cholesky factorisations are on the device either way).
     println!("\n## One image, b > 118: the Ritz problem's solver (device time, median of 5)\n");
     let mut table = Table::new(&[
         "workload",
@@ -167,7 +167,7 @@ fn measure() -> anyhow::Result<()> {
     ]);
     for &(size, k) in &[(512, 100), (2048, 256), (4096, 100), (4096, 256)] {
         let mut host_sigma = Vec::new();
-        for solver in [RitzMethod::Host, RitzMethod::BlockJacobi] {
+        for solver in [RitzMethod::Host, RitzMethod::BlockJacobi, RitzMethod::Tridiagonal] {
             let (st, f, _) = time(1, size, k, false, Some(solver))?;
             let sigma = &f.singular_values[0];
             if solver == RitzMethod::Host {

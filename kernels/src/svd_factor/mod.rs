@@ -31,10 +31,13 @@
 //! - `block_jacobi.rs`: the block Jacobi eigensolver for subspaces too large for one block.
 //! - `blocked_cholesky.rs`: the Cholesky QR step by panels, for subspaces too large for one
 //!   block.
+//! - `tridiagonal.rs`: the one-block eigensolver by tridiagonalisation for batches of larger
+//!   subspaces, and its back-transformation; `divide_and_conquer.rs` its tridiagonal stage.
 
 mod block_jacobi;
 mod blocked_cholesky;
 mod constants;
+mod divide_and_conquer;
 mod eigensolver;
 mod gemm;
 mod gemm_pipelined;
@@ -47,6 +50,7 @@ mod tridiagonal;
 pub use block_jacobi::*;
 pub use blocked_cholesky::*;
 pub use constants::*;
+pub use divide_and_conquer::*;
 pub use eigensolver::*;
 pub use gemm::*;
 pub use gemm_pipelined::*;

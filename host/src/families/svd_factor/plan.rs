@@ -26,34 +26,29 @@ pub enum RitzMethod {
     BlockJacobi,
     /// faer's symmetric eigensolver on the host, the matrices copied each way.
     Host,
-    /// Householder tridiagonalisation, bisection and inverse iteration in one thread block per
-    /// image ([`kf::tridiagonal_eigen`], [`TridiagonalEigensolver`]), the back-transformation over
-    /// the GPU.
+    /// Householder tridiagonalisation and divide and conquer in one thread block per image
+    /// ([`kf::tridiagonal_reduce`], [`kf::tridiagonal_divide_and_conquer`],
+    /// [`TridiagonalEigensolver`]), the back-transformation over the GPU.
     Tridiagonal,
 }
 
 impl RitzMethod {
-    /// The solver for `images` problems of `b × b` on `device`: [`RitzMethod::OneBlockJacobi`]
-    /// when its work space fits in one block's shared memory; else, for a batch, the
-    /// [`RitzMethod::Tridiagonal`] solver when its matrix fits in one block's shared memory; else
-    /// [`RitzMethod::BlockJacobi`] when the batch gives every multiprocessor a pair of blocks or
-    /// the problem has [`BLOCK_JACOBI_MIN_PAIRS`] pairs of blocks itself; else
-    /// [`RitzMethod::Host`], since a few blocks per round would leave the GPU idle.
-    /// (`docs/benchmarks/svd-job.md`, "The Ritz solver per size": the tridiagonal solver took a
-    /// batch of 16 at `b = 200` from 103 to 72 ms of job; at `b = 512` it lost to block Jacobi,
-    /// and for one image at `b = 200` to the host.)
-    pub fn for_problem(device: &Device, b: usize, images: usize) -> Result<RitzMethod> {
-        if one_block_fits(device, b)? {
-            return Ok(RitzMethod::OneBlockJacobi);
-        }
-        if images > 1 && TridiagonalEigensolver::fits_shared_memory(device, b)? {
-            return Ok(RitzMethod::Tridiagonal);
-        }
-        let pairs = b.div_ceil(2 * BlockJacobi::block_rows(device, b));
-        Ok(if images * pairs >= device.multiprocessors()? as usize || pairs >= BLOCK_JACOBI_MIN_PAIRS {
+    /// The solver for problems of `b × b` on `device`: [`RitzMethod::OneBlockJacobi`] when its
+    /// work space fits in one block's shared memory; [`RitzMethod::BlockJacobi`] when the problem
+    /// has [`BLOCK_JACOBI_MIN_PAIRS`] pairs of blocks (`b > 320` on a GPU), where the later
+    /// Rayleigh–Ritz steps' matrices, nearly diagonal, cost it few sweeps while the tridiagonal
+    /// solver's reduction from global memory costs the same each time; between the two the
+    /// [`RitzMethod::Tridiagonal`] solver, for one image and for batches. The host's solver is
+    /// not chosen (`docs/benchmarks/eigensolvers.md`: one image of 512² at `k = 100` 15.7 ms with
+    /// the tridiagonal solver, 19.3 with the host's, 43.9 with block Jacobi; 4096² at `k = 256`,
+    /// `b = 512`: 138.7 ms with block Jacobi, 149.4 tridiagonal).
+    pub fn for_problem(device: &Device, b: usize) -> Result<RitzMethod> {
+        Ok(if one_block_fits(device, b)? {
+            RitzMethod::OneBlockJacobi
+        } else if b.div_ceil(2 * BlockJacobi::block_rows(device, b)) >= BLOCK_JACOBI_MIN_PAIRS {
             RitzMethod::BlockJacobi
         } else {
-            RitzMethod::Host
+            RitzMethod::Tridiagonal
         })
     }
 }
@@ -150,7 +145,7 @@ impl Plan {
             k,
             r,
             b,
-            ritz: RitzMethod::for_problem(device, b, images)?,
+            ritz: RitzMethod::for_problem(device, b)?,
             cholesky: CholeskyMethod::for_problem(device, b)?,
             one_block_threads,
             one_block_shared_bytes: if one_block_fits(device, b)? {
@@ -201,7 +196,7 @@ impl std::fmt::Display for Plan {
             RitzMethod::OneBlockJacobi => "one-block Jacobi".to_string(),
             RitzMethod::BlockJacobi => format!("block Jacobi ({} rows per block)", self.block_jacobi_rows),
             RitzMethod::Host => "host (faer)".to_string(),
-            RitzMethod::Tridiagonal => "one-block tridiagonal (bisection, inverse iteration)".to_string(),
+            RitzMethod::Tridiagonal => "tridiagonal (one-block reduction, divide and conquer)".to_string(),
         };
         let cholesky = match self.cholesky {
             CholeskyMethod::OneBlock => "one block per image".to_string(),
@@ -236,18 +231,18 @@ pub fn subspace_size(k: usize, r: usize) -> usize {
 mod tests {
     use super::*;
 
-    /// The Ritz solver per size, as measured (`docs/benchmarks/svd-job.md`): the tridiagonal
-    /// solver for batches whose matrix fits one block's shared memory, and only there.
+    /// The Ritz solver per size, as measured (`docs/benchmarks/eigensolvers.md`): one-block
+    /// Jacobi where it fits, block Jacobi from six pairs of blocks, the tridiagonal solver between.
     #[test]
-    fn the_tridiagonal_solver_takes_batches_whose_matrix_fits_shared_memory() -> Result<()> {
+    fn the_tridiagonal_solver_takes_the_subspaces_between_one_block_and_block_jacobi() -> Result<()> {
         let device = Device::simulator();
-        assert_eq!(RitzMethod::for_problem(&device, 40, 16)?, RitzMethod::OneBlockJacobi);
-        assert_eq!(RitzMethod::for_problem(&device, 200, 16)?, RitzMethod::Tridiagonal);
-        assert_eq!(RitzMethod::for_problem(&device, 232, 2)?, RitzMethod::Tridiagonal);
-        for (b, images) in [(200, 1), (233, 16), (512, 8), (512, 1)] {
-            let method = RitzMethod::for_problem(&device, b, images)?;
-            assert_ne!(method, RitzMethod::Tridiagonal, "b = {b}, {images} images");
+        assert_eq!(RitzMethod::for_problem(&device, 40)?, RitzMethod::OneBlockJacobi);
+        let rows = BlockJacobi::block_rows(&device, 512);
+        let largest = 2 * rows * (BLOCK_JACOBI_MIN_PAIRS - 1);
+        for b in [128, largest] {
+            assert_eq!(RitzMethod::for_problem(&device, b)?, RitzMethod::Tridiagonal, "b = {b}");
         }
+        assert_eq!(RitzMethod::for_problem(&device, largest + 1)?, RitzMethod::BlockJacobi);
         Ok(())
     }
 }

@@ -1,9 +1,9 @@
-//! The one-block tridiagonal Ritz solver ([`kf::tridiagonal_eigen`]): one thread block per image,
-//! Householder tridiagonalisation (the packed triangle in shared memory where it fits, else in
-//! global scratch), bisection and inverse iteration on the tridiagonal matrix; then the
-//! back-transformation a warp per eigenvector over the whole GPU
-//! ([`kf::tridiagonal_back_transform`]) and the ordered pairs ([`kf::sorted_ritz_pairs`]), all on
-//! the device.
+//! The tridiagonal Ritz solver, all on the device: Householder tridiagonalisation in one thread
+//! block per image ([`kf::tridiagonal_reduce`]: the packed triangle in shared memory where it fits,
+//! else in global scratch), the tridiagonal eigenproblem by divide and conquer in one block per
+//! image ([`kf::tridiagonal_divide_and_conquer`]), the back-transformation a warp per eigenvector
+//! over the whole GPU ([`kf::tridiagonal_back_transform`]) and the ordered pairs
+//! ([`kf::sorted_ritz_pairs`]).
 
 use super::ritz::{RitzPairs, RitzSolver};
 use crate::launch::device::{Backend, Buffer, BufferViewMut, Device};
@@ -11,7 +11,8 @@ use crate::launch::error::{Result, ensure};
 use gpu_std::sim::{Dim3, LaunchConfig};
 use kernels::svd_factor::{self as kf, Layout};
 
-/// Most threads of the solver's block (its launch bounds: 512 threads within 128 registers).
+/// Most threads of the one-block kernels' blocks (their launch bounds: 512 threads within 128
+/// registers).
 const MAX_THREADS: u32 = 512;
 /// Threads per block in the simulator (a thread per GPU thread: two warps).
 const SIMULATOR_THREADS: u32 = 64;
@@ -19,8 +20,8 @@ const SIMULATOR_THREADS: u32 = 64;
 /// Largest `b` the solver takes ([`kf::TRIDIAGONAL_MAX_B`]).
 pub const TRIDIAGONAL_MAX_B: usize = kf::TRIDIAGONAL_MAX_B as usize;
 
-/// Householder tridiagonalisation, bisection and inverse iteration in one thread block per image
-/// ([`kf::tridiagonal_eigen`]), then the back-transformation and the ordered pairs.
+/// Householder tridiagonalisation and divide and conquer in one thread block per image, then the
+/// back-transformation and the ordered pairs.
 pub struct TridiagonalEigensolver {
     b: usize,
     images: usize,
@@ -28,7 +29,10 @@ pub struct TridiagonalEigensolver {
     scratch: Buffer<f64>,
     /// [`kf::sorted_ritz_pairs`]'s work space, `2b` per image.
     order: Buffer<f64>,
+    /// The reduction's launch.
     config: LaunchConfig,
+    /// The divide and conquer's launch.
+    divide_and_conquer: LaunchConfig,
 }
 
 /// Warps per block of [`kf::tridiagonal_back_transform`] (a warp per eigenvector): two, so that
@@ -41,7 +45,7 @@ impl TridiagonalEigensolver {
     /// shared memory where [`kf::tridiagonal_shared_bytes`] fits the device.
     pub fn new(device: &Device, b: usize, images: usize) -> Result<TridiagonalEigensolver> {
         let threads = if device.backend() == Backend::Gpu {
-            device.max_threads_per_block(kf::TRIDIAGONAL_EIGEN.name())?.min(MAX_THREADS) / 32 * 32
+            device.max_threads_per_block(kf::TRIDIAGONAL_REDUCE.name())?.min(MAX_THREADS) / 32 * 32
         } else {
             SIMULATOR_THREADS
         };
@@ -53,9 +57,9 @@ impl TridiagonalEigensolver {
         Self::with_config(device, b, images, config)
     }
 
-    /// As [`TridiagonalEigensolver::new`] with the launch given (one block per image, a whole
-    /// number of warps up to 512 threads, at least [`kf::tridiagonal_small_bytes`]`(b)` of shared memory):
-    /// tests force the global-memory path with it.
+    /// As [`TridiagonalEigensolver::new`] with the reduction's launch given (one block per image,
+    /// a whole number of warps up to 512 threads, at least [`kf::tridiagonal_small_bytes`]`(b)` of
+    /// shared memory): tests force the global-memory path with it.
     pub fn with_config(
         device: &Device,
         b: usize,
@@ -64,8 +68,7 @@ impl TridiagonalEigensolver {
     ) -> Result<TridiagonalEigensolver> {
         ensure(b <= TRIDIAGONAL_MAX_B, || {
             format!(
-                "the tridiagonal eigensolver takes b ≤ {TRIDIAGONAL_MAX_B} (its eigenvectors lose orthogonality \
-                 beyond); b = {b}"
+                "the tridiagonal eigensolver takes b ≤ {TRIDIAGONAL_MAX_B} (the sizes it is tested at); b = {b}"
             )
         })?;
         ensure(
@@ -75,6 +78,17 @@ impl TridiagonalEigensolver {
                 && config.grid.x as usize == images,
             || format!("tridiagonal eigensolver: launch {config:?} for {images} images of b = {b}"),
         )?;
+        let threads = if device.backend() == Backend::Gpu {
+            device.max_threads_per_block(kf::TRIDIAGONAL_DIVIDE_AND_CONQUER.name())?.min(MAX_THREADS) / 32
+                * 32
+        } else {
+            SIMULATOR_THREADS
+        };
+        let divide_and_conquer = LaunchConfig {
+            grid: Dim3::x(images as u32),
+            block: Dim3::x(threads),
+            shared_bytes: kf::divide_and_conquer_shared_bytes(b as u32),
+        };
         Ok(TridiagonalEigensolver {
             b,
             images,
@@ -82,6 +96,7 @@ impl TridiagonalEigensolver {
             scratch: device.alloc(images * kf::tridiagonal_scratch(b as u32) as usize)?,
             order: device.alloc(images * 2 * b)?,
             config,
+            divide_and_conquer,
         })
     }
 
@@ -95,7 +110,7 @@ impl TridiagonalEigensolver {
         })
     }
 
-    /// Whether a `b × b` matrix fits in one block's shared memory on `device` (`b ≤ 232` on an
+    /// Whether a `b × b` matrix fits in one block's shared memory on `device` (`b ≤ 234` on an
     /// H100, and in the simulator, which reports the H100's 227 KiB), where the reduction runs
     /// fastest.
     pub fn fits_shared_memory(device: &Device, b: usize) -> Result<bool> {
@@ -107,7 +122,7 @@ impl TridiagonalEigensolver {
         self.config.shared_bytes >= kf::tridiagonal_shared_bytes(self.b as u32)
     }
 
-    /// The solver's launch.
+    /// The reduction's launch.
     pub fn config(&self) -> LaunchConfig {
         self.config
     }
@@ -124,13 +139,22 @@ impl RitzSolver for TridiagonalEigensolver {
         // SAFETY: `t` and `scratch` are the solver's, sized for the batch (`b × b` and
         // `tridiagonal_scratch(b)` per image); the launch was checked in `with_config` (whole
         // warps, at most 512 threads, the vectors' shared memory, a block per image).
-        unsafe { device.launch(&kf::TRIDIAGONAL_EIGEN, self.config, (&self.t, b, &mut self.scratch))? };
+        unsafe { device.launch(&kf::TRIDIAGONAL_REDUCE, self.config, (&self.t, b, &mut self.scratch))? };
+        // SAFETY: the reduction ran on the scratch (queued before); a block per image, whole
+        // warps up to 512 threads, the kernel's shared memory (`new`).
+        unsafe {
+            device.launch(
+                &kf::TRIDIAGONAL_DIVIDE_AND_CONQUER,
+                self.divide_and_conquer,
+                (b, &mut self.scratch),
+            )?
+        };
         let back = LaunchConfig {
             grid: Dim3 { x: b.div_ceil(BACK_TRANSFORM_WARPS), y: images, z: 1 },
             block: Dim3::x(32 * BACK_TRANSFORM_WARPS),
             shared_bytes: 0,
         };
-        // SAFETY: `tridiagonal_eigen` ran on the scratch (queued before); a warp per eigenvector
+        // SAFETY: the reduction and the divide and conquer ran on the scratch (queued before); a warp per eigenvector
         // of every image.
         unsafe { device.launch(&kf::TRIDIAGONAL_BACK_TRANSFORM, back, (b, &mut self.scratch))? };
         let parts = kf::tridiagonal_scratch_parts(b);
