@@ -5,8 +5,9 @@
 //!    shared memory where the launch gives [`tridiagonal_shared_bytes`]`(b)`, else in the image's
 //!    global scratch (same code). Per column: the norm (each warp computes it, no barrier), the
 //!    vector `v` (stored in the column it annihilates, for the back-transformation), `p = τ·T·v`
-//!    (a warp per row), `w = p − (τ/2)(pᵀv)v` and the rank-2 update of the trailing triangle (a
-//!    warp per row): three barriers per column.
+//!    (two threads per row, each half of the row's columns, joined by a shuffle),
+//!    `w = p − (τ/2)(pᵀv)v` and the rank-2 update of the trailing triangle (a warp per row): three
+//!    barriers per column.
 //! 2. The tridiagonal eigenproblem `(d, e)` by divide and conquer in the same block
 //!    ([`divide_and_conquer`](super::divide_and_conquer)): every eigenvalue and eigenvector, the
 //!    vectors orthogonal to working precision without reorthogonalisation.
@@ -147,14 +148,6 @@ impl Packed {
         unsafe { self.0.get(Self::at(i, j)) }
     }
 
-    /// Element `(i, j)` of the symmetric matrix, either side of the diagonal.
-    #[inline(always)]
-    #[track_caller]
-    unsafe fn sym(self, i: usize, j: usize) -> f64 {
-        // SAFETY: as for `lower`.
-        unsafe { if i >= j { self.lower(i, j) } else { self.lower(j, i) } }
-    }
-
     #[inline(always)]
     #[track_caller]
     unsafe fn set(self, i: usize, j: usize, value: f64) {
@@ -247,21 +240,33 @@ unsafe fn tridiagonalise(sp: Space, t_in: gpu_std::slice::Slice<f64>) {
                 // v's first element where the reflector's column was (no one reads it this step).
                 a.set(m, k, v0);
             }
-            // p = τ·A'·v, a warp per row, and p∘v.
-            let mut i = m + warp_id;
-            while i < bu {
+            // p = τ·A'·v and p∘v: two threads per row (a lane pair), each summing half of the
+            // row's columns — left of the diagonal along the packed row, right of it down
+            // column i — joined by one shuffle: no per-row warp reduction.
+            let n = bu - m;
+            let half = n.div_ceil(2);
+            let mut first = 0;
+            while first < n {
+                let r = first + tid / 2;
                 let mut acc = 0.0f64;
-                let mut j = m + lane;
-                while j < bu {
-                    acc = math::fma(a.sym(i, j), vbuf.get(j), acc);
-                    j += 32;
+                if r < n {
+                    let i = m + r;
+                    let (lo, hi) = if tid % 2 == 0 { (m, m + half) } else { (m + half, bu) };
+                    let row = Packed::at(i, 0);
+                    let mut column = Packed::at(lo, 0);
+                    for j in lo..hi {
+                        let at = if j <= i { row + j } else { column + i };
+                        acc = math::fma(a.0.get(at), vbuf.get(j), acc);
+                        column += j + 1;
+                    }
                 }
-                let p = tau_k * warp::reduce(acc, add);
-                if lane == 0 {
-                    pbuf.set(i, p);
-                    pvbuf.set(i, p * vbuf.get(i));
+                let sum = acc + warp::shfl_xor_sync(u32::MAX, acc, 1);
+                if r < n && tid % 2 == 0 {
+                    let p = tau_k * sum;
+                    pbuf.set(m + r, p);
+                    pvbuf.set(m + r, p * vbuf.get(m + r));
                 }
-                i += warps;
+                first += nt / 2;
             }
             thread::sync_threads();
             // Every warp: K = (τ/2)·pᵀv; then w = p − K·v and A' −= v·wᵀ + w·vᵀ, a warp per

@@ -48,7 +48,7 @@ pub use factors::{DeviceFactors, Triplets};
 pub use host_eigensolver::HostEigensolver;
 pub use one_block_jacobi::OneBlockJacobi;
 pub use passes::{finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums};
-pub use plan::{BLOCK_JACOBI_MIN_PAIRS, CholeskyMethod, Plan, RitzMethod, subspace_size};
+pub use plan::{CholeskyMethod, Plan, RitzMethod, subspace_size};
 pub use ritz::{RitzPairs, RitzSolver};
 pub use tridiagonal_eigensolver::{TRIDIAGONAL_MAX_B, TridiagonalEigensolver};
 

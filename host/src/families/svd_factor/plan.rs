@@ -8,7 +8,7 @@ use super::cholesky::cholesky_panel_rows;
 use super::host_eigensolver::HostEigensolver;
 use super::one_block_jacobi::OneBlockJacobi;
 use super::ritz::RitzSolver;
-use super::tridiagonal_eigensolver::TridiagonalEigensolver;
+use super::tridiagonal_eigensolver::{TRIDIAGONAL_MAX_B, TridiagonalEigensolver};
 use crate::launch::device::{Backend, Device};
 use crate::launch::error::{Result, ensure};
 use gpu_std::sim::{Dim3, LaunchConfig};
@@ -34,29 +34,22 @@ pub enum RitzMethod {
 
 impl RitzMethod {
     /// The solver for problems of `b × b` on `device`: [`RitzMethod::OneBlockJacobi`] when its
-    /// work space fits in one block's shared memory; [`RitzMethod::BlockJacobi`] when the problem
-    /// has [`BLOCK_JACOBI_MIN_PAIRS`] pairs of blocks (`b > 320` on a GPU), where the later
-    /// Rayleigh–Ritz steps' matrices, nearly diagonal, cost it few sweeps while the tridiagonal
-    /// solver's reduction from global memory costs the same each time; between the two the
-    /// [`RitzMethod::Tridiagonal`] solver, for one image and for batches. The host's solver is
-    /// not chosen (`docs/benchmarks/eigensolvers.md`: one image of 512² at `k = 100` 15.7 ms with
-    /// the tridiagonal solver, 19.3 with the host's, 43.9 with block Jacobi; 4096² at `k = 256`,
-    /// `b = 512`: 138.7 ms with block Jacobi, 149.4 tridiagonal).
+    /// work space fits in one block's shared memory, else the [`RitzMethod::Tridiagonal`] solver
+    /// up to its largest `b` ([`TRIDIAGONAL_MAX_B`]), for one image and for batches, and
+    /// [`RitzMethod::BlockJacobi`] beyond. The host's solver is not chosen
+    /// (`docs/benchmarks/eigensolvers.md`: the whole factorisation of one image of 512² at
+    /// `k = 100` took 15.5 ms with the tridiagonal solver, 24.5 with the host's, 43.9 with block
+    /// Jacobi; 4096² at `k = 256`, `b = 512`, 115.1 tridiagonal, 140.4 block Jacobi).
     pub fn for_problem(device: &Device, b: usize) -> Result<RitzMethod> {
         Ok(if one_block_fits(device, b)? {
             RitzMethod::OneBlockJacobi
-        } else if b.div_ceil(2 * BlockJacobi::block_rows(device, b)) >= BLOCK_JACOBI_MIN_PAIRS {
-            RitzMethod::BlockJacobi
-        } else {
+        } else if b <= TRIDIAGONAL_MAX_B {
             RitzMethod::Tridiagonal
+        } else {
+            RitzMethod::BlockJacobi
         })
     }
 }
-
-/// Pairs of blocks from which block Jacobi solves even one image's Ritz problem (`b > 320` on a
-/// GPU), where it beats the host's solver (`docs/benchmarks/svd-job.md`, "The Ritz solver and the
-/// Chebyshev filter's limits").
-pub const BLOCK_JACOBI_MIN_PAIRS: usize = 6;
 
 /// How Cholesky QR factors each `b × b` Gram matrix and inverts its factor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -232,17 +225,15 @@ mod tests {
     use super::*;
 
     /// The Ritz solver per size, as measured (`docs/benchmarks/eigensolvers.md`): one-block
-    /// Jacobi where it fits, block Jacobi from six pairs of blocks, the tridiagonal solver between.
+    /// Jacobi where it fits, the tridiagonal solver up to its largest `b`, block Jacobi beyond.
     #[test]
-    fn the_tridiagonal_solver_takes_the_subspaces_between_one_block_and_block_jacobi() -> Result<()> {
+    fn the_tridiagonal_solver_takes_every_subspace_past_one_block_up_to_its_largest() -> Result<()> {
         let device = Device::simulator();
         assert_eq!(RitzMethod::for_problem(&device, 40)?, RitzMethod::OneBlockJacobi);
-        let rows = BlockJacobi::block_rows(&device, 512);
-        let largest = 2 * rows * (BLOCK_JACOBI_MIN_PAIRS - 1);
-        for b in [128, largest] {
+        for b in [128, 200, 320, TRIDIAGONAL_MAX_B] {
             assert_eq!(RitzMethod::for_problem(&device, b)?, RitzMethod::Tridiagonal, "b = {b}");
         }
-        assert_eq!(RitzMethod::for_problem(&device, largest + 1)?, RitzMethod::BlockJacobi);
+        assert_eq!(RitzMethod::for_problem(&device, TRIDIAGONAL_MAX_B + 8)?, RitzMethod::BlockJacobi);
         Ok(())
     }
 }
