@@ -368,8 +368,7 @@ unsafe fn merge_level(sp: DcSpace, level: Level, (src, dst): (Vector, Vector), h
         // 2. Deflation, a thread per merge.
         let mut q = tid;
         while q < merges {
-            let s = q * 2 * half;
-            let (m, t) = ((s + half).min(bu), (s + 2 * half).min(bu));
+            let (s, m, t) = merge_of(q * 2 * half, half, bu);
             if m < t {
                 deflate(level, (s, t), tear(m).0);
             }
@@ -379,8 +378,7 @@ unsafe fn merge_level(sp: DcSpace, level: Level, (src, dst): (Vector, Vector), h
         // 3. The rotations, a warp per merge, and the roots, a thread each.
         let mut q = warp_id;
         while q < merges {
-            let s = q * 2 * half;
-            let (m, t) = ((s + half).min(bu), (s + 2 * half).min(bu));
+            let (s, m, t) = merge_of(q * 2 * half, half, bu);
             for r in 0..if m < t { level.counts().get(s + 1) as usize } else { 0 } {
                 let (p, n) = (level.rot_p().get(s + r) as usize, level.rot_n().get(s + r) as usize);
                 let (c, sn) = (level.rot_c().get(s + r), level.rot_s().get(s + r));
@@ -516,8 +514,7 @@ unsafe fn merge_level(sp: DcSpace, level: Level, (src, dst): (Vector, Vector), h
                 g += warps;
             }
             for q in 0..merges {
-                let s = q * 2 * half;
-                let (m, t) = ((s + half).min(bu), (s + 2 * half).min(bu));
+                let (s, m, t) = merge_of(q * 2 * half, half, bu);
                 let k = if m < t { level.counts().get(s) as usize } else { 0 };
                 for r0 in (0..k).step_by(TILE) {
                     for c0 in (s..t).step_by(TILE) {
