@@ -196,13 +196,17 @@ fn measure() -> anyhow::Result<()> {
 /// `RitzSolver::solve` (the host solver's includes its copies), median of 10 after 2 warm-ups,
 /// and the largest `|θ − θ_host|/|θ_host|₁` against faer's.
 fn ritz_solvers(device: &Device) -> anyhow::Result<()> {
-    use kernel_suite::svd_factor::RitzPairs;
+    use kernel_suite::svd_factor::{RitzPairs, RitzSolver};
     use rand::{Rng, SeedableRng};
     println!("\n## The Ritz eigensolvers alone (device time of `solve`, median of 10 after 2 warm-ups)\n");
     let mut table =
         Table::new(&["images × b", "spectrum", "solver", "median ms", "min ms", "max |Δθ|/|θ|₁ vs host"]);
     let cases: &[(usize, usize)] =
         &[(1, 64), (1, 128), (1, 200), (1, 320), (1, 512), (1, 1024), (16, 200), (16, 512)];
+    // `SVD_FACTOR_RITZ=16x512`: that case alone (with `SVD_FACTOR_PROFILE=1`, its kernels' profile).
+    let only = std::env::var("SVD_FACTOR_RITZ").ok();
+    let cases =
+        cases.iter().filter(|(images, b)| only.as_ref().is_none_or(|o| *o == format!("{images}x{b}")));
     for &(images, b) in cases {
         for spectrum in ["0.95^i", "random"] {
             let mut rng = rand::rngs::SmallRng::seed_from_u64(b as u64);
@@ -235,50 +239,83 @@ fn ritz_solvers(device: &Device) -> anyhow::Result<()> {
                     continue;
                 }
                 plan.ritz = method;
-                let mut solver = plan.ritz_solver(device)?;
-                // The problems laid out as the solver reads them (block Jacobi pads them).
-                let (len, layout) = {
-                    let (view, layout) = solver.input()?;
-                    (view.len(), layout)
+                // The tridiagonal solver twice: its reduction as the solver picks it (a group of
+                // blocks per image where the GPU has the multiprocessors) and by one block per image.
+                let variants: Vec<(String, Box<dyn RitzSolver>)> = if method == RitzMethod::Tridiagonal {
+                    use kernel_suite::svd_factor::TridiagonalEigensolver as Solver;
+                    let picked = Solver::new(device, b, images)?;
+                    let one_block = Solver::one_block_reduction(device, b, images)?;
+                    let one_block = Solver::with_reduction(device, b, images, one_block)?;
+                    let mut variants: Vec<(String, Box<dyn RitzSolver>)> = vec![
+                        (format!("Tridiagonal ({})", picked.describe_reduction()), Box::new(picked)),
+                        (format!("Tridiagonal ({})", one_block.describe_reduction()), Box::new(one_block)),
+                    ];
+                    // One matrix: other group sizes, 4 and 16 rows per block.
+                    let most = device.multiprocessors()? as usize;
+                    for rows in [4, 16] {
+                        let groups = b.div_ceil(rows).min(most) as u32;
+                        if images == 1 && groups >= 2 {
+                            let grid = Solver::grid_reduction(device, b, images, groups)?;
+                            let solver = Solver::with_reduction(device, b, images, grid)?;
+                            variants.push((
+                                format!("Tridiagonal ({})", solver.describe_reduction()),
+                                Box::new(solver),
+                            ));
+                        }
+                    }
+                    variants
+                } else {
+                    vec![(format!("{method:?}"), plan.ritz_solver(device)?)]
                 };
-                let mut laid_out = vec![0.0; len];
-                for (image, row, col) in
-                    (0..images).flat_map(|z| (0..b).flat_map(move |i| (0..b).map(move |j| (z, i, j))))
-                {
-                    let at =
-                        image * layout.batch as usize + row * layout.row as usize + col * layout.col as usize;
-                    laid_out[at] = all[image * b * b + row * b + col];
+                for (label, mut solver) in variants {
+                    // The problems laid out as the solver reads them (block Jacobi pads them).
+                    let (len, layout) = {
+                        let (view, layout) = solver.input()?;
+                        (view.len(), layout)
+                    };
+                    let mut laid_out = vec![0.0; len];
+                    for (image, row, col) in
+                        (0..images).flat_map(|z| (0..b).flat_map(move |i| (0..b).map(move |j| (z, i, j))))
+                    {
+                        let at = image * layout.batch as usize
+                            + row * layout.row as usize
+                            + col * layout.col as usize;
+                        laid_out[at] = all[image * b * b + row * b + col];
+                    }
+                    let source = device.upload(&laid_out)?;
+                    let mut pairs = RitzPairs::new(device, b, images)?;
+                    let mut times = Vec::new();
+                    for _ in 0..12 {
+                        device.copy_view(device.queue(), source.view(..)?, solver.input()?.0)?;
+                        let t0 = device.mark()?;
+                        // SAFETY: `pairs` lives until the download below waits for the queue.
+                        unsafe { solver.solve(device, &mut pairs)? };
+                        let t1 = device.mark()?;
+                        times.push(device.elapsed_ms(&t0, &t1)?);
+                    }
+                    let theta = device.download(&pairs.theta)?;
+                    if method == RitzMethod::Host {
+                        reference = theta.clone();
+                    }
+                    let scale = reference.iter().fold(0.0f64, |m, t| m.max(t.abs())).max(1e-300);
+                    let diff =
+                        theta.iter().zip(&reference).map(|(a, r)| (a - r).abs()).fold(0.0, f64::max) / scale;
+                    let st = Stats::of(&times[2..]);
+                    table.row(&[
+                        format!("{images} × {b}"),
+                        spectrum.to_string(),
+                        label,
+                        format!("{:.3}", st.median_ms),
+                        format!("{:.3}", st.min_ms),
+                        format!("{diff:.1e}"),
+                    ]);
                 }
-                let source = device.upload(&laid_out)?;
-                let mut pairs = RitzPairs::new(device, b, images)?;
-                let mut times = Vec::new();
-                for _ in 0..12 {
-                    device.copy_view(device.queue(), source.view(..)?, solver.input()?.0)?;
-                    let t0 = device.mark()?;
-                    // SAFETY: `pairs` lives until the download below waits for the queue.
-                    unsafe { solver.solve(device, &mut pairs)? };
-                    let t1 = device.mark()?;
-                    times.push(device.elapsed_ms(&t0, &t1)?);
-                }
-                let theta = device.download(&pairs.theta)?;
-                if method == RitzMethod::Host {
-                    reference = theta.clone();
-                }
-                let scale = reference.iter().fold(0.0f64, |m, t| m.max(t.abs())).max(1e-300);
-                let diff =
-                    theta.iter().zip(&reference).map(|(a, r)| (a - r).abs()).fold(0.0, f64::max) / scale;
-                let st = Stats::of(&times[2..]);
-                table.row(&[
-                    format!("{images} × {b}"),
-                    spectrum.to_string(),
-                    format!("{method:?}"),
-                    format!("{:.3}", st.median_ms),
-                    format!("{:.3}", st.min_ms),
-                    format!("{diff:.1e}"),
-                ]);
             }
         }
     }
     print!("{}", table.render());
+    if let Some(report) = device.profile_report()? {
+        println!("\n{report}");
+    }
     Ok(())
 }

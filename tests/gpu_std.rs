@@ -161,6 +161,36 @@ fn release_store_and_acquire_load_pass_a_message_between_blocks() {
     }
 }
 
+#[test]
+fn a_grid_barrier_lets_no_block_pass_early_and_shows_every_write() {
+    let (threads, rounds) = (64u32, 40u32);
+    for device in common::devices("a_grid_barrier_lets_no_block_pass_early_and_shows_every_write") {
+        let blocks: u32 =
+            if device.backend() == Backend::Gpu { device.multiprocessors().unwrap() } else { 5 };
+        let mut counter = device.upload(&[0u32]).unwrap();
+        let mut values = device.upload(&vec![u32::MAX; (rounds * blocks * threads) as usize]).unwrap();
+        let mut out = device.upload(&vec![u32::MAX; (rounds * blocks) as usize]).unwrap();
+        let cfg = LaunchConfig::for_1d((blocks * threads) as usize, threads);
+        // SAFETY: a cooperative launch; the counter is zero; every slot lies inside its buffer.
+        unsafe {
+            device
+                .launch_cooperative(&GRID_BARRIER_PROBE, cfg, (rounds, &mut counter, &mut values, &mut out))
+                .unwrap()
+        };
+        let out = device.download(&out).unwrap();
+        for round in 0..rounds {
+            let expected = (0..blocks)
+                .flat_map(|g| (0..threads).map(move |t| grid_barrier_value(round, g, t)))
+                .fold(0u32, u32::wrapping_add);
+            for g in 0..blocks {
+                let got = out[(round * blocks + g) as usize];
+                assert_eq!(got, expected, "round {round}, block {g} of {blocks} on {}", device.describe());
+            }
+        }
+        assert_eq!(device.download(&counter).unwrap(), [rounds * blocks], "the counter's arrivals");
+    }
+}
+
 /// `x` for [`warp_probe`]: random below 2^30, all lanes of every third warp (from the second)
 /// with the top bit set (negative as i32, equal in `x >> 30`), lane 7 of every third warp (from the
 /// third) with bit 30 set (unequal in `x >> 30`).

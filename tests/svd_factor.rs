@@ -1254,19 +1254,46 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                 .map(|buffer| device.download(buffer).unwrap());
             check_ritz_pairs(&label, &problems, b, [&got[0], &got[1], &got[2], &got[3]]);
         }
-        // The one-block tridiagonal solver through its `RitzSolver` interface: the packed matrix in
-        // shared memory where it fits (b ≤ 234 on an H100), else, and where the launch gives only
-        // the vectors' shared memory, in global memory.
-        let tridiagonal: Vec<(usize, bool)> = if gpu {
-            [5, 64, 128, 200, 232, 320, 512]
-                .iter()
-                .map(|&b| (b, true))
-                .chain([(64, false), (200, false)])
+        // The tridiagonal solver through its `RitzSolver` interface, each reduction: one block per
+        // image with the packed matrix in shared memory where it fits (b ≤ 234 on an H100), else,
+        // and where the launch gives only the vectors' shared memory, in global memory; a group of
+        // blocks per image (`Some(groups)`), the rows in shared or in global memory.
+        #[derive(Clone, Copy)]
+        enum Reduction {
+            OneBlock { shared: bool },
+            Grid { groups: u32, shared: bool },
+        }
+        let tridiagonal: Vec<(usize, Reduction)> = if gpu {
+            let one_block =
+                [5, 64, 128, 200, 232, 320, 512].map(|b| (b, Reduction::OneBlock { shared: true }));
+            let grid = [5, 64, 128, 200, 320, 512].map(|b| (b, Reduction::Grid { groups: 16, shared: true }));
+            one_block
+                .into_iter()
+                .chain(grid)
+                .chain([
+                    (64, Reduction::OneBlock { shared: false }),
+                    (200, Reduction::OneBlock { shared: false }),
+                    (200, Reduction::Grid { groups: 3, shared: false }),
+                    (512, Reduction::Grid { groups: 32, shared: true }),
+                ])
                 .collect()
         } else {
-            vec![(5, true), (24, true), (37, true), (70, true), (1, true), (2, true), (120, false)]
+            let one_block = [5, 24, 37, 70, 1, 2].map(|b| (b, Reduction::OneBlock { shared: true }));
+            one_block
+                .into_iter()
+                .chain([
+                    (120, Reduction::OneBlock { shared: false }),
+                    (1, Reduction::Grid { groups: 2, shared: true }),
+                    (2, Reduction::Grid { groups: 2, shared: true }),
+                    (5, Reduction::Grid { groups: 3, shared: true }),
+                    (37, Reduction::Grid { groups: 4, shared: true }),
+                    (37, Reduction::Grid { groups: 3, shared: false }),
+                ])
+                .collect()
         };
-        use kernel_suite::svd_factor::{HostEigensolver, TRIDIAGONAL_MAX_B, TridiagonalEigensolver};
+        use kernel_suite::svd_factor::{
+            HostEigensolver, TRIDIAGONAL_MAX_B, TridiagonalEigensolver, TridiagonalReduction,
+        };
         let refused =
             TridiagonalEigensolver::new(&device, TRIDIAGONAL_MAX_B + 1, 1).err().map(|e| e.to_string());
         assert!(
@@ -1275,9 +1302,12 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
         );
         // The host's solver (faer, its pairs ordered on the device) on the same spectra, at the
         // tridiagonal solver's sizes: `None` for it.
-        let host_cases: Vec<(usize, Option<bool>)> = tridiagonal.iter().map(|&(b, _)| (b, None)).collect();
-        let cases = tridiagonal.iter().map(|&(b, shared)| (b, Some(shared))).chain(host_cases);
-        for (b, tridiagonal_shared) in cases {
+        let mut host_sizes: Vec<usize> = tridiagonal.iter().map(|&(b, _)| b).collect();
+        host_sizes.sort_unstable();
+        host_sizes.dedup();
+        let host_cases: Vec<(usize, Option<Reduction>)> = host_sizes.into_iter().map(|b| (b, None)).collect();
+        let cases = tridiagonal.iter().map(|&(b, reduction)| (b, Some(reduction))).chain(host_cases);
+        for (b, reduction) in cases {
             let problems = known_spectra(b as u64, b);
             let images = problems.len();
             let mut pairs = RitzPairs {
@@ -1286,18 +1316,29 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                 inv_sigma: poisoned(images * b),
                 vectors: poisoned(images * b * b),
             };
-            let (mut solver, label): (Box<dyn RitzSolver>, String) = match tridiagonal_shared {
-                Some(shared) => {
-                    let mut solver = TridiagonalEigensolver::new(&device, b, images).unwrap();
-                    if !shared {
-                        let config = LaunchConfig {
-                            shared_bytes: kf::tridiagonal_small_bytes(b as u32),
-                            ..solver.config()
-                        };
-                        solver = TridiagonalEigensolver::with_config(&device, b, images, config).unwrap();
-                    }
-                    let memory = if solver.in_shared_memory() { "shared" } else { "global" };
-                    (Box::new(solver), format!("tridiagonal, b = {b}, matrix in {memory} memory"))
+            let (mut solver, label): (Box<dyn RitzSolver>, String) = match reduction {
+                Some(reduction) => {
+                    let launch = match reduction {
+                        Reduction::OneBlock { shared } => {
+                            let mut launch =
+                                TridiagonalEigensolver::one_block_reduction(&device, b, images).unwrap();
+                            if let (TridiagonalReduction::OneBlock(config), false) = (&mut launch, shared) {
+                                config.shared_bytes = kf::tridiagonal_small_bytes(b as u32);
+                            }
+                            launch
+                        }
+                        Reduction::Grid { groups, shared } => {
+                            let mut launch =
+                                TridiagonalEigensolver::grid_reduction(&device, b, images, groups).unwrap();
+                            if let (TridiagonalReduction::Grid(config), false) = (&mut launch, shared) {
+                                config.shared_bytes = kf::tridiagonal_grid_small_bytes(b as u32);
+                            }
+                            launch
+                        }
+                    };
+                    let solver = TridiagonalEigensolver::with_reduction(&device, b, images, launch).unwrap();
+                    let label = format!("tridiagonal, b = {b}, {}", solver.describe_reduction());
+                    (Box::new(solver), label)
                 }
                 None => {
                     (Box::new(HostEigensolver::new(&device, b, images).unwrap()), format!("host, b = {b}"))

@@ -18,7 +18,8 @@
 //! * [`half`]: `f16` and `bf16` with one-instruction conversions;
 //! * [`mma`]: tensor-core matrix multiply-accumulate (`mma.sync` in tf32, f16, bf16, f64, and
 //!   Hopper's `wgmma`), `ldmatrix` and `cp.async`;
-//! * [`global`]: 16- and 8-byte global stores that stay one instruction.
+//! * [`global`]: 16- and 8-byte global stores that stay one instruction;
+//! * [`grid`]: barriers across the blocks of a cooperative launch.
 //!
 //! A kernel crate compiles twice. For `nvptx64-nvidia-cuda` (by the builder, `build.rs` at the
 //! root) each `#[kernel]` becomes a PTX entry point. For the host, each kernel is a plain function and the
@@ -103,6 +104,7 @@ pub use gpu_std_macros::kernel;
 pub mod atomic;
 pub mod block;
 pub mod global;
+pub mod grid;
 pub mod half;
 pub mod math;
 pub mod mma;

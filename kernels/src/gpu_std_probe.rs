@@ -4,6 +4,7 @@
 //! simulator and on the GPU.
 
 use gpu_std::atomic::{Ordering, Scope};
+use gpu_std::grid::GridBarrier;
 use gpu_std::half::{from_bf16, from_f16, to_bf16, to_f16};
 use gpu_std::{block, gpu_assert, kernel, printf, shared, thread, warp};
 
@@ -137,6 +138,39 @@ pub fn message_passing(data: &mut [u32], flag: &mut [u32], seen: &mut [u32]) {
             seen[at] = data.atomic(t).load();
         }
     }
+}
+
+/// In each of `rounds` rounds every thread writes a value of its own for the round
+/// (`values[(round·blocks + block)·threads + thread]`), the blocks meet at a
+/// [`GridBarrier`](gpu_std::grid::GridBarrier), and thread 0 of each block writes the wrapping sum
+/// of the round's values of every block to `out[round·blocks + block]`: a block that passed the
+/// barrier early, or saw another's writes late, reads values not yet written. A cooperative launch
+/// of 1-D blocks; `counter` one `u32`, zero at the launch.
+#[kernel]
+pub fn grid_barrier_probe(rounds: u32, counter: &mut [u32], values: &mut [u32], out: &mut [u32]) {
+    let (t, threads) = (thread::thread_idx_x(), thread::block_dim_x());
+    let (g, blocks) = (thread::block_idx_x(), thread::grid_dim_x());
+    assert!(!counter.is_empty(), "the barrier's counter");
+    // SAFETY: one u32 of global memory, zero at the launch (the caller's contract), used only by
+    // this barrier of all the grid's blocks, resident at once (a cooperative launch).
+    let mut barrier = unsafe { GridBarrier::new(counter.as_mut_ptr(), blocks) };
+    for round in 0..rounds {
+        let first = (round * blocks * threads) as usize;
+        values[first + (g * threads + t) as usize] = grid_barrier_value(round, g, t);
+        barrier.sync();
+        if t == 0 {
+            let mut sum = 0u32;
+            for j in 0..(blocks * threads) as usize {
+                sum = sum.wrapping_add(values[first + j]);
+            }
+            out[(round * blocks + g) as usize] = sum;
+        }
+    }
+}
+
+/// The value thread `t` of block `g` writes in `round` of [`grid_barrier_probe`].
+pub const fn grid_barrier_value(round: u32, g: u32, t: u32) -> u32 {
+    round.wrapping_mul(2_654_435_761) ^ (g * 1000 + t + 1)
 }
 
 /// Results per thread of [`warp_probe`].

@@ -236,11 +236,66 @@ const STACK_BYTES: usize = 1 << 20;
 /// The pointer arguments must be valid for every access the kernel makes, as for a GPU launch.
 pub unsafe fn launch<A: Copy>(kernel: &KernelFn<A>, cfg: LaunchConfig, args: A) -> Result<(), SimError> {
     cfg.validate()?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    // SAFETY: forwarded from the caller.
+    unsafe { launch_on_threads(kernel, cfg, args, cores.min(cfg.grid.volume()).max(1) as usize) }
+}
+
+/// Most blocks of a [`launch_cooperative`]: each is an OS thread.
+pub const MAX_COOPERATIVE_BLOCKS: u64 = 256;
+
+/// [`launch`] with every block running at once, each on an OS thread of its own, as CUDA's
+/// cooperative launch guarantees on a GPU: kernels whose blocks wait for each other
+/// ([`GridBarrier`](crate::grid::GridBarrier)) need it. A block that fails stops the others at
+/// their next grid barrier.
+///
+/// # Panics
+/// As [`launch`].
+///
+/// # Safety
+/// As for [`launch`].
+pub unsafe fn launch_cooperative<A: Copy>(
+    kernel: &KernelFn<A>,
+    cfg: LaunchConfig,
+    args: A,
+) -> Result<(), SimError> {
+    cfg.validate()?;
+    let blocks = cfg.grid.volume();
+    if blocks > MAX_COOPERATIVE_BLOCKS {
+        return Err(SimError(format!(
+            "a cooperative launch of {blocks} blocks: the simulator runs at most {MAX_COOPERATIVE_BLOCKS} at once"
+        )));
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { launch_on_threads(kernel, cfg, args, blocks as usize) }
+}
+
+thread_local! {
+    /// The running launch's stop flag, set when a block fails: blocks waiting at a grid barrier
+    /// then give up instead of waiting for a block that will never arrive.
+    static LAUNCH_STOP: Cell<*const AtomicBool> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Whether another block of this launch has failed (grid barriers stop waiting then).
+pub(crate) fn launch_stopped() -> bool {
+    let stop = LAUNCH_STOP.with(Cell::get);
+    // SAFETY: set by `launch_on_threads` for the OS threads it runs, to a flag that outlives them.
+    !stop.is_null() && unsafe { (*stop).load(Ordering::SeqCst) }
+}
+
+/// Runs the launch's blocks, handed out in order, on `groups` OS threads.
+///
+/// # Safety
+/// As for [`launch`].
+unsafe fn launch_on_threads<A: Copy>(
+    kernel: &KernelFn<A>,
+    cfg: LaunchConfig,
+    args: A,
+    groups: usize,
+) -> Result<(), SimError> {
     install_panic_hook();
     let threads = cfg.block.volume() as usize;
     let blocks = cfg.grid.volume();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    let groups = cores.min(blocks).max(1) as usize;
     let args = SyncArgs(args);
     let next_block = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
@@ -252,6 +307,7 @@ pub unsafe fn launch<A: Copy>(kernel: &KernelFn<A>, cfg: LaunchConfig, args: A) 
             let (args, next_block, stop, failures, sink) = (&args, &next_block, &stop, &failures, &sink);
             std::thread::Builder::new()
                 .spawn_scoped(scope, move || {
+                    LAUNCH_STOP.with(|s| s.set(stop));
                     let state = BlockState::new(threads, cfg.shared_bytes as usize, sink.clone());
                     let mut stacks: Vec<DefaultStack> = Vec::new();
                     loop {

@@ -32,7 +32,8 @@
 //! - `blocked_cholesky.rs`: the Cholesky QR step by panels, for subspaces too large for one
 //!   block.
 //! - `tridiagonal.rs`: the one-block eigensolver by tridiagonalisation for batches of larger
-//!   subspaces, and its back-transformation; `divide_and_conquer.rs` its tridiagonal stage.
+//!   subspaces, and its back-transformation; `divide_and_conquer.rs` its tridiagonal stage;
+//!   `tridiagonal_grid.rs` its reduction by a group of blocks per image, for one matrix or a few.
 
 mod block_jacobi;
 mod blocked_cholesky;
@@ -46,6 +47,7 @@ mod passes;
 mod ritz;
 mod ritz_pairs;
 mod tridiagonal;
+mod tridiagonal_grid;
 
 pub use block_jacobi::*;
 pub use blocked_cholesky::*;
@@ -59,3 +61,4 @@ pub use passes::*;
 pub use ritz::*;
 pub use ritz_pairs::*;
 pub use tridiagonal::*;
+pub use tridiagonal_grid::*;

@@ -29,7 +29,7 @@ const VECTORS: u32 = 6;
 pub const TRIDIAGONAL_MAX_B: u32 = 512;
 
 /// Elements of the packed lower triangle of a `b × b` matrix.
-const fn packed(b: u32) -> u32 {
+pub(super) const fn packed(b: u32) -> u32 {
     b * (b + 1) / 2
 }
 
@@ -131,7 +131,7 @@ impl Vector {
 
 /// The packed lower triangle of a symmetric `n × n` matrix: `(i, j)`, `i ≥ j`, at `i(i+1)/2 + j`.
 #[derive(Clone, Copy)]
-struct Packed(Vector);
+pub(super) struct Packed(pub(super) Vector);
 
 impl Packed {
     #[inline(always)]
@@ -150,7 +150,7 @@ impl Packed {
 
     #[inline(always)]
     #[track_caller]
-    unsafe fn set(self, i: usize, j: usize, value: f64) {
+    pub(super) unsafe fn set(self, i: usize, j: usize, value: f64) {
         // SAFETY: as for `lower`.
         unsafe { self.0.set(Self::at(i, j), value) }
     }

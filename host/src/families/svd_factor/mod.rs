@@ -50,7 +50,7 @@ pub use one_block_jacobi::OneBlockJacobi;
 pub use passes::{finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums};
 pub use plan::{CholeskyMethod, Plan, RitzMethod, subspace_size};
 pub use ritz::{RitzPairs, RitzSolver};
-pub use tridiagonal_eigensolver::{TRIDIAGONAL_MAX_B, TridiagonalEigensolver};
+pub use tridiagonal_eigensolver::{TRIDIAGONAL_MAX_B, TridiagonalEigensolver, TridiagonalReduction};
 
 /// Factors the `images` row-major `m × n` f64 images in `a` (device memory, `m·n` apart): the
 /// leading `k` singular triplets of each, with `‖A‖_F`, by the [`Plan`] for this device and shape.

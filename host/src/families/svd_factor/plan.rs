@@ -26,9 +26,10 @@ pub enum RitzMethod {
     BlockJacobi,
     /// faer's symmetric eigensolver on the host, the matrices copied each way.
     Host,
-    /// Householder tridiagonalisation and divide and conquer in one thread block per image
-    /// ([`kf::tridiagonal_reduce`], [`kf::tridiagonal_divide_and_conquer`],
-    /// [`TridiagonalEigensolver`]), the back-transformation over the GPU.
+    /// Householder tridiagonalisation by a group of blocks per image (or one block:
+    /// [`kf::tridiagonal_reduce_grid`], [`kf::tridiagonal_reduce`]), divide and conquer in one
+    /// thread block per image ([`kf::tridiagonal_divide_and_conquer`]), the back-transformation
+    /// over the GPU ([`TridiagonalEigensolver`]).
     Tridiagonal,
 }
 
@@ -189,7 +190,7 @@ impl std::fmt::Display for Plan {
             RitzMethod::OneBlockJacobi => "one-block Jacobi".to_string(),
             RitzMethod::BlockJacobi => format!("block Jacobi ({} rows per block)", self.block_jacobi_rows),
             RitzMethod::Host => "host (faer)".to_string(),
-            RitzMethod::Tridiagonal => "tridiagonal (one-block reduction, divide and conquer)".to_string(),
+            RitzMethod::Tridiagonal => "tridiagonal (Householder reduction, divide and conquer)".to_string(),
         };
         let cholesky = match self.cholesky {
             CholeskyMethod::OneBlock => "one block per image".to_string(),

@@ -1,9 +1,10 @@
-//! The tridiagonal Ritz solver, all on the device: Householder tridiagonalisation in one thread
-//! block per image ([`kf::tridiagonal_reduce`]: the packed triangle in shared memory where it fits,
-//! else in global scratch), the tridiagonal eigenproblem by divide and conquer in one block per
-//! image ([`kf::tridiagonal_divide_and_conquer`]), the back-transformation a warp per eigenvector
-//! over the whole GPU ([`kf::tridiagonal_back_transform`]) and the ordered pairs
-//! ([`kf::sorted_ritz_pairs`]).
+//! The tridiagonal Ritz solver, all on the device: Householder tridiagonalisation
+//! ([`kf::tridiagonal_reduce`], one thread block per image, the packed triangle in shared memory
+//! where it fits, else in global scratch; or [`kf::tridiagonal_reduce_grid`], a group of blocks per
+//! image meeting at grid barriers, for one image or a few), the tridiagonal eigenproblem by divide
+//! and conquer in one block per image ([`kf::tridiagonal_divide_and_conquer`]), the
+//! back-transformation a warp per eigenvector over the whole GPU
+//! ([`kf::tridiagonal_back_transform`]) and the ordered pairs ([`kf::sorted_ritz_pairs`]).
 
 use super::ritz::{RitzPairs, RitzSolver};
 use crate::launch::device::{Backend, Buffer, BufferViewMut, Device};
@@ -16,11 +17,29 @@ use kernels::svd_factor::{self as kf, Layout};
 const MAX_THREADS: u32 = 512;
 /// Threads per block in the simulator (a thread per GPU thread: two warps).
 const SIMULATOR_THREADS: u32 = 64;
+/// Rows of the matrix per block of a grid reduction, where the GPU has multiprocessors to spare:
+/// a warp each in a block of 8 warps (4 and 16 rows per block measure within 2% at `b = 128 …
+/// 512` on an H100: the barrier, not the rows, bounds a column).
+const GRID_ROWS_PER_BLOCK: u32 = 8;
+/// Smallest `b` the grid reduction is used at: at `b = 64` one block is faster (0.48 against
+/// 0.54 ms for the whole solve on an H100), from `b = 128` the grid (1.18 against 1.24 ms; 2.08
+/// against 2.55 at 200, 9.2 against 23.4 at 512).
+const GRID_MIN_B: usize = 96;
 
 /// Largest `b` the solver takes ([`kf::TRIDIAGONAL_MAX_B`]).
 pub const TRIDIAGONAL_MAX_B: usize = kf::TRIDIAGONAL_MAX_B as usize;
 
-/// Householder tridiagonalisation and divide and conquer in one thread block per image, then the
+/// How the solver's first stage, the Householder tridiagonalisation, runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TridiagonalReduction {
+    /// One block per image ([`kf::tridiagonal_reduce`]), with this launch (grid `images`).
+    OneBlock(LaunchConfig),
+    /// A group of blocks per image meeting at grid barriers ([`kf::tridiagonal_reduce_grid`]),
+    /// with this cooperative launch (grid `(groups, images)`).
+    Grid(LaunchConfig),
+}
+
+/// Householder tridiagonalisation, divide and conquer in one thread block per image, then the
 /// back-transformation and the ordered pairs.
 pub struct TridiagonalEigensolver {
     b: usize,
@@ -29,8 +48,9 @@ pub struct TridiagonalEigensolver {
     scratch: Buffer<f64>,
     /// [`kf::sorted_ritz_pairs`]'s work space, `2b` per image.
     order: Buffer<f64>,
-    /// The reduction's launch.
-    config: LaunchConfig,
+    /// The grid barriers' counters, a `u32` per image (zeroed before each grid reduction).
+    barriers: Buffer<u32>,
+    reduction: TridiagonalReduction,
     /// The divide and conquer's launch.
     divide_and_conquer: LaunchConfig,
 }
@@ -40,43 +60,105 @@ pub struct TridiagonalEigensolver {
 const BACK_TRANSFORM_WARPS: u32 = 2;
 
 impl TridiagonalEigensolver {
-    /// Work space for `images` problems of `b × b`, and the launch: one block per image, as many
-    /// threads as its registers allow (at most 512; 64 in the simulator), the packed matrix in
-    /// shared memory where [`kf::tridiagonal_shared_bytes`] fits the device.
+    /// Work space for `images` problems of `b × b`, and the reduction the GPU is best used by:
+    /// from `b = 96`, a group of blocks per image where the multiprocessors give each image at
+    /// least two ([`TridiagonalEigensolver::grid_reduction`]), else one block per image
+    /// ([`TridiagonalEigensolver::one_block_reduction`]). One block per image in the simulator.
     pub fn new(device: &Device, b: usize, images: usize) -> Result<TridiagonalEigensolver> {
+        let groups = if device.backend() == Backend::Gpu && b >= GRID_MIN_B {
+            (b as u32).div_ceil(GRID_ROWS_PER_BLOCK).min(device.multiprocessors()? / images.max(1) as u32)
+        } else {
+            1
+        };
+        let reduction = if groups >= 2 {
+            Self::grid_reduction(device, b, images, groups)?
+        } else {
+            Self::one_block_reduction(device, b, images)?
+        };
+        Self::with_reduction(device, b, images, reduction)
+    }
+
+    /// The one-block reduction's launch: as many threads as its registers allow (at most 512;
+    /// 64 in the simulator), the packed matrix in shared memory where
+    /// [`kf::tridiagonal_shared_bytes`] fits the device.
+    pub fn one_block_reduction(device: &Device, b: usize, images: usize) -> Result<TridiagonalReduction> {
         let threads = if device.backend() == Backend::Gpu {
             device.max_threads_per_block(kf::TRIDIAGONAL_REDUCE.name())?.min(MAX_THREADS) / 32 * 32
         } else {
             SIMULATOR_THREADS
         };
-        let config = LaunchConfig {
+        let shared_bytes = if kf::tridiagonal_shared_bytes(b as u32) <= device.max_shared_bytes_per_block()? {
+            kf::tridiagonal_shared_bytes(b as u32)
+        } else {
+            kf::tridiagonal_small_bytes(b as u32)
+        };
+        Ok(TridiagonalReduction::OneBlock(LaunchConfig {
             grid: Dim3::x(images as u32),
             block: Dim3::x(threads),
-            shared_bytes: Self::shared_bytes(device, b)?,
-        };
-        Self::with_config(device, b, images, config)
+            shared_bytes,
+        }))
     }
 
-    /// As [`TridiagonalEigensolver::new`] with the reduction's launch given (one block per image,
-    /// a whole number of warps up to 512 threads, at least [`kf::tridiagonal_small_bytes`]`(b)` of
-    /// shared memory): tests force the global-memory path with it.
-    pub fn with_config(
+    /// The grid reduction's launch with `groups` blocks per image: a warp per held row up to 16
+    /// (at least 2; 64 threads in the simulator), the rows in shared memory where
+    /// [`kf::tridiagonal_grid_shared_bytes`] fits the device.
+    pub fn grid_reduction(
         device: &Device,
         b: usize,
         images: usize,
-        config: LaunchConfig,
+        groups: u32,
+    ) -> Result<TridiagonalReduction> {
+        let rows = kf::tridiagonal_grid_rows(b as u32, groups);
+        let threads = if device.backend() == Backend::Gpu {
+            let most =
+                device.max_threads_per_block(kf::TRIDIAGONAL_REDUCE_GRID.name())?.min(MAX_THREADS) / 32;
+            32 * rows.clamp(2, 16).min(most)
+        } else {
+            SIMULATOR_THREADS
+        };
+        let in_shared = kf::tridiagonal_grid_shared_bytes(b as u32, groups);
+        let shared_bytes = if in_shared <= device.max_shared_bytes_per_block()? {
+            in_shared
+        } else {
+            kf::tridiagonal_grid_small_bytes(b as u32)
+        };
+        Ok(TridiagonalReduction::Grid(LaunchConfig {
+            grid: Dim3::xy(groups, images as u32),
+            block: Dim3::x(threads),
+            shared_bytes,
+        }))
+    }
+
+    /// As [`TridiagonalEigensolver::new`] with the reduction given (whole warps up to 512 threads,
+    /// at least the kernel's least shared memory, the grid of its images): tests and benchmarks
+    /// choose it with this.
+    pub fn with_reduction(
+        device: &Device,
+        b: usize,
+        images: usize,
+        reduction: TridiagonalReduction,
     ) -> Result<TridiagonalEigensolver> {
         ensure(b <= TRIDIAGONAL_MAX_B, || {
             format!(
                 "the tridiagonal eigensolver takes b ≤ {TRIDIAGONAL_MAX_B} (the sizes it is tested at); b = {b}"
             )
         })?;
+        let valid = match reduction {
+            TridiagonalReduction::OneBlock(config) => {
+                config.shared_bytes >= kf::tridiagonal_small_bytes(b as u32)
+                    && config.grid == Dim3::x(images as u32)
+            }
+            TridiagonalReduction::Grid(config) => {
+                config.shared_bytes >= kf::tridiagonal_grid_small_bytes(b as u32)
+                    && config.grid.y as usize == images
+                    && config.grid.z == 1
+                    && b >= 1
+            }
+        };
+        let (TridiagonalReduction::OneBlock(config) | TridiagonalReduction::Grid(config)) = reduction;
         ensure(
-            config.block.x.is_multiple_of(32)
-                && (32..=MAX_THREADS).contains(&config.block.x)
-                && config.shared_bytes >= kf::tridiagonal_small_bytes(b as u32)
-                && config.grid.x as usize == images,
-            || format!("tridiagonal eigensolver: launch {config:?} for {images} images of b = {b}"),
+            valid && config.block.x.is_multiple_of(32) && (32..=MAX_THREADS).contains(&config.block.x),
+            || format!("tridiagonal eigensolver: reduction {reduction:?} for {images} images of b = {b}"),
         )?;
         let threads = if device.backend() == Backend::Gpu {
             device.max_threads_per_block(kf::TRIDIAGONAL_DIVIDE_AND_CONQUER.name())?.min(MAX_THREADS) / 32
@@ -95,36 +177,35 @@ impl TridiagonalEigensolver {
             t: device.alloc(images * b * b)?,
             scratch: device.alloc(images * kf::tridiagonal_scratch(b as u32) as usize)?,
             order: device.alloc(images * 2 * b)?,
-            config,
+            barriers: device.alloc(images)?,
+            reduction,
             divide_and_conquer,
         })
     }
 
-    /// Dynamic shared memory of the launch: the packed matrix and the vectors where they fit,
-    /// else the vectors only.
-    pub fn shared_bytes(device: &Device, b: usize) -> Result<u32> {
-        Ok(if Self::fits_shared_memory(device, b)? {
-            kf::tridiagonal_shared_bytes(b as u32)
-        } else {
-            kf::tridiagonal_small_bytes(b as u32)
-        })
-    }
-
-    /// Whether a `b × b` matrix fits in one block's shared memory on `device` (`b ≤ 234` on an
-    /// H100, and in the simulator, which reports the H100's 227 KiB), where the reduction runs
-    /// fastest.
-    pub fn fits_shared_memory(device: &Device, b: usize) -> Result<bool> {
-        Ok(kf::tridiagonal_shared_bytes(b as u32) <= device.max_shared_bytes_per_block()?)
-    }
-
-    /// Whether the matrix lies in shared memory in this solver's launches.
-    pub fn in_shared_memory(&self) -> bool {
-        self.config.shared_bytes >= kf::tridiagonal_shared_bytes(self.b as u32)
-    }
-
     /// The reduction's launch.
-    pub fn config(&self) -> LaunchConfig {
-        self.config
+    pub fn reduction(&self) -> TridiagonalReduction {
+        self.reduction
+    }
+
+    /// How the reduction runs, in words: its kernel and where it keeps the matrix.
+    pub fn describe_reduction(&self) -> String {
+        let b = self.b as u32;
+        match self.reduction {
+            TridiagonalReduction::OneBlock(config) => {
+                let memory =
+                    if config.shared_bytes >= kf::tridiagonal_shared_bytes(b) { "shared" } else { "global" };
+                format!("one block per image, matrix in {memory} memory")
+            }
+            TridiagonalReduction::Grid(config) => {
+                let memory = if config.shared_bytes >= kf::tridiagonal_grid_shared_bytes(b, config.grid.x) {
+                    "shared"
+                } else {
+                    "global"
+                };
+                format!("{} blocks per image, rows in {memory} memory", config.grid.x)
+            }
+        }
     }
 }
 
@@ -136,10 +217,24 @@ impl RitzSolver for TridiagonalEigensolver {
 
     unsafe fn solve(&mut self, device: &Device, pairs: &mut RitzPairs) -> Result<()> {
         let (b, images) = (self.b as u32, self.images as u32);
-        // SAFETY: `t` and `scratch` are the solver's, sized for the batch (`b × b` and
-        // `tridiagonal_scratch(b)` per image); the launch was checked in `with_config` (whole
-        // warps, at most 512 threads, the vectors' shared memory, a block per image).
-        unsafe { device.launch(&kf::TRIDIAGONAL_REDUCE, self.config, (&self.t, b, &mut self.scratch))? };
+        match self.reduction {
+            // SAFETY: `t` and `scratch` are the solver's, sized for the batch (`b × b` and
+            // `tridiagonal_scratch(b)` per image); the launch was checked in `with_reduction`
+            // (whole warps, at most 512 threads, the vectors' shared memory, a block per image).
+            TridiagonalReduction::OneBlock(config) => unsafe {
+                device.launch(&kf::TRIDIAGONAL_REDUCE, config, (&self.t, b, &mut self.scratch))?
+            },
+            // SAFETY: as above; a cooperative launch of a group per image (`with_reduction`),
+            // the barriers' counters zeroed on the same queue just before.
+            TridiagonalReduction::Grid(config) => unsafe {
+                device.fill(&mut self.barriers, 0)?;
+                device.launch_cooperative(
+                    &kf::TRIDIAGONAL_REDUCE_GRID,
+                    config,
+                    (&self.t, b, &mut self.scratch, &mut self.barriers),
+                )?
+            },
+        }
         // SAFETY: the reduction ran on the scratch (queued before); a block per image, whole
         // warps up to 512 threads, the kernel's shared memory (`new`).
         unsafe {

@@ -59,7 +59,7 @@ impl Device {
         work: Option<Work>,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.launch_with(queue, kernel, cfg, args, work, false) }
+        unsafe { self.launch_with(queue, kernel, cfg, args, work, LaunchKind::Plain) }
     }
 
     /// [`Device::launch_counted`] as a programmatic dependent launch (sm_90 and later): the
@@ -82,13 +82,31 @@ impl Device {
         work: Option<Work>,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.launch_with(queue, kernel, cfg, args, work, true) }
+        unsafe { self.launch_with(queue, kernel, cfg, args, work, LaunchKind::Dependent) }
     }
 
-    /// [`Device::launch_counted`], or with `dependent` [`Device::launch_dependent`].
+    /// [`Device::launch`] with every block resident at once (CUDA's cooperative launch; in the
+    /// simulator every block on an OS thread of its own), for kernels whose blocks wait for each
+    /// other at a [`GridBarrier`](gpu_std::grid::GridBarrier). A grid larger than the GPU holds
+    /// at once is refused with an error rather than left to hang.
     ///
     /// # Safety
-    /// As for [`Device::launch_dependent`] with `dependent`, else [`Device::launch`].
+    /// As for [`Device::launch`].
+    pub unsafe fn launch_cooperative<A: Copy>(
+        &self,
+        kernel: &KernelFn<A>,
+        cfg: LaunchConfig,
+        args: impl IntoKernelArgs<A>,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_with(&self.queue, kernel, cfg, args, None, LaunchKind::Cooperative) }
+    }
+
+    /// [`Device::launch_counted`], [`Device::launch_dependent`] or
+    /// [`Device::launch_cooperative`], as `kind` says.
+    ///
+    /// # Safety
+    /// As for the launch `kind` names.
     unsafe fn launch_with<A: Copy>(
         &self,
         queue: &Queue,
@@ -96,7 +114,7 @@ impl Device {
         cfg: LaunchConfig,
         args: impl IntoKernelArgs<A>,
         work: Option<Work>,
-        dependent: bool,
+        kind: LaunchKind,
     ) -> Result<()> {
         let name = kernel.name();
         cfg.validate().map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 })?;
@@ -128,7 +146,33 @@ impl Device {
                 // SAFETY: `params` matches the kernel's signature by construction of `KernelFn<A>`;
                 // pointer validity (and, for a dependent launch, the kernel's wait) is the
                 // caller's contract.
-                let dependent_launch = (dependent && start.is_none())
+                if kind == LaunchKind::Cooperative {
+                    // SAFETY: as above; the driver refuses a grid whose blocks cannot all be
+                    // resident at once.
+                    raw("cuLaunchCooperativeKernel", unsafe {
+                        cust::sys::cuLaunchCooperativeKernel(
+                            function.to_raw(),
+                            grid.x,
+                            grid.y,
+                            grid.z,
+                            block.x,
+                            block.y,
+                            block.z,
+                            cfg.shared_bytes,
+                            stream.as_inner(),
+                            params.as_mut_ptr(),
+                        )
+                    })
+                    .map_err(|source| Error::InvalidLaunch {
+                        kernel: name,
+                        message: format!("cooperative launch of grid {grid}, block {block}: {source}"),
+                    })?;
+                    if let (Some(p), Some(start)) = (self.profiler.get(), start) {
+                        p.kernel(stream, start, &function, name, cfg, work)?;
+                    }
+                    return Ok(());
+                }
+                let dependent_launch = (kind == LaunchKind::Dependent && start.is_none())
                     .then(|| unsafe {
                         crate::dependent_launch::launch(
                             function.to_raw(),
@@ -163,7 +207,11 @@ impl Device {
                 // simulator's report; it becomes an error, as a GPU's trap does.
                 // SAFETY: forwarded from the caller.
                 let launch = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
-                    gpu_std::sim::launch(kernel, cfg, args)
+                    if kind == LaunchKind::Cooperative {
+                        gpu_std::sim::launch_cooperative(kernel, cfg, args)
+                    } else {
+                        gpu_std::sim::launch(kernel, cfg, args)
+                    }
                 }));
                 match launch {
                     Ok(launched) => launched.map_err(|e| Error::InvalidLaunch { kernel: name, message: e.0 }),
@@ -173,6 +221,17 @@ impl Device {
             _ => Err(mixed_devices()),
         }
     }
+}
+
+/// How a launch is made.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LaunchKind {
+    /// `cuLaunchKernel`.
+    Plain,
+    /// A programmatic dependent launch ([`Device::launch_dependent`]).
+    Dependent,
+    /// `cuLaunchCooperativeKernel` ([`Device::launch_cooperative`]).
+    Cooperative,
 }
 
 /// The text of a panic's payload (a formatted message or a literal).

@@ -1,0 +1,68 @@
+//! Grid-wide barriers: the blocks of a group wait for each other and see each other's earlier
+//! writes to global memory, as CUDA's `grid.sync()` of cooperative groups.
+//!
+//! The blocks must all be resident at once, or the first to wait waits forever: launch the kernel
+//! with the host's `Device::launch_cooperative` (CUDA's cooperative launch, which refuses a grid
+//! that does not fit the GPU; in the simulator every block runs on an OS thread of its own).
+//!
+//! ```ignore
+//! let mut barrier = unsafe { GridBarrier::new(counters.as_mut_ptr().add(group), blocks_in_group) };
+//! partial.set(g, my_sum);     // write for the other blocks …
+//! barrier.sync();             // … which read it after the barrier
+//! ```
+
+use crate::atomic::{AtomicRef, Ordering, Scope, fence};
+use crate::thread;
+
+/// A barrier of `blocks` blocks over one `u32` counter in global memory, zero when the launch
+/// starts (the host zeroes it before each launch): each wait adds one per block and waits for the
+/// count of all blocks, so a block's arrival is one fire-and-forget atomic and its wait one
+/// polled load. Each block keeps its own copy, which counts its waits.
+#[derive(Clone, Copy, Debug)]
+pub struct GridBarrier {
+    arrivals: AtomicRef<u32>,
+    blocks: u32,
+    /// The count that ends this block's next wait.
+    target: u32,
+}
+
+impl GridBarrier {
+    /// The barrier of `blocks` blocks whose counter is `*counter`.
+    ///
+    /// # Safety
+    /// `counter` points at a `u32` of global memory, zero when the launch starts and touched only
+    /// through barriers of these same `blocks` blocks, each making one `GridBarrier`; exactly
+    /// `blocks` blocks, all resident at once, use it, fewer than `2³²/blocks` times.
+    #[inline(always)]
+    pub unsafe fn new(counter: *mut u32, blocks: u32) -> Self {
+        // SAFETY: a valid u32 (the caller's contract).
+        let arrivals = unsafe { AtomicRef::from_ptr(counter) };
+        Self { arrivals, blocks, target: 0 }
+    }
+
+    /// Waits until every thread of all the barrier's blocks has called it; each block then sees
+    /// the global-memory writes the others made before they called it. Every thread of each block
+    /// calls it (it contains two [`sync_threads`](thread::sync_threads)).
+    ///
+    /// # Panics
+    /// In the simulator, when another block of the launch has failed (it would never arrive).
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+    pub fn sync(&mut self) {
+        self.target += self.blocks;
+        thread::sync_threads();
+        if thread::thread_rank_in_block() == 0 {
+            fence(Scope::Device);
+            self.arrivals.with_ordering(Ordering::Release).add(1);
+            while self.arrivals.with_ordering(Ordering::Acquire).load() < self.target {
+                #[cfg(not(target_arch = "nvptx64"))]
+                {
+                    assert!(!crate::sim::launch_stopped(), "another block of the launch failed");
+                    std::thread::yield_now();
+                }
+            }
+            fence(Scope::Device);
+        }
+        thread::sync_threads();
+    }
+}
