@@ -245,23 +245,27 @@ fn ritz_solvers(device: &Device) -> anyhow::Result<()> {
                     use kernel_suite::svd_factor::TridiagonalEigensolver as Solver;
                     let picked = Solver::new(device, b, images)?;
                     let one_block = Solver::one_block_reduction(device, b, images)?;
-                    let one_block = Solver::with_reduction(device, b, images, one_block)?;
+                    let one_block = Solver::with_reduction(device, b, images, one_block)?
+                        .with_divide_and_conquer_groups(1)?;
+                    let grid_then_one = Solver::new(device, b, images)?.with_divide_and_conquer_groups(1)?;
+                    let describe = |s: &Solver| {
+                        format!(
+                            "Tridiagonal (reduction: {}; divide and conquer: {})",
+                            s.describe_reduction(),
+                            s.describe_divide_and_conquer()
+                        )
+                    };
                     let mut variants: Vec<(String, Box<dyn RitzSolver>)> = vec![
-                        (format!("Tridiagonal ({})", picked.describe_reduction()), Box::new(picked)),
-                        (format!("Tridiagonal ({})", one_block.describe_reduction()), Box::new(one_block)),
+                        (describe(&picked), Box::new(picked)),
+                        (describe(&one_block), Box::new(one_block)),
+                        (describe(&grid_then_one), Box::new(grid_then_one)),
                     ];
-                    // One matrix: other group sizes, 4 and 16 rows per block.
-                    let most = device.multiprocessors()? as usize;
-                    for rows in [4, 16] {
-                        let groups = b.div_ceil(rows).min(most) as u32;
-                        if images == 1 && groups >= 2 {
-                            let grid = Solver::grid_reduction(device, b, images, groups)?;
-                            let solver = Solver::with_reduction(device, b, images, grid)?;
-                            variants.push((
-                                format!("Tridiagonal ({})", solver.describe_reduction()),
-                                Box::new(solver),
-                            ));
-                        }
+                    // One matrix: the divide and conquer by 8 rows per block.
+                    if images == 1 && b >= 96 {
+                        let groups = (b / 8).min(device.multiprocessors()? as usize) as u32;
+                        let solver =
+                            Solver::new(device, b, images)?.with_divide_and_conquer_groups(groups)?;
+                        variants.push((describe(&solver), Box::new(solver)));
                     }
                     variants
                 } else {

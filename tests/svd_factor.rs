@@ -1336,8 +1336,20 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                             launch
                         }
                     };
-                    let solver = TridiagonalEigensolver::with_reduction(&device, b, images, launch).unwrap();
-                    let label = format!("tridiagonal, b = {b}, {}", solver.describe_reduction());
+                    // The divide and conquer by as many blocks per image as the grid reduction, else
+                    // by one.
+                    let dc_groups = match reduction {
+                        Reduction::OneBlock { .. } => 1,
+                        Reduction::Grid { groups, .. } => groups,
+                    };
+                    let solver = TridiagonalEigensolver::with_reduction(&device, b, images, launch)
+                        .and_then(|solver| solver.with_divide_and_conquer_groups(dc_groups))
+                        .unwrap();
+                    let label = format!(
+                        "tridiagonal, b = {b}, reduction: {}, divide and conquer: {}",
+                        solver.describe_reduction(),
+                        solver.describe_divide_and_conquer()
+                    );
                     (Box::new(solver), label)
                 }
                 None => {

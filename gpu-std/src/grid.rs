@@ -6,7 +6,7 @@
 //! that does not fit the GPU; in the simulator every block runs on an OS thread of its own).
 //!
 //! ```ignore
-//! let mut barrier = unsafe { GridBarrier::new(counters.as_mut_ptr().add(group), blocks_in_group) };
+//! let barrier = unsafe { GridBarrier::new(counters.as_mut_ptr().add(group), blocks_in_group) };
 //! partial.set(g, my_sum);     // write for the other blocks …
 //! barrier.sync();             // … which read it after the barrier
 //! ```
@@ -15,15 +15,13 @@ use crate::atomic::{AtomicRef, Ordering, Scope, fence};
 use crate::thread;
 
 /// A barrier of `blocks` blocks over one `u32` counter in global memory, zero when the launch
-/// starts (the host zeroes it before each launch): each wait adds one per block and waits for the
-/// count of all blocks, so a block's arrival is one fire-and-forget atomic and its wait one
-/// polled load. Each block keeps its own copy, which counts its waits.
+/// starts (the host zeroes it before each launch): each wait adds one per block, and the count a
+/// block's addition returns tells which wait it is, so the barrier keeps no state of its own
+/// (`Copy`, like a pointer). The last block to arrive goes on at once; the others poll the count.
 #[derive(Clone, Copy, Debug)]
 pub struct GridBarrier {
     arrivals: AtomicRef<u32>,
     blocks: u32,
-    /// The count that ends this block's next wait.
-    target: u32,
 }
 
 impl GridBarrier {
@@ -31,13 +29,13 @@ impl GridBarrier {
     ///
     /// # Safety
     /// `counter` points at a `u32` of global memory, zero when the launch starts and touched only
-    /// through barriers of these same `blocks` blocks, each making one `GridBarrier`; exactly
-    /// `blocks` blocks, all resident at once, use it, fewer than `2³²/blocks` times.
+    /// through this barrier; exactly `blocks` blocks, all resident at once, wait at it, each the
+    /// same number of times, fewer than `2³²/blocks` in all.
     #[inline(always)]
     pub unsafe fn new(counter: *mut u32, blocks: u32) -> Self {
         // SAFETY: a valid u32 (the caller's contract).
         let arrivals = unsafe { AtomicRef::from_ptr(counter) };
-        Self { arrivals, blocks, target: 0 }
+        Self { arrivals, blocks }
     }
 
     /// Waits until every thread of all the barrier's blocks has called it; each block then sees
@@ -48,17 +46,21 @@ impl GridBarrier {
     /// In the simulator, when another block of the launch has failed (it would never arrive).
     #[inline(always)]
     #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
-    pub fn sync(&mut self) {
-        self.target += self.blocks;
+    pub fn sync(self) {
         thread::sync_threads();
         if thread::thread_rank_in_block() == 0 {
             fence(Scope::Device);
-            self.arrivals.with_ordering(Ordering::Release).add(1);
-            while self.arrivals.with_ordering(Ordering::Acquire).load() < self.target {
-                #[cfg(not(target_arch = "nvptx64"))]
-                {
-                    assert!(!crate::sim::launch_stopped(), "another block of the launch failed");
-                    std::thread::yield_now();
+            // No block arrives at a wait before every block has arrived at the one before, so
+            // the count before this arrival lies in this wait's span of `blocks`.
+            let before = self.arrivals.with_ordering(Ordering::AcqRel).fetch_add(1);
+            let target = (before / self.blocks + 1) * self.blocks;
+            if before + 1 < target {
+                while self.arrivals.with_ordering(Ordering::Acquire).load() < target {
+                    #[cfg(not(target_arch = "nvptx64"))]
+                    {
+                        assert!(!crate::sim::launch_stopped(), "another block of the launch failed");
+                        std::thread::yield_now();
+                    }
                 }
             }
             fence(Scope::Device);

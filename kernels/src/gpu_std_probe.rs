@@ -153,7 +153,7 @@ pub fn grid_barrier_probe(rounds: u32, counter: &mut [u32], values: &mut [u32], 
     assert!(!counter.is_empty(), "the barrier's counter");
     // SAFETY: one u32 of global memory, zero at the launch (the caller's contract), used only by
     // this barrier of all the grid's blocks, resident at once (a cooperative launch).
-    let mut barrier = unsafe { GridBarrier::new(counter.as_mut_ptr(), blocks) };
+    let barrier = unsafe { GridBarrier::new(counter.as_mut_ptr(), blocks) };
     for round in 0..rounds {
         let first = (round * blocks * threads) as usize;
         values[first + (g * threads + t) as usize] = grid_barrier_value(round, g, t);

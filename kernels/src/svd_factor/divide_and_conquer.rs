@@ -32,6 +32,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::tridiagonal::{TRIDIAGONAL_MAX_B, Vector, tridiagonal_scratch, tridiagonal_scratch_parts};
+use gpu_std::grid::GridBarrier;
 use gpu_std::{kernel, math, shared, thread};
 
 /// Vectors of `b` f64 of one level's work ([`Level`]).
@@ -65,8 +66,8 @@ pub const fn divide_and_conquer_shared_bytes(b: u32) -> u32 {
 const UNROLL: usize = 8;
 
 /// The divide and conquer's work space: in the image's scratch `w` (`b × b`, the eigenvectors at
-/// the end, a row each), `other` and `u` (`b × b` each); in shared memory [`LEVEL_VECTORS`]` · b`
-/// for its vectors.
+/// the end, a row each), `other` and `u` (`b × b` each) and the roots; in shared memory
+/// [`LEVEL_VECTORS`]` · b` for its vectors.
 #[derive(Clone, Copy)]
 struct DcSpace {
     /// The diagonal, `b` (read only).
@@ -83,6 +84,9 @@ struct DcSpace {
     u: Vector,
     /// [`LEVEL_VECTORS`] vectors of `b`, in shared memory.
     vectors: Vector,
+    /// The roots of a level, `b`, in the scratch: where a group's blocks leave the roots they
+    /// found for the others.
+    roots: Vector,
     /// [`TILE_ELEMENTS`] f64 of shared memory for the eigenvector product.
     tiles: Vector,
     /// `b`.
@@ -95,6 +99,48 @@ struct DcSpace {
 fn merge_of(g: usize, half: usize, bu: usize) -> (usize, usize, usize) {
     let s = g / (2 * half) * (2 * half);
     (s, (s + half).min(bu), (s + 2 * half).min(bu))
+}
+
+/// The threads that solve one image: its block, or the group of blocks `blockIdx.x` of
+/// `gridDim.x` meeting at grid barriers, which then share the work of every phase. Its ranks are
+/// read from the special registers when asked for, so that they hold no registers between uses.
+#[derive(Clone, Copy)]
+struct Workers {
+    /// The group's barrier counter (unused for one block).
+    counter: *mut u32,
+}
+
+impl Workers {
+    /// The group's blocks.
+    #[inline(always)]
+    fn blocks(self) -> usize {
+        thread::grid_dim_x() as usize
+    }
+
+    /// This block's rank in the group.
+    #[inline(always)]
+    fn block(self) -> usize {
+        thread::block_idx_x() as usize
+    }
+
+    /// This thread's rank among the workers, and their number.
+    #[inline(always)]
+    fn ranks(self) -> (usize, usize) {
+        let nt = thread::block_dim_x() as usize;
+        (self.block() * nt + thread::thread_idx_x() as usize, self.blocks() * nt)
+    }
+
+    /// Waits for every worker; their writes before it are visible after it.
+    #[inline(always)]
+    fn sync(self) {
+        if self.blocks() == 1 {
+            thread::sync_threads();
+        } else {
+            // SAFETY: the counter of this image's group, zero at the launch (the kernel's
+            // contract), used by every block of the group alike.
+            unsafe { GridBarrier::new(self.counter, self.blocks() as u32) }.sync();
+        }
+    }
 }
 
 /// The vectors of one level's work: [`LEVEL_VECTORS`] of `b` from `base` (shared memory), the two
@@ -217,9 +263,9 @@ impl Level {
 ///
 /// # Safety
 /// The vectors hold `b` each, `w`, `other` and `u` `b²`, `vectors` [`LEVEL_VECTORS`]` · b`, none
-/// overlapping; a barrier followed the writes of `d` and `e`.
+/// overlapping; a barrier followed the writes of `d` and `e`; all the workers call it.
 #[inline(always)]
-unsafe fn divide_and_conquer(sp: DcSpace) {
+unsafe fn divide_and_conquer(sp: DcSpace, wk: Workers) {
     let DcSpace { d, e, lam, w, other, vectors, bu, .. } = sp;
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
     // SAFETY (whole body): every index below is inside its vector (rows and columns below b);
@@ -238,11 +284,12 @@ unsafe fn divide_and_conquer(sp: DcSpace) {
         }
         let scale = if scale > 0.0 { scale } else { 1.0 };
         // The leaves: one row each, torn from both neighbours.
-        let mut i = tid;
+        let (gtid, gnt) = wk.ranks();
+        let mut i = gtid;
         while i < bu * bu {
             w.set(i, if i % (bu + 1) == 0 { 1.0 } else { 0.0 });
             other.set(i, 0.0);
-            i += nt;
+            i += gnt;
         }
         let mut g = tid;
         while g < bu {
@@ -251,48 +298,58 @@ unsafe fn divide_and_conquer(sp: DcSpace) {
             level.values().set(g, (d.get(g) - left - right) / scale);
             g += nt;
         }
-        thread::sync_threads();
+        wk.sync();
         let (mut src, mut dst) = (w, other);
         let mut half = 1;
         while half < bu {
-            merge_level(sp, level, (src, dst), half, scale);
+            merge_level(sp, level, (src, dst), half, scale, wk);
             (src, dst) = (dst, src);
             level.flip = !level.flip;
             half *= 2;
         }
-        let mut i = tid;
+        let (gtid, gnt) = wk.ranks();
+        let mut i = gtid;
         while i < bu * bu && src.p != w.p {
             w.set(i, src.get(i));
-            i += nt;
+            i += gnt;
         }
         let mut g = tid;
-        while g < bu {
+        while g < bu && wk.block() == 0 {
             lam.set(g, level.values().get(g) * scale);
             g += nt;
         }
-        thread::sync_threads();
+        wk.sync();
     }
 }
 
 /// The tridiagonal eigenproblem of each image's `(d, e)` (left in the scratch by
 /// [`tridiagonal_reduce`](super::tridiagonal_reduce)) by divide and conquer: every eigenvalue
 /// and eigenvector into the scratch's `values` and the rows of `W`
-/// ([`tridiagonal_scratch_parts`]), ascending. One block per image (`blockIdx.x`), block `32·w`
-/// threads (`w ≤ 16`), dynamic shared memory [`divide_and_conquer_shared_bytes`]`(b)`.
+/// ([`tridiagonal_scratch_parts`]), ascending. Grid `(groups, images)`: one block per image
+/// (`groups = 1`), or a group of blocks per image launched cooperatively, which deal out the
+/// phases that write the scratch (the rotations, the roots and their secular vectors, the
+/// eigenvector products tile by tile) and meet at a grid barrier after each, and run the others,
+/// on the level's vectors in shared memory, each alike; blocks of `32·w` threads (`w ≤ 16`),
+/// dynamic shared memory
+/// [`divide_and_conquer_shared_bytes`]`(b)`.
 ///
 /// # Safety
 /// The launch gives that shared memory and a whole number of warps, at most 512 threads (its
-/// launch bounds); `b ≤` [`TRIDIAGONAL_MAX_B`]; each image's [`tridiagonal_scratch`]`(b)` lies
-/// inside `scratch`. Unchecked on the GPU; the simulator checks every access.
+/// launch bounds), cooperatively where `groups > 1`; `b ≤` [`TRIDIAGONAL_MAX_B`]; each image's
+/// [`tridiagonal_scratch`]`(b)` lies inside `scratch`, and with `groups > 1` its `u32` in
+/// `barriers`, zero when the launch starts. Unchecked on the GPU; the simulator checks every
+/// access.
 #[kernel(launch_bounds(512, 1))]
-pub unsafe fn tridiagonal_divide_and_conquer(b: u32, scratch: &mut [f64]) {
-    let (img, bu) = (thread::block_idx_x() as usize, b as usize);
+pub unsafe fn tridiagonal_divide_and_conquer(b: u32, scratch: &mut [f64], barriers: &mut [u32]) {
+    let (img, bu) = (thread::block_idx_y() as usize, b as usize);
+    let blocks = thread::grid_dim_x() as usize;
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
     let parts = tridiagonal_scratch_parts(b);
     let per_image = tridiagonal_scratch(b) as usize;
     debug_assert!(bu <= TRIDIAGONAL_MAX_B as usize);
     // SAFETY (whole body): the kernel's contract: the image's scratch lies inside `scratch`, its
-    // parts inside it; the launch gives the shared memory of the vectors and the tiles.
+    // parts inside it; the launch gives the shared memory of the vectors and the tiles, and for a
+    // group the barrier's counter.
     unsafe {
         let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
         let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
@@ -311,18 +368,26 @@ pub unsafe fn tridiagonal_divide_and_conquer(b: u32, scratch: &mut [f64]) {
             i += nt;
         }
         thread::sync_threads();
+        let counter =
+            if blocks > 1 { barriers.sub_unchecked(img, 1).as_mut_ptr() } else { core::ptr::null_mut() };
+        let workers = Workers { counter };
         let work = base.sub(parts.work as usize, 2 * bu * bu);
-        divide_and_conquer(DcSpace {
-            d,
-            e,
-            lam: base.sub(parts.values as usize, bu),
-            w: base.sub(parts.w as usize, bu * bu),
-            other: work.sub(0, bu * bu),
-            u: work.sub(bu * bu, bu * bu),
-            vectors: vectors.sub(0, LEVEL_VECTORS * bu),
-            tiles,
-            bu,
-        });
+
+        divide_and_conquer(
+            DcSpace {
+                d,
+                e,
+                lam: base.sub(parts.values as usize, bu),
+                w: base.sub(parts.w as usize, bu * bu),
+                other: work.sub(0, bu * bu),
+                u: work.sub(bu * bu, bu * bu),
+                vectors: vectors.sub(0, LEVEL_VECTORS * bu),
+                roots: base.sub(parts.roots as usize, bu),
+                tiles,
+                bu,
+            },
+            workers,
+        );
     }
 }
 
@@ -332,10 +397,20 @@ pub unsafe fn tridiagonal_divide_and_conquer(b: u32, scratch: &mut [f64]) {
 /// # Safety
 /// As for [`divide_and_conquer`].
 #[inline(always)]
-unsafe fn merge_level(sp: DcSpace, level: Level, (src, dst): (Vector, Vector), half: usize, scale: f64) {
+unsafe fn merge_level(
+    sp: DcSpace,
+    level: Level,
+    (src, dst): (Vector, Vector),
+    half: usize,
+    scale: f64,
+    wk: Workers,
+) {
     let DcSpace { e, u, bu, .. } = sp;
+    // Phases 1, 2 and 4 (shared memory only) run in every block alike; the group deals out
+    // those that write the scratch (3, 5 and 6) by these ranks.
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
-    let (lane, warp_id, warps) = (tid % 32, tid / 32, nt / 32);
+    let (gtid, gnt) = wk.ranks();
+    let (lane, gwarp, gwarps) = (tid % 32, gtid / 32, gnt / 32);
     let merges = bu.div_ceil(2 * half);
     // The tear's ρ (of the normalised z) and the sign of the coupling.
     let tear = #[inline(always)]
@@ -376,7 +451,7 @@ unsafe fn merge_level(sp: DcSpace, level: Level, (src, dst): (Vector, Vector), h
         }
         thread::sync_threads();
         // 3. The rotations, a warp per merge, and the roots, a thread each.
-        let mut q = warp_id;
+        let mut q = gwarp;
         while q < merges {
             let (s, m, t) = merge_of(q * 2 * half, half, bu);
             for r in 0..if m < t { level.counts().get(s + 1) as usize } else { 0 } {
@@ -390,9 +465,12 @@ unsafe fn merge_level(sp: DcSpace, level: Level, (src, dst): (Vector, Vector), h
                     col += 32;
                 }
             }
-            q += warps;
+            q += gwarps;
         }
-        let mut g = tid;
+        // The roots into shared memory for one block, else into the scratch for every block.
+        let grouped = wk.blocks() > 1;
+        let roots = if grouped { sp.roots } else { level.roots() };
+        let mut g = gtid;
         while g < bu {
             let (s, m, t) = merge_of(g, half, bu);
             let k = if m < t { level.counts().get(s) as usize } else { 0 };
@@ -400,14 +478,22 @@ unsafe fn merge_level(sp: DcSpace, level: Level, (src, dst): (Vector, Vector), h
                 let (poles, weights) = (level.pole().sub(s, k), level.weight().sub(s, k));
                 let (origin, tau) = secular_root(poles, weights, tear(m).0, g - s);
                 let at = poles.get(origin);
-                level.roots().set(g, at + tau);
+                roots.set(g, at + tau);
                 for i in 0..k {
                     u.set(g * bu + s + i, (poles.get(i) - at) - tau);
                 }
             }
-            g += nt;
+            g += gnt;
         }
-        thread::sync_threads();
+        wk.sync();
+        if grouped {
+            let mut g = tid;
+            while g < bu {
+                level.roots().set(g, roots.get(g));
+                g += nt;
+            }
+            thread::sync_threads();
+        }
         // 4. ẑ, and every eigenvalue's place in the merged order.
         let mut g = tid;
         while g < bu {
@@ -458,7 +544,7 @@ unsafe fn merge_level(sp: DcSpace, level: Level, (src, dst): (Vector, Vector), h
         }
         thread::sync_threads();
         // 5. The secular vectors, normalised, a thread each.
-        let mut g = tid;
+        let mut g = gtid;
         while g < bu {
             let (s, m, t) = merge_of(g, half, bu);
             let k = if m < t { level.counts().get(s) as usize } else { 0 };
@@ -475,16 +561,16 @@ unsafe fn merge_level(sp: DcSpace, level: Level, (src, dst): (Vector, Vector), h
                     row.set(i, row.get(i) * inv);
                 }
             }
-            g += nt;
+            g += gnt;
         }
-        thread::sync_threads();
+        wk.sync();
         // 6. The new eigenvectors into their places: for pieces of up to 16 rows a warp per
         //    `rows` positions and 32 columns; above, the deflated vectors copied a warp each and
         //    the products by tiles of the whole block.
         if 2 * half <= WARP_MERGE {
             let rows = ROWS.min(2 * half);
             let chunks = (2 * half).div_ceil(32);
-            let mut item = warp_id;
+            let mut item = gwarp;
             while item < bu.div_ceil(rows) * chunks {
                 let g0 = item / chunks * rows;
                 let (s, m, t) = merge_of(g0, half, bu);
@@ -492,10 +578,10 @@ unsafe fn merge_level(sp: DcSpace, level: Level, (src, dst): (Vector, Vector), h
                 if col < t {
                     new_vectors(level, (src, dst), u, (s, m, t), (g0, rows), col, bu);
                 }
-                item += warps;
+                item += gwarps;
             }
         } else {
-            let mut g = warp_id;
+            let mut g = gwarp;
             while g < bu {
                 let (s, m, t) = merge_of(g, half, bu);
                 let k = if m < t { level.counts().get(s) as usize } else { 0 };
@@ -511,19 +597,24 @@ unsafe fn merge_level(sp: DcSpace, level: Level, (src, dst): (Vector, Vector), h
                         col += 32;
                     }
                 }
-                g += warps;
+                g += gwarps;
             }
+            // The tiles dealt to the blocks in turn.
+            let mut tile = 0;
             for q in 0..merges {
                 let (s, m, t) = merge_of(q * 2 * half, half, bu);
                 let k = if m < t { level.counts().get(s) as usize } else { 0 };
                 for r0 in (0..k).step_by(TILE) {
                     for c0 in (s..t).step_by(TILE) {
-                        product_tile(level, (src, dst), u, sp.tiles, (s, t, k), (r0, c0), bu);
+                        if tile % wk.blocks() == wk.block() {
+                            product_tile(level, (src, dst), u, sp.tiles, (s, t, k), (r0, c0), bu);
+                        }
+                        tile += 1;
                     }
                 }
             }
         }
-        thread::sync_threads();
+        wk.sync();
     }
 }
 

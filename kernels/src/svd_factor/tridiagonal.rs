@@ -48,16 +48,16 @@ pub const fn tridiagonal_small_bytes(b: u32) -> u32 {
 
 /// f64 scratch per image of the tridiagonal solver's kernels: the eigenvectors `W` (`b × b`, a
 /// row each), the eigenvalues, `τ`, `d` and `e` (`b` each), the divide and conquer's work (two
-/// `b × b` buffers) and the packed matrix, whose columns end as the reflectors
-/// ([`tridiagonal_scratch_parts`]).
+/// `b × b` buffers), the packed matrix, whose columns end as the reflectors, and the divide and
+/// conquer's roots ([`tridiagonal_scratch_parts`]).
 pub const fn tridiagonal_scratch(b: u32) -> u32 {
     let parts = tridiagonal_scratch_parts(b);
-    parts.packed + packed(b)
+    parts.roots + b
 }
 
 /// Offsets in an image's [`tridiagonal_scratch`], elements: `W` (`b × b`, eigenvector `j` in row
 /// `j`), the eigenvalues (`b`, value `j` that of row `j`), `τ`, `d`, `e` (`b` each), the divide and
-/// conquer's two `b × b` buffers and the packed lower triangle (`b(b+1)/2`).
+/// conquer's two `b × b` buffers, the packed lower triangle (`b(b+1)/2`) and the roots (`b`).
 pub const fn tridiagonal_scratch_parts(b: u32) -> TridiagonalScratch {
     let bb = b * b;
     let work = bb + 4 * b;
@@ -69,6 +69,7 @@ pub const fn tridiagonal_scratch_parts(b: u32) -> TridiagonalScratch {
         off_diagonal: bb + 3 * b,
         work,
         packed: work + 2 * bb,
+        roots: work + 2 * bb + packed(b),
     }
 }
 
@@ -90,6 +91,8 @@ pub struct TridiagonalScratch {
     pub work: u32,
     /// The packed lower triangle, then the reflectors.
     pub packed: u32,
+    /// The roots of a divide and conquer level, where a group of blocks solves the image.
+    pub roots: u32,
 }
 
 /// `len` f64 at a raw pointer (shared or global memory), unchecked on the GPU, checked in the

@@ -85,7 +85,7 @@ pub unsafe fn tridiagonal_reduce_grid(t: &[f64], b: u32, scratch: &mut [f64], ba
         let reflectors = Packed(base.sub(parts.packed as usize, packed(b) as usize));
         let out = |offset: u32| base.sub(offset as usize, bu);
         let (d_out, e_out, tau_out) = (out(parts.diagonal), out(parts.off_diagonal), out(parts.tau));
-        let mut barrier = GridBarrier::new(barriers.sub_unchecked(img, 1).as_mut_ptr(), groups as u32);
+        let barrier = GridBarrier::new(barriers.sub_unchecked(img, 1).as_mut_ptr(), groups as u32);
 
         let n_vectors = GRID_VECTORS as usize * bu;
         let vectors = Vector { p: shared::region::<f64>(0, n_vectors).as_ptr(), len: n_vectors };

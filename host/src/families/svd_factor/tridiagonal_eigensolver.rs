@@ -21,6 +21,11 @@ const SIMULATOR_THREADS: u32 = 64;
 /// a warp each in a block of 8 warps (4 and 16 rows per block measure within 2% at `b = 128 …
 /// 512` on an H100: the barrier, not the rows, bounds a column).
 const GRID_ROWS_PER_BLOCK: u32 = 8;
+/// Rows per block of the divide and conquer by a group of blocks (its eigenvector products
+/// dealt to the blocks tile by tile).
+const DIVIDE_AND_CONQUER_ROWS_PER_BLOCK: u32 = 16;
+/// Smallest `b` the divide and conquer runs by a group of blocks at.
+const DIVIDE_AND_CONQUER_GRID_MIN_B: usize = 96;
 /// Smallest `b` the grid reduction is used at: at `b = 64` one block is faster (0.48 against
 /// 0.54 ms for the whole solve on an H100), from `b = 128` the grid (1.18 against 1.24 ms; 2.08
 /// against 2.55 at 200, 9.2 against 23.4 at 512).
@@ -48,7 +53,8 @@ pub struct TridiagonalEigensolver {
     scratch: Buffer<f64>,
     /// [`kf::sorted_ritz_pairs`]'s work space, `2b` per image.
     order: Buffer<f64>,
-    /// The grid barriers' counters, a `u32` per image (zeroed before each grid reduction).
+    /// The grid barriers' counters, a `u32` per image for the reduction and one for the divide
+    /// and conquer (zeroed before each solve).
     barriers: Buffer<u32>,
     reduction: TridiagonalReduction,
     /// The divide and conquer's launch.
@@ -166,8 +172,16 @@ impl TridiagonalEigensolver {
         } else {
             SIMULATOR_THREADS
         };
+        let groups = if device.backend() == Backend::Gpu && b >= DIVIDE_AND_CONQUER_GRID_MIN_B {
+            (b as u32)
+                .div_ceil(DIVIDE_AND_CONQUER_ROWS_PER_BLOCK)
+                .min(device.multiprocessors()? / images.max(1) as u32)
+        } else {
+            1
+        }
+        .max(1);
         let divide_and_conquer = LaunchConfig {
-            grid: Dim3::x(images as u32),
+            grid: Dim3::xy(groups, images as u32),
             block: Dim3::x(threads),
             shared_bytes: kf::divide_and_conquer_shared_bytes(b as u32),
         };
@@ -177,10 +191,18 @@ impl TridiagonalEigensolver {
             t: device.alloc(images * b * b)?,
             scratch: device.alloc(images * kf::tridiagonal_scratch(b as u32) as usize)?,
             order: device.alloc(images * 2 * b)?,
-            barriers: device.alloc(images)?,
+            barriers: device.alloc(2 * images)?,
             reduction,
             divide_and_conquer,
         })
+    }
+
+    /// The same solver with its divide and conquer run by `groups` blocks per image (one:
+    /// a block per image; more: a cooperative launch): tests and benchmarks choose it with this.
+    pub fn with_divide_and_conquer_groups(mut self, groups: u32) -> Result<TridiagonalEigensolver> {
+        ensure(groups >= 1, || "the divide and conquer needs at least one block per image".to_string())?;
+        self.divide_and_conquer.grid.x = groups;
+        Ok(self)
     }
 
     /// The reduction's launch.
@@ -207,6 +229,14 @@ impl TridiagonalEigensolver {
             }
         }
     }
+
+    /// How the divide and conquer runs, in words.
+    pub fn describe_divide_and_conquer(&self) -> String {
+        match self.divide_and_conquer.grid.x {
+            1 => "one block per image".to_string(),
+            groups => format!("{groups} blocks per image"),
+        }
+    }
 }
 
 impl RitzSolver for TridiagonalEigensolver {
@@ -217,6 +247,7 @@ impl RitzSolver for TridiagonalEigensolver {
 
     unsafe fn solve(&mut self, device: &Device, pairs: &mut RitzPairs) -> Result<()> {
         let (b, images) = (self.b as u32, self.images as u32);
+        device.fill(&mut self.barriers, 0)?;
         match self.reduction {
             // SAFETY: `t` and `scratch` are the solver's, sized for the batch (`b × b` and
             // `tridiagonal_scratch(b)` per image); the launch was checked in `with_reduction`
@@ -227,7 +258,6 @@ impl RitzSolver for TridiagonalEigensolver {
             // SAFETY: as above; a cooperative launch of a group per image (`with_reduction`),
             // the barriers' counters zeroed on the same queue just before.
             TridiagonalReduction::Grid(config) => unsafe {
-                device.fill(&mut self.barriers, 0)?;
                 device.launch_cooperative(
                     &kf::TRIDIAGONAL_REDUCE_GRID,
                     config,
@@ -235,15 +265,29 @@ impl RitzSolver for TridiagonalEigensolver {
                 )?
             },
         }
-        // SAFETY: the reduction ran on the scratch (queued before); a block per image, whole
-        // warps up to 512 threads, the kernel's shared memory (`new`).
-        unsafe {
-            device.launch(
-                &kf::TRIDIAGONAL_DIVIDE_AND_CONQUER,
-                self.divide_and_conquer,
-                (b, &mut self.scratch),
-            )?
-        };
+        let config = self.divide_and_conquer;
+        let counters = self.barriers.view_mut(self.images..)?;
+        if config.grid.x > 1 {
+            // SAFETY: the reduction ran on the scratch (queued before); a cooperative launch of a
+            // group per image, whole warps up to 512 threads, the kernel's shared memory, the
+            // counters zeroed before the reduction on the same queue.
+            unsafe {
+                device.launch_cooperative(
+                    &kf::TRIDIAGONAL_DIVIDE_AND_CONQUER,
+                    config,
+                    (b, &mut self.scratch, counters),
+                )?
+            };
+        } else {
+            // SAFETY: as above, a block per image (no counter is read).
+            unsafe {
+                device.launch(
+                    &kf::TRIDIAGONAL_DIVIDE_AND_CONQUER,
+                    config,
+                    (b, &mut self.scratch, counters),
+                )?
+            };
+        }
         let back = LaunchConfig {
             grid: Dim3 { x: b.div_ceil(BACK_TRANSFORM_WARPS), y: images, z: 1 },
             block: Dim3::x(32 * BACK_TRANSFORM_WARPS),
