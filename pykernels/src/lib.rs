@@ -43,8 +43,10 @@ pub use arrays::{ArrayElement, Dtype};
 pub use call::{Call, Input, Output};
 
 use kernel_suite::Error;
-use pyo3::exceptions::{PyArithmeticError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyArithmeticError, PyMemoryError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 pyo3::create_exception!(
     pykernels,
@@ -60,24 +62,77 @@ pyo3::create_exception!(
     "A numerical method failed on valid input (it did not converge, or its result failed a consistency check), on any device."
 );
 
+/// `OutOfMemoryError` (PyTorch's name): a [`CudaError`] that is also a `MemoryError`, so that
+/// `except MemoryError` catches it as it catches a failed NumPy allocation. Made with `type()`
+/// because `create_exception!` takes one base.
+static OUT_OF_MEMORY_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+fn out_of_memory_error(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    let class = OUT_OF_MEMORY_ERROR.get_or_try_init(py, || -> PyResult<_> {
+        let cuda_error = py.get_type::<CudaError>();
+        let namespace = PyDict::new(py);
+        namespace.set_item("__module__", cuda_error.getattr("__module__")?)?;
+        namespace.set_item(
+            "__doc__",
+            "A buffer did not fit in the device's free memory: a CudaError and a MemoryError; the message \
+             gives the memory needed and free.",
+        )?;
+        let bases = PyTuple::new(py, [cuda_error, py.get_type::<PyMemoryError>()])?;
+        let class = py.get_type::<PyType>().call1(("OutOfMemoryError", bases, namespace))?;
+        Ok(class.cast_into::<PyType>()?.unbind())
+    })?;
+    Ok(class.bind(py))
+}
+
 /// The host library's error as a Python exception: `ValueError` for invalid input,
 /// [`NumericalError`] for a method that failed on valid input, `OSError` for files,
-/// [`CudaError`] for the rest (the driver, the GPU, a kernel).
+/// `OutOfMemoryError` for a buffer that does not fit, [`CudaError`] for the rest (the driver, the
+/// GPU, a kernel).
 pub fn to_py(e: Error) -> PyErr {
     match e {
         Error::InvalidInput(message) => PyValueError::new_err(message),
         e @ Error::Numerical(_) => NumericalError::new_err(e.to_string()),
         e @ Error::File { .. } => PyOSError::new_err(e.to_string()),
+        e @ Error::OutOfMemory { .. } => Python::attach(|py| match out_of_memory_error(py) {
+            Ok(class) => PyErr::from_type(class.clone(), e.to_string()),
+            Err(failed) => failed,
+        }),
         other => CudaError::new_err(other.to_string()),
     }
 }
 
-/// Adds [`CudaError`], [`NumericalError`] and, for a package's Python code, `_empty_like` and
-/// `_caller_stream` ([`library`]) to the extension's module `m`.
+/// Adds [`CudaError`], `OutOfMemoryError`, [`NumericalError`] and, for a package's Python code,
+/// `_empty_like` and `_caller_stream` ([`library`]) to the extension's module `m`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CudaError", m.py().get_type::<CudaError>())?;
+    m.add("OutOfMemoryError", out_of_memory_error(m.py())?)?;
     m.add("NumericalError", m.py().get_type::<NumericalError>())?;
     m.add_function(wrap_pyfunction!(library::_empty_like, m)?)?;
     m.add_function(wrap_pyfunction!(library::_caller_stream, m)?)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A buffer that does not fit is an `OutOfMemoryError`, which `except CudaError` and
+    /// `except MemoryError` both catch, with the host library's message; other CUDA failures are
+    /// no `MemoryError`.
+    #[test]
+    fn out_of_memory_is_a_cuda_error_and_a_memory_error() {
+        Python::initialize();
+        Python::attach(|py| {
+            let err = to_py(Error::OutOfMemory { bytes: 3 << 30, free: Some((1 << 30, 80 << 30)) });
+            assert!(err.get_type(py).is(out_of_memory_error(py).unwrap()));
+            assert!(err.is_instance_of::<CudaError>(py) && err.is_instance_of::<PyMemoryError>(py));
+            assert_eq!(
+                err.value(py).to_string(),
+                "out of memory: a buffer of 3072 MiB does not fit (1024 of 81920 MiB free); a smaller batch or \
+                 another GPU may"
+            );
+            let other = to_py(Error::NoGpu("no device".into()));
+            assert!(other.is_instance_of::<CudaError>(py) && !other.is_instance_of::<PyMemoryError>(py));
+        });
+    }
 }

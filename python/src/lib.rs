@@ -4,7 +4,8 @@
 //! Each call validates everything on the host before a launch (a device-side trap would poison the
 //! process's CUDA context), runs on the device the caller picks, and turns every error into a Python
 //! exception: `ValueError` for bad arguments, `NotImplementedError` for SciPy options the kernels do
-//! not have, `CudaError` (a `RuntimeError`) for the GPU's failures, `NumericalError` (an
+//! not have, `CudaError` (a `RuntimeError`) for the GPU's failures, `OutOfMemoryError` (a
+//! `CudaError` and a `MemoryError`) for a buffer the device cannot hold, `NumericalError` (an
 //! `ArithmeticError`) for a method that failed on valid input, on any device.
 
 use kernel_suite::conv::{self, Variant};
