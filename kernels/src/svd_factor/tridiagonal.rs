@@ -11,10 +11,10 @@
 //! 2. The tridiagonal eigenproblem `(d, e)` by divide and conquer in the same block
 //!    ([`divide_and_conquer`](super::divide_and_conquer)): every eigenvalue and eigenvector, the
 //!    vectors orthogonal to working precision without reorthogonalisation.
-//! 3. The back-transformation `z ← Q·z`, applying the reflectors in reverse order, a warp per
-//!    eigenvector over the whole GPU ([`tridiagonal_back_transform`], a launch of its own: in the
-//!    one block it took 2.1 of 5.6 ms at `b = 200` and 52 of 93 ms at `b = 512` on an H100); the
-//!    first kernel leaves the reflectors, `τ` and the eigenvalues in the image's scratch for it.
+//! 3. The back-transformation `z ← Q·z`, applying the reflectors in reverse order
+//!    ([`tridiagonal_back_transform`], a launch of its own: two eigenvectors in each warp's
+//!    registers, the reflectors staged in shared memory eight at a time); the first kernel leaves
+//!    the reflectors, `τ` and the eigenvalues in the image's scratch for it.
 //! 4. The pairs through [`sorted_ritz_pairs`](super::ritz_pairs::sorted_ritz_pairs) (decreasing,
 //!    `σ`, `1/σ`), as the other solvers.
 
@@ -303,51 +303,119 @@ unsafe fn tridiagonalise(sp: Space, t_in: gpu_std::slice::Slice<f64>) {
     }
 }
 
+/// Eigenvectors per warp of [`tridiagonal_back_transform`], each held in the warp's registers.
+const BACK_TRANSFORM_VECTORS_PER_WARP: usize = 2;
+/// Warps per block of [`tridiagonal_back_transform`].
+pub const BACK_TRANSFORM_WARPS: u32 = 8;
+/// Eigenvectors per block of [`tridiagonal_back_transform`].
+pub const BACK_TRANSFORM_VECTORS: u32 = BACK_TRANSFORM_WARPS * BACK_TRANSFORM_VECTORS_PER_WARP as u32;
+/// Reflectors staged in shared memory at a time by [`tridiagonal_back_transform`].
+const BACK_TRANSFORM_CHUNK: usize = 8;
+/// Elements of an eigenvector per lane: `b ≤ 512` over 32 lanes.
+const LANE_ELEMENTS: usize = TRIDIAGONAL_MAX_B as usize / 32;
+
+/// Dynamic shared memory of [`tridiagonal_back_transform`], bytes: a chunk of reflectors, each
+/// `b` long, and their `τ`.
+pub const fn back_transform_shared_bytes(b: u32) -> u32 {
+    8 * BACK_TRANSFORM_CHUNK as u32 * (b + 1)
+}
+
 /// The back-transformation `z ← Q·z = H_0·(H_1·(… H_{b−2}·z))` of the tridiagonal matrix's
 /// eigenvectors (from [`tridiagonal_divide_and_conquer`](super::tridiagonal_divide_and_conquer)),
-/// in place in each image's scratch, a warp per eigenvector: grid `(⌈b / warps⌉, images)`, any
-/// whole number of warps per block. Each lane owns the rows `≡ lane (mod 32)`, so that no lane
-/// reads another's writes.
+/// in place in each image's scratch: grid `(⌈b / BACK_TRANSFORM_VECTORS⌉, images)`, blocks of
+/// `32·BACK_TRANSFORM_WARPS` threads, [`back_transform_shared_bytes`]`(b)`. Each warp holds two
+/// eigenvectors in its registers (lane `l` the elements `≡ l mod 32`); the block stages the
+/// reflectors in shared memory, eight at a time, each read from the scratch once per block.
 ///
 /// # Safety
-/// [`tridiagonal_reduce`] and the divide and conquer ran on `scratch` (`tridiagonal_scratch(b)`
-/// per image, the grid's images inside it). Unchecked on the GPU; the simulator checks every access.
-#[kernel]
+/// [`tridiagonal_reduce`] (or [`tridiagonal_reduce_grid`](super::tridiagonal_reduce_grid)) and
+/// the divide and conquer ran on `scratch` (`tridiagonal_scratch(b)` per image, the grid's images
+/// inside it), `b ≤ TRIDIAGONAL_MAX_B`, the launch as above. Unchecked on the GPU; the simulator
+/// checks every access.
+#[kernel(launch_bounds(256, 1))]
 pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
     let (img, bu) = (thread::block_idx_y() as usize, b as usize);
-    let (lane, warp_id) = (thread::thread_idx_x() as usize % 32, thread::thread_idx_x() as usize / 32);
-    let j = thread::block_idx_x() as usize * (thread::block_dim_x() as usize / 32) + warp_id;
-    if j >= bu {
-        return;
-    }
+    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
+    let (lane, warp_id) = (tid % 32, tid / 32);
+    let first = thread::block_idx_x() as usize * (nt / 32) * BACK_TRANSFORM_VECTORS_PER_WARP
+        + warp_id * BACK_TRANSFORM_VECTORS_PER_WARP;
     let add = |x: f64, y: f64| x + y;
     let per_image = tridiagonal_scratch(b) as usize;
     let parts = tridiagonal_scratch_parts(b);
     // SAFETY: the kernel's contract: the image's scratch lies inside `scratch`; the parts below
-    // lie inside it (`tridiagonal_scratch_parts`), and j < b.
+    // lie inside it (`tridiagonal_scratch_parts`); every index is below b, every staged one below
+    // the chunk's; between the block's barriers the stage is written, then only read.
     unsafe {
         let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
         let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
-        let row = base.sub(parts.w as usize + j * bu, bu);
         let tau = base.sub(parts.tau as usize, bu);
         let a = Packed(base.sub(parts.packed as usize, packed(b) as usize));
-        for k in (0..bu.saturating_sub(1)).rev() {
-            let tk = tau.get(k);
-            if tk == 0.0 {
-                continue;
+        let staged = BACK_TRANSFORM_CHUNK * (bu + 1);
+        let stage = Vector { p: shared::region::<f64>(0, staged).as_ptr(), len: staged };
+        let taus = stage.sub(BACK_TRANSFORM_CHUNK * bu, BACK_TRANSFORM_CHUNK);
+        // This warp's two vectors, lane `l` holding elements l, l + 32, … (index loops of
+        // constant bounds, so that they stay in registers).
+        let (j0, j1) = (first, first + 1);
+        let mut z0 = [0.0f64; LANE_ELEMENTS];
+        let mut z1 = [0.0f64; LANE_ELEMENTS];
+        for t in 0..LANE_ELEMENTS {
+            let i = lane + 32 * t;
+            if i < bu && j0 < bu {
+                z0[t] = base.get(parts.w as usize + j0 * bu + i);
             }
-            let first = k + 1 + (lane + 32 - (k + 1) % 32) % 32;
-            let mut dot = 0.0f64;
-            let mut i = first;
-            while i < bu {
-                dot = math::fma(a.lower(i, k), row.get(i), dot);
-                i += 32;
+            if i < bu && j1 < bu {
+                z1[t] = base.get(parts.w as usize + j1 * bu + i);
             }
-            let f = tk * warp::reduce(dot, add);
-            let mut i = first;
-            while i < bu {
-                row.set(i, math::fma(-f, a.lower(i, k), row.get(i)));
-                i += 32;
+        }
+        // Chunks of reflectors, last first: [lo, hi).
+        let mut hi = bu.saturating_sub(1);
+        while hi > 0 {
+            let lo = hi.saturating_sub(BACK_TRANSFORM_CHUNK);
+            thread::sync_threads();
+            let mut e = tid;
+            while e < (hi - lo) * bu {
+                let (k, i) = (lo + e / bu, e % bu);
+                stage.set(e, if i > k { a.lower(i, k) } else { 0.0 });
+                e += nt;
+            }
+            if tid < hi - lo {
+                taus.set(tid, tau.get(lo + tid));
+            }
+            thread::sync_threads();
+            for k in (lo..hi).rev() {
+                let tk = taus.get(k - lo);
+                if tk == 0.0 {
+                    continue;
+                }
+                let v = stage.sub((k - lo) * bu, bu);
+                let (mut dot0, mut dot1) = (0.0f64, 0.0f64);
+                for t in 0..LANE_ELEMENTS {
+                    let i = lane + 32 * t;
+                    if i < bu {
+                        let vi = v.get(i);
+                        dot0 = math::fma(vi, z0[t], dot0);
+                        dot1 = math::fma(vi, z1[t], dot1);
+                    }
+                }
+                let (f0, f1) = (tk * warp::reduce(dot0, add), tk * warp::reduce(dot1, add));
+                for t in 0..LANE_ELEMENTS {
+                    let i = lane + 32 * t;
+                    if i < bu {
+                        let vi = v.get(i);
+                        z0[t] = math::fma(-f0, vi, z0[t]);
+                        z1[t] = math::fma(-f1, vi, z1[t]);
+                    }
+                }
+            }
+            hi = lo;
+        }
+        for t in 0..LANE_ELEMENTS {
+            let i = lane + 32 * t;
+            if i < bu && j0 < bu {
+                base.set(parts.w as usize + j0 * bu + i, z0[t]);
+            }
+            if i < bu && j1 < bu {
+                base.set(parts.w as usize + j1 * bu + i, z1[t]);
             }
         }
     }

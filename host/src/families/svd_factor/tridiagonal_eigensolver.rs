@@ -61,10 +61,6 @@ pub struct TridiagonalEigensolver {
     divide_and_conquer: LaunchConfig,
 }
 
-/// Warps per block of [`kf::tridiagonal_back_transform`] (a warp per eigenvector): two, so that
-/// `b = 200` already spreads over 100 blocks.
-const BACK_TRANSFORM_WARPS: u32 = 2;
-
 impl TridiagonalEigensolver {
     /// Work space for `images` problems of `b × b`, and the reduction the GPU is best used by:
     /// from `b = 96`, a group of blocks per image where the multiprocessors give each image at
@@ -289,9 +285,9 @@ impl RitzSolver for TridiagonalEigensolver {
             };
         }
         let back = LaunchConfig {
-            grid: Dim3 { x: b.div_ceil(BACK_TRANSFORM_WARPS), y: images, z: 1 },
-            block: Dim3::x(32 * BACK_TRANSFORM_WARPS),
-            shared_bytes: 0,
+            grid: Dim3 { x: b.div_ceil(kf::BACK_TRANSFORM_VECTORS), y: images, z: 1 },
+            block: Dim3::x(32 * kf::BACK_TRANSFORM_WARPS),
+            shared_bytes: kf::back_transform_shared_bytes(b),
         };
         // SAFETY: the reduction and the divide and conquer ran on the scratch (queued before); a warp per eigenvector
         // of every image.
