@@ -11,7 +11,7 @@
 //! barrier.sync();             // … which read it after the barrier
 //! ```
 
-use crate::atomic::{AtomicRef, Ordering, Scope, fence};
+use crate::atomic::{AtomicRef, Ordering};
 use crate::thread;
 
 /// A barrier of `blocks` blocks over one `u32` counter in global memory, zero when the launch
@@ -47,9 +47,11 @@ impl GridBarrier {
     #[inline(always)]
     #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub fn sync(self) {
+        // The block's barrier orders its threads' writes before thread 0's release, and the
+        // acquire and the barrier after it order the others' writes before every thread's reads
+        // (the pattern of CUTLASS's `GenericBarrier`): no fence is needed.
         thread::sync_threads();
         if thread::thread_rank_in_block() == 0 {
-            fence(Scope::Device);
             // No block arrives at a wait before every block has arrived at the one before, so
             // the count before this arrival lies in this wait's span of `blocks`.
             let before = self.arrivals.with_ordering(Ordering::AcqRel).fetch_add(1);
@@ -63,7 +65,6 @@ impl GridBarrier {
                     }
                 }
             }
-            fence(Scope::Device);
         }
         thread::sync_threads();
     }
