@@ -142,7 +142,7 @@ pub fn message_passing(data: &mut [u32], flag: &mut [u32], seen: &mut [u32]) {
 
 /// In each of `rounds` rounds every thread writes a value of its own for the round
 /// (`values[(round·blocks + block)·threads + thread]`), the blocks meet at a
-/// [`GridBarrier`](gpu_std::grid::GridBarrier), and thread 0 of each block writes the wrapping sum
+/// [`GridBarrier`], and thread 0 of each block writes the wrapping sum
 /// of the round's values of every block to `out[round·blocks + block]`: a block that passed the
 /// barrier early, or saw another's writes late, reads values not yet written. A cooperative launch
 /// of 1-D blocks; `counter` one `u32`, zero at the launch.
