@@ -1275,6 +1275,7 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                     (200, Reduction::OneBlock { shared: false }),
                     (200, Reduction::Grid { groups: 3, shared: false }),
                     (512, Reduction::Grid { groups: 32, shared: true }),
+                    (1024, Reduction::Grid { groups: 32, shared: true }),
                 ])
                 .collect()
         } else {
@@ -1297,7 +1298,7 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
         let refused =
             TridiagonalEigensolver::new(&device, TRIDIAGONAL_MAX_B + 1, 1).err().map(|e| e.to_string());
         assert!(
-            refused.as_deref().is_some_and(|e| e.contains("b ≤ 512")),
+            refused.as_deref().is_some_and(|e| e.contains(&format!("b ≤ {TRIDIAGONAL_MAX_B}"))),
             "a b past the tridiagonal solver's range must be refused: {refused:?}"
         );
         // The host's solver (faer, its pairs ordered on the device) on the same spectra, at the

@@ -24,9 +24,10 @@ use gpu_std::{kernel, shared, thread, warp};
 /// Vectors of `b` f64 the reduction keeps in shared memory in every launch: `d`, `e`, `τ`, and
 /// the Householder step's `v`, `p` and `p∘v`.
 const VECTORS: u32 = 6;
-/// Largest `b` the solver takes: the largest it is tested at on the GPU (the packed matrix in
-/// global memory past `b = 234`).
-pub const TRIDIAGONAL_MAX_B: u32 = 512;
+/// Largest `b` the solver takes: the largest it is tested at on the GPU (the one-block
+/// reduction's packed matrix in global memory past `b = 234`; the divide and conquer's vectors
+/// fill 181 KiB of shared memory at 1024).
+pub const TRIDIAGONAL_MAX_B: u32 = 1024;
 
 /// Elements of the packed lower triangle of a `b × b` matrix.
 pub(super) const fn packed(b: u32) -> u32 {
@@ -303,16 +304,21 @@ unsafe fn tridiagonalise(sp: Space, t_in: gpu_std::slice::Slice<f64>) {
     }
 }
 
-/// Eigenvectors per warp of [`tridiagonal_back_transform`], each held in the warp's registers.
-const BACK_TRANSFORM_VECTORS_PER_WARP: usize = 2;
 /// Warps per block of [`tridiagonal_back_transform`].
 pub const BACK_TRANSFORM_WARPS: u32 = 8;
-/// Eigenvectors per block of [`tridiagonal_back_transform`].
-pub const BACK_TRANSFORM_VECTORS: u32 = BACK_TRANSFORM_WARPS * BACK_TRANSFORM_VECTORS_PER_WARP as u32;
 /// Reflectors staged in shared memory at a time by [`tridiagonal_back_transform`].
 const BACK_TRANSFORM_CHUNK: usize = 8;
-/// Elements of an eigenvector per lane: `b ≤ 512` over 32 lanes.
-const LANE_ELEMENTS: usize = TRIDIAGONAL_MAX_B as usize / 32;
+/// Elements per lane of each of a warp's two register arrays: 512 elements over 32 lanes.
+const LANE_ELEMENTS: usize = 16;
+/// Largest `b` whose eigenvectors a warp of [`tridiagonal_back_transform`] holds two of (one
+/// above it, in both arrays).
+const BACK_TRANSFORM_NARROW_B: u32 = 32 * LANE_ELEMENTS as u32;
+
+/// Eigenvectors per block of [`tridiagonal_back_transform`] at `b`: two per warp up to `b = 512`,
+/// one above.
+pub const fn back_transform_vectors(b: u32) -> u32 {
+    if b <= BACK_TRANSFORM_NARROW_B { 2 * BACK_TRANSFORM_WARPS } else { BACK_TRANSFORM_WARPS }
+}
 
 /// Dynamic shared memory of [`tridiagonal_back_transform`], bytes: a chunk of reflectors, each
 /// `b` long, and their `τ`.
@@ -322,10 +328,11 @@ pub const fn back_transform_shared_bytes(b: u32) -> u32 {
 
 /// The back-transformation `z ← Q·z = H_0·(H_1·(… H_{b−2}·z))` of the tridiagonal matrix's
 /// eigenvectors (from [`tridiagonal_divide_and_conquer`](super::tridiagonal_divide_and_conquer)),
-/// in place in each image's scratch: grid `(⌈b / BACK_TRANSFORM_VECTORS⌉, images)`, blocks of
-/// `32·BACK_TRANSFORM_WARPS` threads, [`back_transform_shared_bytes`]`(b)`. Each warp holds two
-/// eigenvectors in its registers (lane `l` the elements `≡ l mod 32`); the block stages the
-/// reflectors in shared memory, eight at a time, each read from the scratch once per block.
+/// in place in each image's scratch: grid `(⌈b / back_transform_vectors(b)⌉, images)`, blocks of
+/// `32·BACK_TRANSFORM_WARPS` threads, [`back_transform_shared_bytes`]`(b)`. Each warp holds its
+/// eigenvectors in two register arrays (lane `l` the elements `≡ l mod 32`): two vectors up to
+/// `b = 512`, one vector's two halves above; the block stages the reflectors in shared memory,
+/// eight at a time, each read from the scratch once per block.
 ///
 /// # Safety
 /// [`tridiagonal_reduce`] (or [`tridiagonal_reduce_grid`](super::tridiagonal_reduce_grid)) and
@@ -337,8 +344,9 @@ pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
     let (img, bu) = (thread::block_idx_y() as usize, b as usize);
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
     let (lane, warp_id) = (tid % 32, tid / 32);
-    let first = thread::block_idx_x() as usize * (nt / 32) * BACK_TRANSFORM_VECTORS_PER_WARP
-        + warp_id * BACK_TRANSFORM_VECTORS_PER_WARP;
+    let narrow = b <= BACK_TRANSFORM_NARROW_B;
+    let per_warp = if narrow { 2 } else { 1 };
+    let first = (thread::block_idx_x() as usize * (nt / 32) + warp_id) * per_warp;
     let add = |x: f64, y: f64| x + y;
     let per_image = tridiagonal_scratch(b) as usize;
     let parts = tridiagonal_scratch_parts(b);
@@ -353,18 +361,22 @@ pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
         let staged = BACK_TRANSFORM_CHUNK * (bu + 1);
         let stage = Vector { p: shared::region::<f64>(0, staged).as_ptr(), len: staged };
         let taus = stage.sub(BACK_TRANSFORM_CHUNK * bu, BACK_TRANSFORM_CHUNK);
-        // This warp's two vectors, lane `l` holding elements l, l + 32, … (index loops of
-        // constant bounds, so that they stay in registers).
-        let (j0, j1) = (first, first + 1);
+        // Where element `t` of each array lives: (vector, row), narrow: vectors `first` and
+        // `first + 1`; wide: rows `lane + 32t` and `512 + lane + 32t` of vector `first`.
+        let at = |array: usize, t: usize| {
+            let i = lane + 32 * t;
+            if narrow { (first + array, i) } else { (first, i + array * BACK_TRANSFORM_NARROW_B as usize) }
+        };
+        // Index loops of constant bounds, so that the arrays stay in registers.
         let mut z0 = [0.0f64; LANE_ELEMENTS];
         let mut z1 = [0.0f64; LANE_ELEMENTS];
         for t in 0..LANE_ELEMENTS {
-            let i = lane + 32 * t;
-            if i < bu && j0 < bu {
-                z0[t] = base.get(parts.w as usize + j0 * bu + i);
+            let ((j0, i0), (j1, i1)) = (at(0, t), at(1, t));
+            if j0 < bu && i0 < bu {
+                z0[t] = base.get(parts.w as usize + j0 * bu + i0);
             }
-            if i < bu && j1 < bu {
-                z1[t] = base.get(parts.w as usize + j1 * bu + i);
+            if j1 < bu && i1 < bu {
+                z1[t] = base.get(parts.w as usize + j1 * bu + i1);
             }
         }
         // Chunks of reflectors, last first: [lo, hi).
@@ -390,32 +402,39 @@ pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
                 let v = stage.sub((k - lo) * bu, bu);
                 let (mut dot0, mut dot1) = (0.0f64, 0.0f64);
                 for t in 0..LANE_ELEMENTS {
-                    let i = lane + 32 * t;
-                    if i < bu {
-                        let vi = v.get(i);
-                        dot0 = math::fma(vi, z0[t], dot0);
-                        dot1 = math::fma(vi, z1[t], dot1);
+                    let ((_, i0), (_, i1)) = (at(0, t), at(1, t));
+                    if i0 < bu {
+                        dot0 = math::fma(v.get(i0), z0[t], dot0);
+                    }
+                    if i1 < bu {
+                        dot1 = math::fma(v.get(i1), z1[t], dot1);
                     }
                 }
-                let (f0, f1) = (tk * warp::reduce(dot0, add), tk * warp::reduce(dot1, add));
+                let (f0, f1) = if narrow {
+                    (tk * warp::reduce(dot0, add), tk * warp::reduce(dot1, add))
+                } else {
+                    let f = tk * warp::reduce(dot0 + dot1, add);
+                    (f, f)
+                };
                 for t in 0..LANE_ELEMENTS {
-                    let i = lane + 32 * t;
-                    if i < bu {
-                        let vi = v.get(i);
-                        z0[t] = math::fma(-f0, vi, z0[t]);
-                        z1[t] = math::fma(-f1, vi, z1[t]);
+                    let ((_, i0), (_, i1)) = (at(0, t), at(1, t));
+                    if i0 < bu {
+                        z0[t] = math::fma(-f0, v.get(i0), z0[t]);
+                    }
+                    if i1 < bu {
+                        z1[t] = math::fma(-f1, v.get(i1), z1[t]);
                     }
                 }
             }
             hi = lo;
         }
         for t in 0..LANE_ELEMENTS {
-            let i = lane + 32 * t;
-            if i < bu && j0 < bu {
-                base.set(parts.w as usize + j0 * bu + i, z0[t]);
+            let ((j0, i0), (j1, i1)) = (at(0, t), at(1, t));
+            if j0 < bu && i0 < bu {
+                base.set(parts.w as usize + j0 * bu + i0, z0[t]);
             }
-            if i < bu && j1 < bu {
-                base.set(parts.w as usize + j1 * bu + i, z1[t]);
+            if j1 < bu && i1 < bu {
+                base.set(parts.w as usize + j1 * bu + i1, z1[t]);
             }
         }
     }

@@ -285,12 +285,12 @@ impl RitzSolver for TridiagonalEigensolver {
             };
         }
         let back = LaunchConfig {
-            grid: Dim3 { x: b.div_ceil(kf::BACK_TRANSFORM_VECTORS), y: images, z: 1 },
+            grid: Dim3 { x: b.div_ceil(kf::back_transform_vectors(b)), y: images, z: 1 },
             block: Dim3::x(32 * kf::BACK_TRANSFORM_WARPS),
             shared_bytes: kf::back_transform_shared_bytes(b),
         };
-        // SAFETY: the reduction and the divide and conquer ran on the scratch (queued before); a warp per eigenvector
-        // of every image.
+        // SAFETY: the reduction and the divide and conquer ran on the scratch (queued before);
+        // every eigenvector of every image in the grid, the kernel's block and shared memory.
         unsafe { device.launch(&kf::TRIDIAGONAL_BACK_TRANSFORM, back, (b, &mut self.scratch))? };
         let parts = kf::tridiagonal_scratch_parts(b);
         let per_image = kf::tridiagonal_scratch(b);
