@@ -1,7 +1,7 @@
 //! `Staging` (device/staging.rs): copies through two reused pinned chunks, of ranges of any size and
 //! offset, on every device. The sizes span several chunks and end mid-chunk, so the alternation of
 //! the chunks and the last partial chunk are exercised; the buffer around the range is poisoned and
-//! must stay so.
+//! must stay so. And `Device::zero_on`, the memset of a view on another queue.
 
 mod common;
 
@@ -158,5 +158,23 @@ fn buffers_zeroed_and_filled() {
         check(&device, 1001, 3u32);
         let mut empty = device.alloc::<f64>(0).unwrap();
         device.fill(&mut empty, 2.0).unwrap();
+    }
+}
+
+/// `zero_on` zeroes exactly the view it is given, on a queue other than the device's own (as a
+/// binding's caller stream is), in poisoned memory: elements it missed would read `0xffffffff`,
+/// and the poison around the view must stay.
+#[test]
+fn zero_on_zeroes_a_view_on_another_queue() {
+    for device in common::devices("zero_on_zeroes_a_view_on_another_queue") {
+        let queue = device.new_queue().unwrap();
+        let mut buffer = device.alloc::<u32>(10_001).unwrap();
+        device.zero_on(&queue, buffer.view_mut(37..9_000).unwrap()).unwrap();
+        device.sync_queue(&queue).unwrap();
+        let got = device.download(&buffer).unwrap();
+        for (i, &v) in got.iter().enumerate() {
+            let want = if (37..9_000).contains(&i) { 0 } else { u32::MAX };
+            assert_eq!(v, want, "element {i} on {}", device.describe());
+        }
     }
 }

@@ -144,6 +144,23 @@ impl<'py> Call<'py> {
         Ok(Output { object, array, staged: staged.map(|b| (place.device, b)) })
     }
 
+    /// As [`Call::output`], but every element is 0 before the kernel runs: for a kernel that
+    /// accumulates into its output (a histogram's `atomic_add`s, a sum over blocks), which
+    /// [`Call::output`]'s memory — uninitialised, or whatever `out=` held — would corrupt. The zeroing
+    /// is a memset queued on the call's queue (the caller's stream for GPU arrays) before the
+    /// kernels [`Call::launch`] queues, so nothing waits and no zeroing kernel is needed; in the
+    /// simulator the memory is zero-filled at once.
+    pub fn zeroed_output<T: ArrayElement>(
+        &self,
+        out: Option<&Bound<'py, PyAny>>,
+        name: &'static str,
+        shape: &[usize],
+    ) -> PyResult<Output<'py, T>> {
+        let mut output = self.output::<T>(out, name, shape)?;
+        self.launch(|device, queue| device.zero_on(queue, output.view_mut()))?;
+        Ok(output)
+    }
+
     /// Runs `launch` (the binding's kernel launches on the device and queue given) with the GIL
     /// released. GPU arrays: queued on the caller's stream, not waited for; host arrays: done
     /// when their outputs are returned ([`Output::into_result`]).
@@ -301,8 +318,8 @@ impl<T: ArrayElement> Input<T> {
     }
 }
 
-/// An array a kernel writes (see [`Call::output`] and [`Call::inout`]): hand it back to Python with
-/// [`Output::into_result`].
+/// An array a kernel writes (see [`Call::output`], [`Call::zeroed_output`] and [`Call::inout`]):
+/// hand it back to Python with [`Output::into_result`].
 #[must_use = "an output is written back to its array by `into_result`"]
 pub struct Output<'py, T: ArrayElement> {
     object: Bound<'py, PyAny>,
@@ -368,5 +385,101 @@ fn shape_text(shape: &[usize]) -> String {
     match shape {
         [side] => format!("({side},)"),
         _ => format!("({})", shape.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_std::{kernel, thread};
+    use kernel_suite::LaunchConfig;
+    use pyo3::types::PyDict;
+
+    /// Writes `out[i]` for `i <= out.len()`: one thread (the `len`-th) writes past the end, an
+    /// off-by-one that faults in the simulator.
+    #[kernel]
+    pub fn write_past_end(out: &mut [f32]) {
+        let i = thread::index_1d() as usize;
+        if i <= out.len() {
+            out[i] = 1.0;
+        }
+    }
+
+    /// Runs `test` with NumPy, or skips (saying so) where the interpreter the tests embed has none:
+    /// `scripts/python-test.sh`'s environment has it (run with
+    /// `PYTHONPATH=target/python-venv/lib/python3.X/site-packages`).
+    fn with_numpy(test: &str, run: impl FnOnce(Python<'_>, &Bound<'_, PyModule>)) {
+        Python::initialize();
+        Python::attach(|py| match py.import("numpy") {
+            Ok(numpy) => run(py, &numpy),
+            Err(e) => eprintln!("SKIPPED {test}: no NumPy in the embedded Python ({e})"),
+        });
+    }
+
+    /// Whether every element of the NumPy array `array` is 0.
+    fn all_zero(array: &Bound<'_, PyAny>) -> bool {
+        array
+            .call_method1("__eq__", (0,))
+            .and_then(|eq| eq.call_method0("all"))
+            .and_then(|a| a.extract())
+            .unwrap()
+    }
+
+    /// `zeroed_output` hands the kernel zeros where `output`'s memory is not: in the simulator a
+    /// staged output starts poisoned (`0xff` bytes, NaN), and an `out=` array filled with 7 must
+    /// come back 0 too, not 7 or NaN. Without a kernel, what comes back is what the kernel found.
+    #[test]
+    fn zeroed_output_is_zero_where_output_is_poisoned() {
+        with_numpy("zeroed_output_is_zero_where_output_is_poisoned", |py, numpy| {
+            // The control: the memory `output` gives is not zero, so the checks below can fail.
+            let call = Call::new(py, Some("sim"), None).unwrap();
+            let out = call.output::<f32>(None, "out", &[3, 5]).unwrap().into_result().unwrap();
+            assert!(!all_zero(&out), "the simulator's staged output should start poisoned: {out}");
+
+            let call = Call::new(py, Some("sim"), None).unwrap();
+            let out = call.zeroed_output::<f32>(None, "out", &[3, 5]).unwrap().into_result().unwrap();
+            assert!(all_zero(&out), "a new zeroed output is not zero: {out}");
+            assert_eq!(out.getattr("shape").unwrap().extract::<Vec<usize>>().unwrap(), [3, 5]);
+
+            let call = Call::new(py, Some("sim"), None).unwrap();
+            let x = numpy.call_method1("arange", (0, 12, 1, "float32")).unwrap();
+            let x = call.input::<f32>(&x, "x").unwrap();
+            let given = numpy.call_method1("full", (vec![12usize], 7, "float32")).unwrap();
+            let out =
+                call.zeroed_output::<f32>(Some(&given), "out", x.shape()).unwrap().into_result().unwrap();
+            assert!(out.is(&given), "out= must be the array returned");
+            assert!(all_zero(&given), "out= filled with 7 is not zeroed: {given}");
+        });
+    }
+
+    /// A kernel that faults in the simulator reaches Python as the package's `CudaError` (an
+    /// `Exception`, not pyo3's `PanicException`, a `BaseException`), with the simulator's report:
+    /// the kernel, the block and thread, the source line.
+    #[test]
+    fn a_simulated_fault_is_a_cuda_error() {
+        with_numpy("a_simulated_fault_is_a_cuda_error", |py, _| {
+            let call = Call::new(py, Some("sim"), None).unwrap();
+            let mut out = call.zeroed_output::<f32>(None, "out", &[100]).unwrap();
+            // SAFETY: the simulator, where the write past the end is caught and reported.
+            let err = call
+                .launch(|device, queue| unsafe {
+                    device.launch_on(queue, &WRITE_PAST_END, LaunchConfig::for_1d(128, 64), (out.view_mut(),))
+                })
+                .expect_err("the write past the end must fail");
+            assert!(err.is_instance_of::<CudaError>(py), "{err} is not a CudaError");
+            assert!(err.is_instance_of::<pyo3::exceptions::PyException>(py), "{err} is not an Exception");
+            let text = err.value(py).to_string();
+            for part in
+                ["kernel `write_past_end`", "block (1, 0, 0)", "thread (36, 0, 0)", "pykernels/src/call.rs:"]
+            {
+                assert!(text.contains(part), "the message lacks {part:?}: {text}");
+            }
+            // Python's own `except Exception` catches it.
+            let globals = PyDict::new(py);
+            globals.set_item("err", err.value(py)).unwrap();
+            py.run(c"try:\n    raise err\nexcept Exception as e:\n    caught = e", Some(&globals), None)
+                .unwrap();
+            assert!(globals.get_item("caught").unwrap().is_some());
+        });
     }
 }

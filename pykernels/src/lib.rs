@@ -21,6 +21,9 @@
 //! }
 //! ```
 //!
+//! [`Call::output`]'s memory is uninitialised; a kernel that accumulates into its output (a
+//! histogram) takes [`Call::zeroed_output`], zeroed on the call's stream before the kernel.
+//!
 //! GPU arrays (PyTorch, CuPy, JAX through DLPack; Numba, PyCUDA through
 //! `__cuda_array_interface__`) are used in place on the caller's stream, and new outputs are
 //! allocated by the input's library on its GPU; host arrays (NumPy) are copied to the GPU and

@@ -115,6 +115,30 @@ impl Device {
         raw("cuMemsetAsync", set)
     }
 
+    /// Queues the zeroing of `view` (all bytes 0: `0.0` for floats) on `queue`, before the work
+    /// queued there after it (`cuMemsetD8Async`; in the simulator, done when it returns): a zeroed
+    /// output on a caller's queue ([`Device::caller_queue`]) for a kernel that accumulates, where
+    /// [`Device::fill`] works only on the device's own queue and on whole buffers.
+    pub fn zero_on<T: Element>(&self, queue: &Queue, view: BufferViewMut<'_, T>) -> Result<()> {
+        let bytes = view.len * std::mem::size_of::<T>();
+        if bytes == 0 {
+            return Ok(());
+        }
+        match (&self.inner, &queue.stream) {
+            // SAFETY: the view is valid for writes of `len` elements of this device (its
+            // constructors' contracts), and the memset is ordered on `queue` before later work there.
+            (Inner::Gpu(_), Some(stream)) => raw("cuMemsetD8Async", unsafe {
+                cust::sys::cuMemsetD8Async(view.ptr as u64, 0, bytes, stream.as_inner())
+            }),
+            (Inner::Simulator, None) => {
+                // SAFETY: as above, host memory in the simulator; all-zero bytes are a valid `Element`.
+                unsafe { std::ptr::write_bytes(view.ptr, 0, view.len) };
+                Ok(())
+            }
+            _ => Err(mixed_devices()),
+        }
+    }
+
     /// `len` uninitialised elements for temporaries of the work on `queue`, allocated and later
     /// freed in the queue's order (`cuMemAllocAsync`/`cuMemFreeAsync` from the device's memory
     /// pool): unlike [`Device::alloc`] neither synchronizes the device, and after the first use the
