@@ -154,7 +154,6 @@ impl TridiagonalEigensolver {
                 config.shared_bytes >= kf::tridiagonal_grid_small_bytes(b as u32)
                     && config.grid.y as usize == images
                     && config.grid.z == 1
-                    && b >= 1
             }
         };
         let (TridiagonalReduction::OneBlock(config) | TridiagonalReduction::Grid(config)) = reduction;
