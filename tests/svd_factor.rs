@@ -1301,6 +1301,8 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
             refused.as_deref().is_some_and(|e| e.contains(&format!("b ≤ {TRIDIAGONAL_MAX_B}"))),
             "a b past the tridiagonal solver's range must be refused: {refused:?}"
         );
+        let empty = TridiagonalEigensolver::new(&device, 0, 1).err().map(|e| e.to_string());
+        assert!(empty.as_deref().is_some_and(|e| e.contains("1 ≤ b")), "b = 0 must be refused: {empty:?}");
         // The host's solver (faer, its pairs ordered on the device) on the same spectra, at the
         // tridiagonal solver's sizes: `None` for it.
         let mut host_sizes: Vec<usize> = tridiagonal.iter().map(|&(b, _)| b).collect();

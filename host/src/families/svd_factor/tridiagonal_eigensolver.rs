@@ -140,9 +140,9 @@ impl TridiagonalEigensolver {
         images: usize,
         reduction: TridiagonalReduction,
     ) -> Result<TridiagonalEigensolver> {
-        ensure(b <= TRIDIAGONAL_MAX_B, || {
+        ensure((1..=TRIDIAGONAL_MAX_B).contains(&b), || {
             format!(
-                "the tridiagonal eigensolver takes b ≤ {TRIDIAGONAL_MAX_B} (the sizes it is tested at); b = {b}"
+                "the tridiagonal eigensolver takes 1 ≤ b ≤ {TRIDIAGONAL_MAX_B} (the sizes it is tested at); b = {b}"
             )
         })?;
         let valid = match reduction {
