@@ -1,5 +1,6 @@
 //! GPU SVD benchmarks (GPU only): `cargo bench --bench svd_factor` (`-- --one-image`: only the
-//! single images' table; `-- --ritz`: only the Ritz eigensolvers' table).
+//! single images' table; `-- --batches`: only the batches'; `-- --ritz`: only the Ritz
+//! eigensolvers' table).
 //!
 //! Batches of the workloads (64 × 256², 16 × 1024², 8 × 2048², one 4096²) of procedural
 //! photo-like images, `k = 50` (256 for 4096²), and 16 × 1024² of white noise (a flat spectrum): the device time of the whole factorisation
@@ -9,7 +10,7 @@
 
 use kernel_suite::bench::{Stats, Table};
 use kernel_suite::svd::thin_svd;
-use kernel_suite::svd_factor::{self, CholeskyMethod, Plan, RitzMethod, launch_f32_to_f64};
+use kernel_suite::svd_factor::{self, CholeskyMethod, GramMethod, Plan, RitzMethod, launch_f32_to_f64};
 use kernel_suite::{Device, Dim3, LaunchConfig, workload};
 use kernels::svd_factor::{self as kf, Layout};
 
@@ -41,25 +42,37 @@ fn measure() -> anyhow::Result<()> {
         "max |Δσ|/σ₁ (image 0)",
     ]);
     // (images, size, k, white noise instead of photo-like images)
-    let workloads: &[(usize, usize, usize, bool)] = if profile {
-        &[(64, 256, 50, false), (8, 2048, 50, false), (16, 1024, 50, true)]
-    } else {
-        &[
-            (1, 512, 100, false),
-            (64, 256, 50, false),
-            (256, 512, 20, false),
-            (16, 1024, 50, false),
-            (16, 1024, 50, true),
-            (8, 2048, 50, false),
-            (8, 2048, 256, false),
-            (1, 4096, 100, false),
-            (1, 4096, 256, false),
-        ]
+    let workloads: &[(usize, usize, usize, bool)] = &[
+        (1, 512, 100, false),
+        (64, 256, 50, false),
+        (256, 512, 20, false),
+        (16, 1024, 50, false),
+        (16, 1024, 50, true),
+        (1, 2048, 50, false),
+        (8, 2048, 50, false),
+        (8, 2048, 256, false),
+        (1, 4096, 100, false),
+        (1, 4096, 256, false),
+    ];
+    // `SVD_FACTOR_WORKLOAD=1x2048x50` (images × size × k; `…n` for noise): that workload alone
+    // (with `SVD_FACTOR_PROFILE=1`, its kernels' profile).
+    let only = std::env::var("SVD_FACTOR_WORKLOAD").ok();
+    let workloads = workloads.iter().filter(|(count, size, k, noise)| {
+        only.as_ref().is_none_or(|o| *o == format!("{count}x{size}x{k}{}", if *noise { "n" } else { "" }))
+    });
+    // `SVD_FACTOR_CHOLESKY=one-block|packed|blocked`: every factorisation's Cholesky QR by that
+    // kernel, where it applies (one-block and packed where their work space fits).
+    let forced_cholesky = match std::env::var("SVD_FACTOR_CHOLESKY").ok().as_deref() {
+        None => None,
+        Some("one-block") => Some(CholeskyMethod::OneBlock),
+        Some("packed") => Some(CholeskyMethod::Packed),
+        Some("blocked") => Some(CholeskyMethod::Blocked),
+        Some(other) => anyhow::bail!("SVD_FACTOR_CHOLESKY={other}: one-block, packed or blocked"),
     };
-    // The device time of `factor` with the small problems where `solver` says (None: its default):
+    // The device time of `factor` by `method` (None: the plan's choice):
     // median and min of the runs after the first, the last run's factors and the first image.
     let time =
-        |count: usize, size: usize, k: usize, noise: bool, solver: Option<RitzMethod>| -> anyhow::Result<_> {
+        |count: usize, size: usize, k: usize, noise: bool, method: Option<GramMethod>| -> anyhow::Result<_> {
             let image = if noise { workload::noise_image } else { workload::procedural_image };
             let images: Vec<_> =
                 (0..count).map(|i| image(i as u64, size, size).mapv(|v| v as f32 / 255.0)).collect();
@@ -72,10 +85,12 @@ fn measure() -> anyhow::Result<()> {
             let mut last = None;
             for _ in 0..if profile { 2 } else { 6 } {
                 let t0 = device.mark()?;
-                let mut plan = Plan::new(&device, (size, size), count, k)?;
-                if let Some(solver) = solver {
-                    plan.ritz = solver;
-                    plan.cholesky = CholeskyMethod::Blocked;
+                let mut plan = match method {
+                    Some(method) => Plan::with_method(&device, (size, size), count, k, method)?,
+                    None => Plan::new(&device, (size, size), count, k)?,
+                };
+                if let Some(cholesky) = forced_cholesky {
+                    plan.cholesky = cholesky;
                 }
                 let f = svd_factor::factor_with(&device, &a, &plan)?;
                 let t1 = device.mark()?;
@@ -87,7 +102,7 @@ fn measure() -> anyhow::Result<()> {
         };
     // `--one-image`: only the table of single images below.
     let one_image = std::env::args().any(|a| a == "--one-image");
-    for &(count, size, k, noise) in workloads.iter().filter(|_| !one_image) {
+    for &(count, size, k, noise) in workloads.filter(|_| !one_image) {
         let (st, f, first) = time(count, size, k, noise, None)?;
         let reference = thin_svd(first.view())?;
         let err =
@@ -104,6 +119,10 @@ fn measure() -> anyhow::Result<()> {
         ]);
     }
     print!("{}", table.render());
+    // `--batches`: only the table above.
+    if std::env::args().any(|a| a == "--batches") {
+        return Ok(());
+    }
     if profile {
         if let Some(report) = device.profile_report()? {
             print!("{report}");
@@ -153,36 +172,52 @@ fn measure() -> anyhow::Result<()> {
         }
     }
     print!("{}", table.render());
-    // One image of a large subspace: the Ritz problem on the host, by block Jacobi or by the
-    // tridiagonal solver on the device (the Cholesky factorisations are on the device either way).
-    println!("\n## One image, b > 118: the Ritz problem's solver (device time, median of 5)\n");
+    // One image or a few: subspace iteration against every eigenpair of G at once, each forced,
+    // with each one's σ against faer's (the plan's choice marked).
+    println!(
+        "\n## One image or a few: subspace iteration or the whole eigendecomposition of G (device time, median of 5)\n"
+    );
     let mut table = Table::new(&[
         "workload",
         "k",
-        "solver",
+        "method",
         "iterations (Rayleigh–Ritz, filter)",
         "median ms",
         "min ms",
-        "max |Δσ|/σ₁ against the host solver's",
+        "max |Δσ|/σ₁ vs faer (image 0)",
     ]);
-    for &(size, k) in &[(512, 100), (2048, 256), (4096, 100), (4096, 256)] {
-        let mut host_sigma = Vec::new();
-        for solver in [RitzMethod::Host, RitzMethod::BlockJacobi, RitzMethod::Tridiagonal] {
-            let (st, f, _) = time(1, size, k, false, Some(solver))?;
-            let sigma = &f.singular_values[0];
-            if solver == RitzMethod::Host {
-                host_sigma = sigma.clone();
-            }
-            let diff =
-                sigma.iter().zip(&host_sigma).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max) / sigma[0];
+    let cases: &[(usize, usize, usize, bool)] = &[
+        (1, 256, 20, false),
+        (1, 256, 100, false),
+        (16, 256, 50, false),
+        (1, 512, 20, false),
+        (1, 512, 50, false),
+        (1, 512, 100, false),
+        (1, 512, 100, true),
+        (1, 512, 200, false),
+        (4, 512, 100, false),
+        (16, 512, 100, false),
+        (1, 768, 100, false),
+        (1, 1024, 50, false),
+        (1, 1024, 100, false),
+        (1, 1024, 256, false),
+    ];
+    for &(count, size, k, noise) in cases {
+        let chosen = Plan::new(&device, (size, size), count, k)?.method;
+        for method in [GramMethod::SubspaceIteration, GramMethod::WholeEigendecomposition] {
+            let (st, f, first) = time(count, size, k, noise, Some(method))?;
+            let reference = thin_svd(first.view())?;
+            let err =
+                f.singular_values[0].iter().zip(&reference.s).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max)
+                    / reference.s[0];
             table.row(&[
-                format!("1 × {size}²"),
+                format!("{count} × {size}²{}", if noise { " noise" } else { "" }),
                 k.to_string(),
-                format!("{solver:?}"),
+                format!("{method:?}{}", if method == chosen { " (plan)" } else { "" }),
                 format!("{} ({}, {})", f.iterations, f.rayleigh_ritz_steps, f.filter_steps),
                 format!("{:.2}", st.median_ms),
                 format!("{:.2}", st.min_ms),
-                format!("{diff:.1e}"),
+                format!("{err:.1e}"),
             ]);
         }
     }
@@ -201,8 +236,19 @@ fn ritz_solvers(device: &Device) -> anyhow::Result<()> {
     println!("\n## The Ritz eigensolvers alone (device time of `solve`, median of 10 after 2 warm-ups)\n");
     let mut table =
         Table::new(&["images × b", "spectrum", "solver", "median ms", "min ms", "max |Δθ|/|θ|₁ vs host"]);
-    let cases: &[(usize, usize)] =
-        &[(1, 64), (1, 128), (1, 200), (1, 320), (1, 512), (1, 1024), (16, 200), (16, 512)];
+    let cases: &[(usize, usize)] = &[
+        (1, 64),
+        (1, 104),
+        (1, 128),
+        (1, 200),
+        (1, 320),
+        (1, 512),
+        (1, 1024),
+        (16, 104),
+        (64, 104),
+        (16, 200),
+        (16, 512),
+    ];
     // `SVD_FACTOR_RITZ=16x512`: that case alone (with `SVD_FACTOR_PROFILE=1`, its kernels' profile).
     let only = std::env::var("SVD_FACTOR_RITZ").ok();
     let cases =

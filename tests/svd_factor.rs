@@ -7,7 +7,7 @@ mod common;
 
 use kernel_suite::svd::thin_svd;
 use kernel_suite::svd_factor::{
-    self, CholeskyMethod, RitzMethod, Triplets, truncated_svd, truncated_svd_with,
+    self, CholeskyMethod, GramMethod, RitzMethod, Triplets, truncated_svd, truncated_svd_with,
 };
 use ndarray::{Array2, ArrayView2};
 use rand::Rng;
@@ -141,6 +141,54 @@ fn the_large_subspace_solvers_match_faer() {
     }
 }
 
+/// Every eigenpair of the Gram matrix at once (no iteration), by each Ritz solver that takes
+/// `b = r`, gives the triplets faer gives: odd shapes, tall and wide, rank-deficient, zero and
+/// repeated singular values, `k = min(m, n)`, and a batch with its strides.
+#[test]
+fn the_whole_gram_eigendecomposition_matches_faer() {
+    let rank3 = random_image(41, 37, 3).dot(&random_image(42, 3, 30));
+    let cases: Vec<(&str, Array2<f32>, usize)> = vec![
+        ("tall 47×31", smooth_image(43, 47, 31), 6),
+        ("wide 23×40", random_image(44, 23, 40), 5),
+        ("rank 3, k = 5", rank3, 5),
+        ("zero", Array2::zeros((9, 12)), 2),
+        ("repeated σ", with_singular_values(45, 25, 21, &[2.0, 2.0, 1.0, 0.5]), 3),
+        ("k = min(m, n)", random_image(46, 13, 9), 9),
+        ("1×1", Array2::from_elem((1, 1), 0.3), 1),
+    ];
+    for device in common::devices("the_whole_gram_eigendecomposition_matches_faer") {
+        let on = device.describe();
+        for solver in [RitzMethod::Tridiagonal, RitzMethod::OneBlockJacobi, RitzMethod::Host] {
+            let whole = |images: usize, (m, n): (usize, usize), k: usize| {
+                let device = &device;
+                move |plan: &mut svd_factor::Plan| {
+                    *plan = svd_factor::Plan::with_method(
+                        device,
+                        (m, n),
+                        images,
+                        k,
+                        GramMethod::WholeEigendecomposition,
+                    )
+                    .unwrap();
+                    plan.ritz = solver;
+                }
+            };
+            for (label, image, k) in &cases {
+                let label = format!("{label} ({solver:?}) on {on}");
+                let got = truncated_svd_with(&device, &[image.view()], *k, whole(1, image.dim(), *k))
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                check(&label, image.view(), &got[0], *k);
+            }
+            let batch = [smooth_image(47, 33, 40), random_image(48, 33, 40), Array2::zeros((33, 40))];
+            let views: Vec<_> = batch.iter().map(|i| i.view()).collect();
+            let got = truncated_svd_with(&device, &views, 12, whole(3, (33, 40), 12)).unwrap();
+            for (i, (image, t)) in batch.iter().zip(&got).enumerate() {
+                check(&format!("batch image {i} ({solver:?}) on {on}"), image.view(), t, 12);
+            }
+        }
+    }
+}
+
 #[test]
 fn a_batch_factors_each_image_independently() {
     let images = [
@@ -185,7 +233,9 @@ fn flat_spectra_take_chebyshev_filters() {
             let rate = (reference.s[k - 1] / reference.s[b]).powi(2);
             let power_products = (1e5f64).ln() / rate.ln();
             let a = device.upload(&image.iter().map(|&v| v as f64).collect::<Vec<_>>()).unwrap();
-            let f = svd_factor::factor(&device, &a, (m, n), 1, k).unwrap();
+            let plan =
+                svd_factor::Plan::with_method(&device, (m, n), 1, k, GramMethod::SubspaceIteration).unwrap();
+            let f = svd_factor::factor_with(&device, &a, &plan).unwrap();
             assert!(f.filter_steps > 0, "{label} on {on}: no filter ({} iterations)", f.iterations);
             assert!(
                 (f.iterations as f64) < 0.6 * power_products,
@@ -547,8 +597,15 @@ fn a_large_batch_comes_back_whole_and_in_place() {
 /// way. Batches of three images, sizes around the panels and the GEMM tile, `w` and `rinv`
 /// poisoned first.
 #[test]
-fn the_blocked_cholesky_inverts_the_factor_on_any_size() {
+fn the_blocked_and_packed_choleskys_invert_the_factor_on_any_size() {
     use kernel_suite::svd_factor::{blocked_cholesky_inverse, cholesky_panel_rows};
+    use kernels::svd_factor as kf;
+    // The packed kernel's launch: a block per image of 512 threads (64 in the simulator).
+    let packed_config = |images: usize, b: usize, gpu: bool| kernel_suite::LaunchConfig {
+        grid: kernel_suite::Dim3::x(images as u32),
+        block: kernel_suite::Dim3::x(if gpu { 512 } else { 64 }),
+        shared_bytes: kf::cholesky_packed_shared_bytes(b as u32),
+    };
     let exact_factor = |seed: u64, b: usize| {
         let mut rng = common::rng(seed);
         faer::Mat::<f64>::from_fn(b, b, |i, j| match i.cmp(&j) {
@@ -565,9 +622,9 @@ fn the_blocked_cholesky_inverts_the_factor_on_any_size() {
     let to_vec = |m: &faer::Mat<f64>| -> Vec<f64> {
         (0..m.nrows()).flat_map(|i| (0..m.ncols()).map(move |j| (i, j))).map(|(i, j)| m[(i, j)]).collect()
     };
-    for device in common::devices("the_blocked_cholesky_inverts_the_factor_on_any_size") {
+    for device in common::devices("the_blocked_and_packed_choleskys_invert_the_factor_on_any_size") {
         let gpu = device.backend() == kernel_suite::Backend::Gpu;
-        let sizes: &[usize] = if gpu { &[5, 64, 65, 120, 200, 512, 1000] } else { &[5, 16, 37, 64, 70] };
+        let sizes: &[usize] = if gpu { &[5, 64, 65, 120, 200, 239, 512, 1000] } else { &[5, 16, 37, 64, 70] };
         let nb = cholesky_panel_rows(&device);
         for &b in sizes {
             let images = 3;
@@ -582,36 +639,59 @@ fn the_blocked_cholesky_inverts_the_factor_on_any_size() {
             let mut w = device.upload(&host).unwrap();
             let mut rinv = device.upload(&vec![f64::NAN; images * b * b]).unwrap();
             let mut diagonal = device.upload(&vec![f64::NAN; images * b]).unwrap();
-            // SAFETY: the buffers live until the download below waits for the queue.
+            let w_copy = device.upload(&host).unwrap();
+            let mut packed = device.upload(&vec![f64::NAN; images * b * b]).unwrap();
+            let packed_fits =
+                b as u32 <= kf::cholesky_packed_max_b(device.max_shared_bytes_per_block().unwrap());
+            // SAFETY: the buffers live until the downloads below wait for the queue.
             unsafe {
                 let buffers = (&mut w, &mut rinv, &mut diagonal);
-                blocked_cholesky_inverse(&device, device.queue(), buffers, b, images).unwrap()
-            };
-            let got = device.download(&rinv).unwrap();
-            let label = format!("b = {b} (panels of {nb}) on {}", device.describe());
-            for (img, gram) in grams.iter().enumerate() {
-                let got = &got[img * b * b..(img + 1) * b * b];
-                let want = match img {
-                    0 => r_exact.clone(),
-                    _ => gram.llt(faer::Side::Lower).unwrap().L().transpose().to_owned(),
-                };
-                let mut want_inv = faer::Mat::<f64>::identity(b, b);
-                faer::linalg::triangular_solve::solve_upper_triangular_in_place(
-                    want.as_ref(),
-                    want_inv.as_mut(),
-                    faer::Par::Seq,
-                );
-                let scale = want_inv.norm_max();
-                for i in 0..b {
-                    for j in 0..b {
-                        let (g, e) = (got[i * b + j], want_inv[(i, j)]);
-                        if i > j {
-                            assert_eq!(g, 0.0, "{label}, image {img}: R⁻¹({i}, {j}) below the diagonal");
-                        } else {
-                            assert!(
-                                (g - e).abs() <= 1e-10 * scale,
-                                "{label}, image {img}: R⁻¹({i}, {j}) = {g}, want {e}"
-                            );
+                blocked_cholesky_inverse(&device, device.queue(), buffers, b, images).unwrap();
+                if packed_fits {
+                    device
+                        .launch(
+                            &kf::CHOLESKY_INVERSE_PACKED,
+                            packed_config(images, b, gpu),
+                            (&w_copy, b as u32, &mut packed),
+                        )
+                        .unwrap();
+                }
+            }
+            let mut results = vec![(
+                format!("b = {b} (panels of {nb}) on {}", device.describe()),
+                device.download(&rinv).unwrap(),
+            )];
+            if packed_fits {
+                results.push((
+                    format!("b = {b} (packed) on {}", device.describe()),
+                    device.download(&packed).unwrap(),
+                ));
+            }
+            for (label, got) in &results {
+                for (img, gram) in grams.iter().enumerate() {
+                    let got = &got[img * b * b..(img + 1) * b * b];
+                    let want = match img {
+                        0 => r_exact.clone(),
+                        _ => gram.llt(faer::Side::Lower).unwrap().L().transpose().to_owned(),
+                    };
+                    let mut want_inv = faer::Mat::<f64>::identity(b, b);
+                    faer::linalg::triangular_solve::solve_upper_triangular_in_place(
+                        want.as_ref(),
+                        want_inv.as_mut(),
+                        faer::Par::Seq,
+                    );
+                    let scale = want_inv.norm_max();
+                    for i in 0..b {
+                        for j in 0..b {
+                            let (g, e) = (got[i * b + j], want_inv[(i, j)]);
+                            if i > j {
+                                assert_eq!(g, 0.0, "{label}, image {img}: R⁻¹({i}, {j}) below the diagonal");
+                            } else {
+                                assert!(
+                                    (g - e).abs() <= 1e-10 * scale,
+                                    "{label}, image {img}: R⁻¹({i}, {j}) = {g}, want {e}"
+                                );
+                            }
                         }
                     }
                 }
@@ -647,11 +727,29 @@ fn the_blocked_cholesky_inverts_the_factor_on_any_size() {
                 )
                 .unwrap();
         }
-        let (got, want) = (device.download(&rinv).unwrap(), device.download(&one_block).unwrap());
+        let mut packed = device.upload(&vec![f64::NAN; b * b]).unwrap();
+        // SAFETY: as above.
+        unsafe {
+            device
+                .launch(
+                    &kf::CHOLESKY_INVERSE_PACKED,
+                    packed_config(1, b, gpu),
+                    (&w_copy, b as u32, &mut packed),
+                )
+                .unwrap()
+        };
+        let want = device.download(&one_block).unwrap();
         let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         assert!(scale > 1e5, "the repeated column's pivot was floored: max |R⁻¹| = {scale:e}");
-        for (i, (g, e)) in got.iter().zip(&want).enumerate() {
-            assert!((g - e).abs() <= 1e-6 * scale, "repeated column: R⁻¹[{i}] = {g}, one block {e}");
+        for (kind, got) in
+            [("blocked", device.download(&rinv).unwrap()), ("packed", device.download(&packed).unwrap())]
+        {
+            for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - e).abs() <= 1e-6 * scale,
+                    "repeated column ({kind}): R⁻¹[{i}] = {g}, one block {e}"
+                );
+            }
         }
     }
 }

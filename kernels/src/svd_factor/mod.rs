@@ -29,8 +29,10 @@
 //! - `ritz.rs`: the Rayleigh–Ritz step ([`ritz_eigen`], residuals, weights), the next basis
 //!   (power and Chebyshev steps) and the one-block Cholesky QR step ([`cholesky_inverse`]).
 //! - `block_jacobi.rs`: the block Jacobi eigensolver for subspaces too large for one block.
-//! - `blocked_cholesky.rs`: the Cholesky QR step by panels, for subspaces too large for one
-//!   block.
+//! - `packed_cholesky.rs`: the Cholesky QR step in one block per image with the triangle packed
+//!   in shared memory, by panels and register tiles ([`cholesky_inverse_packed`]).
+//! - `blocked_cholesky.rs`: the Cholesky QR step by panels over many blocks, for subspaces too
+//!   large for one block.
 //! - `tridiagonal.rs`: the one-block eigensolver by tridiagonalisation for batches of larger
 //!   subspaces, and its back-transformation; `divide_and_conquer.rs` its tridiagonal stage;
 //!   `tridiagonal_grid.rs` its reduction by a group of blocks per image, for one matrix or a few.
@@ -43,6 +45,7 @@ mod eigensolver;
 mod gemm;
 mod gemm_pipelined;
 mod layout;
+mod packed_cholesky;
 mod passes;
 mod ritz;
 mod ritz_pairs;
@@ -57,6 +60,7 @@ pub use eigensolver::*;
 pub use gemm::*;
 pub use gemm_pipelined::*;
 pub use layout::*;
+pub use packed_cholesky::*;
 pub use passes::*;
 pub use ritz::*;
 pub use ritz_pairs::*;

@@ -1,5 +1,5 @@
 //! The one-pass kernels: the conversions of the input pixels to f64, the seeded random starting
-//! subspace, and the per-image sums of squares of the reconstruction's error.
+//! subspace (or the identity), and the per-image sums of squares of the reconstruction's error.
 
 use gpu_std::math;
 use gpu_std::{kernel, shared, thread};
@@ -38,6 +38,21 @@ pub fn random_subspace(qy: &mut [f64], r: u32, b: u32, batch: u32, seed: u32) {
     let mut i = thread::index_1d();
     while i < r * b {
         qy[((i / b) * 2 * b + i % b) as usize] = uniform_pm1(seed, i);
+        i += thread::grid_stride_1d();
+    }
+}
+
+/// Writes the `r × r` identity into the left half of each image's `r × 2r` work matrix in `qy`
+/// (row-major, images `batch` apart): the basis of the whole space, for the factorisations that
+/// take every eigenpair of the Gram matrix instead of iterating. Grid `(x, 1, images)`, any 1-D
+/// block.
+#[kernel]
+pub fn identity_subspace(qy: &mut [f64], r: u32, batch: u32) {
+    let mut qy = qy.sub(thread::block_idx_z() as usize * batch as usize, (r * 2 * r) as usize);
+    let mut i = thread::index_1d();
+    while i < r * r {
+        let (row, col) = (i / r, i % r);
+        qy[(row * 2 * r + col) as usize] = if row == col { 1.0 } else { 0.0 };
         i += thread::grid_stride_1d();
     }
 }

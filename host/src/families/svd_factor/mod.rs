@@ -48,7 +48,10 @@ pub use factors::{DeviceFactors, Triplets};
 pub use host_eigensolver::HostEigensolver;
 pub use one_block_jacobi::OneBlockJacobi;
 pub use passes::{finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums};
-pub use plan::{CholeskyMethod, Plan, RitzMethod, subspace_size};
+pub use plan::{
+    CholeskyMethod, GramMethod, ONE_BLOCK_JACOBI_MAX_B, ONE_BLOCK_JACOBI_MIN_IMAGES, PACKED_CHOLESKY_MAX_B,
+    Plan, RitzMethod, WHOLE_GRAM_MAX_IMAGES, WHOLE_GRAM_MAX_R, subspace_size,
+};
 pub use ritz::{RitzPairs, RitzSolver};
 pub use tridiagonal_eigensolver::{TRIDIAGONAL_MAX_B, TridiagonalEigensolver, TridiagonalReduction};
 
@@ -67,12 +70,17 @@ pub fn factor(
 }
 
 /// [`factor`] by the given plan (tests and benchmarks force methods through its fields): the
-/// algorithm of `docs/svd-gpu.md`. Power steps between Rayleigh–Ritz steps where the spectrum
-/// decays fast enough, a Chebyshev filter where it is flat.
+/// algorithm of `docs/svd-gpu.md`. Every eigenpair of `G` at once where the plan says so; else
+/// subspace iteration, with power steps between Rayleigh–Ritz steps where the spectrum decays
+/// fast enough, a Chebyshev filter where it is flat.
 pub fn factor_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<DeviceFactors> {
     let ((m, n), images, b, k) = (plan.dims, plan.images, plan.b, plan.k);
     ensure(a.len() == images * m * n, || format!("{} values for {images} images of {m} × {n}", a.len()))?;
     let mut work = Workspace::new(device, plan, a)?;
+    if plan.method == GramMethod::WholeEigendecomposition {
+        work.gram_eigenpairs()?;
+        return work.extract(IterationCounts::default());
+    }
     work.gram_matrix()?;
     work.start_basis()?;
     let mut counts = IterationCounts::default();

@@ -34,23 +34,70 @@ pub enum RitzMethod {
 }
 
 impl RitzMethod {
-    /// The solver for problems of `b × b` on `device`: [`RitzMethod::OneBlockJacobi`] when its
-    /// work space fits in one block's shared memory, else the [`RitzMethod::Tridiagonal`] solver
-    /// up to its largest `b` ([`TRIDIAGONAL_MAX_B`]), for one image and for batches, and
-    /// [`RitzMethod::BlockJacobi`] beyond. The host's solver is not chosen
-    /// (`docs/benchmarks/eigensolvers.md`: the whole factorisation of one image of 512² at
-    /// `k = 100` took 15.5 ms with the tridiagonal solver, 24.5 with the host's, 43.9 with block
-    /// Jacobi; 4096² at `k = 256`, `b = 512`, 115.1 tridiagonal, 140.4 block Jacobi).
-    pub fn for_problem(device: &Device, b: usize) -> Result<RitzMethod> {
-        Ok(if one_block_fits(device, b)? {
-            RitzMethod::OneBlockJacobi
-        } else if b <= TRIDIAGONAL_MAX_B {
-            RitzMethod::Tridiagonal
-        } else {
-            RitzMethod::BlockJacobi
-        })
+    /// The solver for `images` problems of `b × b` on `device`: [`RitzMethod::OneBlockJacobi`]
+    /// for batches of more than [`ONE_BLOCK_JACOBI_MIN_IMAGES`] with `b` below
+    /// [`ONE_BLOCK_JACOBI_MAX_B`] (where its work space fits one block's shared memory), else the
+    /// [`RitzMethod::Tridiagonal`] solver up to its largest `b` ([`TRIDIAGONAL_MAX_B`]), and
+    /// [`RitzMethod::BlockJacobi`] beyond. Measured on an H100 (`benches/svd_factor --ritz`, one
+    /// call): at `b = 104` the tridiagonal solver took 0.89–0.96 ms for one matrix, 0.93–1.00 for
+    /// 16 and 1.36–1.52 for 64, the Jacobi one 4.6–5.2 ms for each. The host's solver is not
+    /// chosen (`docs/benchmarks/eigensolvers.md`).
+    pub fn for_problem(device: &Device, b: usize, images: usize) -> Result<RitzMethod> {
+        Ok(
+            if images > ONE_BLOCK_JACOBI_MIN_IMAGES
+                && b < ONE_BLOCK_JACOBI_MAX_B
+                && one_block_fits(device, b)?
+            {
+                RitzMethod::OneBlockJacobi
+            } else if b <= TRIDIAGONAL_MAX_B {
+                RitzMethod::Tridiagonal
+            } else {
+                RitzMethod::BlockJacobi
+            },
+        )
     }
 }
+
+/// Batches of at most this many images take the tridiagonal Ritz solver at every `b`
+/// ([`RitzMethod::for_problem`]).
+pub const ONE_BLOCK_JACOBI_MIN_IMAGES: usize = 16;
+/// From this `b` on every batch takes the tridiagonal Ritz solver ([`RitzMethod::for_problem`]).
+pub const ONE_BLOCK_JACOBI_MAX_B: usize = 104;
+
+/// How the leading eigenpairs of each Gram matrix are found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GramMethod {
+    /// Subspace iteration with Rayleigh–Ritz on `b < r` columns (`docs/svd-gpu.md`).
+    SubspaceIteration,
+    /// Every eigenpair of `G` at once, by the Ritz solver on `G` itself (`b = r`): one solve, no
+    /// iteration, no Cholesky QR and no wait for the host. For small Gram matrices, where one
+    /// solve of `r × r` costs less than the iteration's solves of `b × b` and its products.
+    WholeEigendecomposition,
+}
+
+impl GramMethod {
+    /// [`GramMethod::WholeEigendecomposition`] on a GPU for batches of at most
+    /// [`WHOLE_GRAM_MAX_IMAGES`] whose Gram matrix is at most 256 × 256, or at most
+    /// [`WHOLE_GRAM_MAX_R`] with a subspace of at least 64 columns; else
+    /// [`GramMethod::SubspaceIteration`]. Measured on an H100 (`docs/svd-gpu.md`, "Measured"):
+    /// 512² at `k = 100` 7.1 ms whole against 11.9 iterating, 16 × 512² 14.7 against 17.6, 256²
+    /// at `k = 20` 3.0 against 3.8; but 512² at `k = 20` 7.4 against 5.1, and 1024² at `k = 100`
+    /// 17.3 against 14.4.
+    pub fn for_problem(device: &Device, r: usize, b: usize, images: usize) -> GramMethod {
+        let small_gram = r <= 256 || (r <= WHOLE_GRAM_MAX_R && b >= 64);
+        if device.backend() == Backend::Gpu && small_gram && images <= WHOLE_GRAM_MAX_IMAGES {
+            GramMethod::WholeEigendecomposition
+        } else {
+            GramMethod::SubspaceIteration
+        }
+    }
+}
+
+/// Largest Gram matrix ([`Plan::r`]) decomposed whole by default ([`GramMethod::for_problem`]).
+pub const WHOLE_GRAM_MAX_R: usize = 512;
+/// Most images of a batch whose Gram matrices are decomposed whole by default.
+pub const WHOLE_GRAM_MAX_IMAGES: usize = 16;
 
 /// How Cholesky QR factors each `b × b` Gram matrix and inverts its factor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -58,22 +105,45 @@ impl RitzMethod {
 pub enum CholeskyMethod {
     /// In one thread block per image ([`kf::cholesky_inverse`]), beside the one-block Jacobi.
     OneBlock,
+    /// In one thread block per image with the triangle packed in shared memory, by panels and
+    /// register tiles ([`kf::cholesky_inverse_packed`]).
+    Packed,
     /// In panels over many blocks ([`blocked_cholesky_inverse`](super::blocked_cholesky_inverse)).
     Blocked,
 }
 
 impl CholeskyMethod {
-    /// [`CholeskyMethod::OneBlock`] where its work space fits in one block's shared memory,
-    /// [`CholeskyMethod::Blocked`] otherwise.
+    /// [`CholeskyMethod::Packed`] up to [`PACKED_CHOLESKY_MAX_B`] where its packed triangle fits
+    /// in one block's shared memory, [`CholeskyMethod::Blocked`] otherwise. Measured on an H100
+    /// (`docs/svd-gpu.md`): at `b = 104` the packed kernel took 64 × 256² at `k = 50` from 24.9 to
+    /// 22.2 ms against the one-block kernel, and 2048² at `k = 50` from 22.0 to 9.2 ms (with the
+    /// tridiagonal Ritz solver); at `b = 200` it is slower than the blocked one (4096² at
+    /// `k = 100`: 29.3 against 23.2 ms).
     pub fn for_problem(device: &Device, b: usize) -> Result<CholeskyMethod> {
-        Ok(if one_block_fits(device, b)? { CholeskyMethod::OneBlock } else { CholeskyMethod::Blocked })
+        Ok(if b <= PACKED_CHOLESKY_MAX_B && packed_cholesky_fits(device, b)? {
+            CholeskyMethod::Packed
+        } else {
+            CholeskyMethod::Blocked
+        })
     }
+}
+
+/// Largest `b` the plan gives the packed Cholesky ([`CholeskyMethod::for_problem`]).
+pub const PACKED_CHOLESKY_MAX_B: usize = 128;
+
+/// Whether [`kf::cholesky_inverse_packed`]'s packed triangle of `b × b` fits in one block's shared
+/// memory.
+fn packed_cholesky_fits(device: &Device, b: usize) -> Result<bool> {
+    Ok(b as u32 <= kf::cholesky_packed_max_b(device.max_shared_bytes_per_block()?))
 }
 
 /// Whether the one-block kernels' `b × b` work space fits in one block's shared memory.
 fn one_block_fits(device: &Device, b: usize) -> Result<bool> {
     Ok(kf::jacobi_shared_bytes(b as u32) <= device.max_shared_bytes_per_block()?)
 }
+
+/// Most threads of the packed Cholesky's blocks on a GPU (its launch bounds).
+const PACKED_CHOLESKY_MAX_THREADS: u32 = 512;
 
 /// Most threads of the one-block-per-image kernels on a GPU (fewer where their registers allow
 /// fewer; the simulator, which runs a thread per GPU thread, uses 64).
@@ -91,7 +161,11 @@ pub struct Plan {
     pub k: usize,
     /// `r = min(m, n)`: the Gram matrix is `r × r`.
     pub r: usize,
-    /// Columns of the iterated subspace ([`subspace_size`]).
+    /// How the leading eigenpairs of `G` are found: **chosen in [`Plan::new`]** by
+    /// [`GramMethod::for_problem`].
+    pub method: GramMethod,
+    /// Columns of the iterated subspace ([`subspace_size`]), or `r` for the whole
+    /// eigendecomposition.
     pub b: usize,
     /// The Ritz eigensolver: **the one line that chooses it is in [`Plan::new`]**.
     pub ritz: RitzMethod,
@@ -99,6 +173,8 @@ pub struct Plan {
     pub cholesky: CholeskyMethod,
     /// Threads of the one-block-per-image kernels.
     pub one_block_threads: u32,
+    /// Threads of the packed Cholesky's blocks ([`kf::cholesky_inverse_packed`]).
+    pub packed_cholesky_threads: u32,
     /// Dynamic shared memory of the one-block kernels, bytes: their `b × b` work space where it
     /// fits, else 8 (the work space then lies in global memory).
     pub one_block_shared_bytes: u32,
@@ -115,14 +191,31 @@ pub struct Plan {
 
 impl Plan {
     /// The plan for `images` images of `m × n` and `k` triplets each on `device`.
-    pub fn new(device: &Device, (m, n): (usize, usize), images: usize, k: usize) -> Result<Plan> {
+    pub fn new(device: &Device, dims: (usize, usize), images: usize, k: usize) -> Result<Plan> {
+        let r = dims.0.min(dims.1);
+        let method = GramMethod::for_problem(device, r, subspace_size(k, r), images);
+        Plan::with_method(device, dims, images, k, method)
+    }
+
+    /// As [`Plan::new`] with the way to the eigenpairs given (tests and benchmarks force it with
+    /// this; every other choice follows from it as in [`Plan::new`]).
+    pub fn with_method(
+        device: &Device,
+        (m, n): (usize, usize),
+        images: usize,
+        k: usize,
+        method: GramMethod,
+    ) -> Result<Plan> {
         ensure(m > 0 && n > 0 && images > 0, || format!("cannot factor {images} images of {m} × {n}"))?;
         let r = m.min(n);
         ensure(k >= 1 && k <= r, || {
             format!("rank k = {k} is outside 1..={r} (min(rows, cols) of the image)")
         })?;
         ensure(images * m * n.max(m) < (1 << 31), || "batch too large for 32-bit indexing".into())?;
-        let b = subspace_size(k, r);
+        let b = match method {
+            GramMethod::SubspaceIteration => subspace_size(k, r),
+            GramMethod::WholeEigendecomposition => r,
+        };
         let gpu = device.backend() == Backend::Gpu;
         let one_block_threads = if gpu {
             let mut threads = ONE_BLOCK_MAX_THREADS;
@@ -133,15 +226,24 @@ impl Plan {
         } else {
             64
         };
+        let packed_cholesky_threads = if gpu {
+            device.max_threads_per_block(kf::CHOLESKY_INVERSE_PACKED.name())?.min(PACKED_CHOLESKY_MAX_THREADS)
+                / 32
+                * 32
+        } else {
+            64
+        };
         Ok(Plan {
             dims: (m, n),
             images,
             k,
             r,
+            method,
             b,
-            ritz: RitzMethod::for_problem(device, b)?,
+            ritz: RitzMethod::for_problem(device, b, images)?,
             cholesky: CholeskyMethod::for_problem(device, b)?,
             one_block_threads,
+            packed_cholesky_threads,
             one_block_shared_bytes: if one_block_fits(device, b)? {
                 kf::jacobi_shared_bytes(b as u32)
             } else {
@@ -176,6 +278,16 @@ impl Plan {
         }
     }
 
+    /// The launch of [`kf::cholesky_inverse_packed`]: a block per image, the packed triangle in
+    /// shared memory.
+    pub fn packed_cholesky_config(&self) -> LaunchConfig {
+        LaunchConfig {
+            grid: Dim3::x(self.images as u32),
+            block: Dim3::x(self.packed_cholesky_threads),
+            shared_bytes: kf::cholesky_packed_shared_bytes(self.b as u32),
+        }
+    }
+
     /// Whether each image is at least as tall as wide: the Gram matrix is then `AᵀA` and its
     /// eigenvectors the right singular vectors (else `AAᵀ` and the left ones).
     pub fn tall(&self) -> bool {
@@ -194,15 +306,19 @@ impl std::fmt::Display for Plan {
         };
         let cholesky = match self.cholesky {
             CholeskyMethod::OneBlock => "one block per image".to_string(),
+            CholeskyMethod::Packed => "one block per image, packed in shared memory".to_string(),
             CholeskyMethod::Blocked => format!("blocked ({}-row panels)", self.cholesky_panel_rows),
         };
         let space = if self.one_block_shared_bytes > 8 { "shared memory" } else { "global memory" };
+        let method = match self.method {
+            GramMethod::SubspaceIteration => format!("subspace iteration, b = {}", self.b),
+            GramMethod::WholeEigendecomposition => "every eigenpair of G at once".to_string(),
+        };
         writeln!(
             f,
-            "svd plan: {} × {m}×{n}, k = {}, subspace b = {} (Gram {r}×{r})",
+            "svd plan: {} × {m}×{n}, k = {}, Gram {r}×{r}: {method}",
             self.images,
             self.k,
-            self.b,
             r = self.r
         )?;
         writeln!(f, "  Ritz eigensolver: {ritz}; Cholesky QR: {cholesky}")?;
@@ -226,15 +342,23 @@ mod tests {
     use super::*;
 
     /// The Ritz solver per size, as measured (`docs/benchmarks/eigensolvers.md`): one-block
-    /// Jacobi where it fits, the tridiagonal solver up to its largest `b`, block Jacobi beyond.
+    /// Jacobi where it fits for batches, the tridiagonal solver for a few images and up to its
+    /// largest `b`, block Jacobi beyond; the packed Cholesky up to its measured largest `b`.
     #[test]
     fn the_tridiagonal_solver_takes_every_subspace_past_one_block_up_to_its_largest() -> Result<()> {
         let device = Device::simulator();
-        assert_eq!(RitzMethod::for_problem(&device, 40)?, RitzMethod::OneBlockJacobi);
+        let many = ONE_BLOCK_JACOBI_MIN_IMAGES + 1;
+        assert_eq!(RitzMethod::for_problem(&device, 40, many)?, RitzMethod::OneBlockJacobi);
+        assert_eq!(RitzMethod::for_problem(&device, 40, 1)?, RitzMethod::Tridiagonal);
+        assert_eq!(RitzMethod::for_problem(&device, ONE_BLOCK_JACOBI_MAX_B, many)?, RitzMethod::Tridiagonal);
         for b in [128, 200, 320, TRIDIAGONAL_MAX_B] {
-            assert_eq!(RitzMethod::for_problem(&device, b)?, RitzMethod::Tridiagonal, "b = {b}");
+            assert_eq!(RitzMethod::for_problem(&device, b, many)?, RitzMethod::Tridiagonal, "b = {b}");
         }
-        assert_eq!(RitzMethod::for_problem(&device, TRIDIAGONAL_MAX_B + 8)?, RitzMethod::BlockJacobi);
+        assert_eq!(RitzMethod::for_problem(&device, TRIDIAGONAL_MAX_B + 8, 1)?, RitzMethod::BlockJacobi);
+        // The simulator's blocks have 227 KiB of shared memory, as an H100's.
+        assert_eq!(kf::cholesky_packed_max_b(227 * 1024), 239);
+        assert_eq!(CholeskyMethod::for_problem(&device, PACKED_CHOLESKY_MAX_B)?, CholeskyMethod::Packed);
+        assert_eq!(CholeskyMethod::for_problem(&device, PACKED_CHOLESKY_MAX_B + 8)?, CholeskyMethod::Blocked);
         Ok(())
     }
 }

@@ -16,7 +16,7 @@ use super::gemm::{Gemms, operand as op};
 use super::passes::{finish_squared_sums, queue_squared_sums};
 use super::plan::{CholeskyMethod, Plan};
 use super::ritz::{RitzPairs, RitzSolver};
-use crate::launch::device::{Buffer, BufferView, Device, IntoKernelArgs};
+use crate::launch::device::{Buffer, BufferView, BufferViewMut, Device, IntoKernelArgs};
 use crate::launch::error::Result;
 use gpu_std::KernelFn;
 use gpu_std::sim::{Dim3, LaunchConfig};
@@ -35,6 +35,13 @@ fn launch<A: Copy>(
     // SAFETY: the module's argument (its doc): the workspace's buffers, sized from the plan,
     // alive until the queue has finished with them.
     unsafe { device.launch(kernel, cfg, args) }
+}
+
+/// `A_eff`'s layout (`m_eff × r`): `A` for tall images, `Aᵀ` for wide ones.
+fn a_eff(plan: &Plan) -> Layout {
+    let (m, n) = plan.dims;
+    let a = Layout::row_major(n as u32, (m * n) as u32);
+    if plan.tall() { a } else { a.transposed() }
 }
 
 /// The device buffers of one factorisation and the plan they were sized for.
@@ -138,13 +145,6 @@ impl<'a> Workspace<'a> {
         Layout::row_major(b as u32, (b * b) as u32)
     }
 
-    /// `A_eff` (`m_eff × r`): `A` for tall images, `Aᵀ` for wide ones.
-    fn a_eff(&self) -> Layout {
-        let (m, n) = self.plan.dims;
-        let a = Layout::row_major(n as u32, (m * n) as u32);
-        if self.plan.tall() { a } else { a.transposed() }
-    }
-
     /// Kernels over the `r × b` columns of each image (one thread per element, grid-strided).
     fn columns_config(&self) -> LaunchConfig {
         let p = self.plan;
@@ -166,11 +166,33 @@ impl<'a> Workspace<'a> {
 
     /// `G = A_effᵀ·A_eff`, only the upper triangle of blocks computed and mirrored.
     pub(super) fn gram_matrix(&mut self) -> Result<()> {
-        let (r, m_eff) = (self.plan.r, self.plan.dims.0.max(self.plan.dims.1));
-        let (a, a_eff, g_layout) = (self.a, self.a_eff(), self.g_layout());
-        let operands = (op(a, a_eff.transposed()), op(a, a_eff));
+        let g_layout = self.g_layout();
+        let g = self.g.view_mut(..)?;
+        Self::queue_gram_matrix(&mut self.gemms, self.plan, self.a, (g, g_layout))
+    }
+
+    /// Every eigenpair of `G` (the plan's `b` is `r`): `G` written where the Ritz solver reads its
+    /// input and solved, and the identity as the basis, so that the Ritz vectors are `G`'s
+    /// eigenvectors.
+    pub(super) fn gram_eigenpairs(&mut self) -> Result<()> {
+        let r = self.plan.r as u32;
+        Self::queue_gram_matrix(&mut self.gemms, self.plan, self.a, self.solver.input()?)?;
         // SAFETY: the module's argument.
-        unsafe { self.gemms.product(operands, (self.g.view_mut(..)?, g_layout), None, (r, r, m_eff), true) }
+        unsafe { self.solver.solve(self.device, &mut self.pairs)? };
+        launch(self.device, &kf::IDENTITY_SUBSPACE, self.columns_config(), (&mut self.qy, r, r * 2 * r))
+    }
+
+    /// Queues `G = A_effᵀ·A_eff` of the images `a` into `g` (with its layout).
+    fn queue_gram_matrix(
+        gemms: &mut Gemms<'_>,
+        plan: &Plan,
+        a: BufferView<'_, f64>,
+        g: (BufferViewMut<'_, f64>, Layout),
+    ) -> Result<()> {
+        let (m, n) = plan.dims;
+        let operands = (op(a, a_eff(plan).transposed()), op(a, a_eff(plan)));
+        // SAFETY: the module's argument.
+        unsafe { gemms.product(operands, g, None, (plan.r, plan.r, m.max(n)), true) }
     }
 
     /// The starting basis: a seeded random matrix (the same for every image and run of a shape),
@@ -219,6 +241,12 @@ impl<'a> Workspace<'a> {
                 &kf::CHOLESKY_INVERSE,
                 self.plan.one_block_config(),
                 (&*gram, b as u32, scratch, rinv),
+            ),
+            CholeskyMethod::Packed => launch(
+                self.device,
+                &kf::CHOLESKY_INVERSE_PACKED,
+                self.plan.packed_cholesky_config(),
+                (&*gram, b as u32, rinv),
             ),
             // SAFETY: the module's argument.
             CholeskyMethod::Blocked => unsafe {
@@ -405,7 +433,7 @@ impl<'a> Workspace<'a> {
         unsafe {
             self.gemms.product((basis, vectors), (x.view_mut(..)?, x_layout), None, (r, k, b), false)?;
             self.gemms.product((basis, vectors), (gram, gram_side), None, (r, k, b), false)?;
-            let a_times_x = (op(self.a, self.a_eff()), op(x.view(..)?, x_layout));
+            let a_times_x = (op(self.a, a_eff(self.plan)), op(x.view(..)?, x_layout));
             self.gemms.product(a_times_x, (other, other_side), inv_sigma, (m.max(n), k, r), false)?;
         }
         let sigma = device.download(&self.pairs.sigma)?;
