@@ -25,7 +25,7 @@ fn main() -> std::process::ExitCode {
 
 /// The benchmark; without a GPU, or on any failure, its error as one line (`bench::run`).
 fn measure() -> anyhow::Result<()> {
-    let device = Device::gpu(0)?;
+    let device = Device::gpu(0, &kernel_suite::KERNELS)?;
     println!("device: {}", device.describe());
     let props = device_properties()?;
     let peak_gflops = props.sms as f64

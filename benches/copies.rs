@@ -29,7 +29,7 @@ fn main() -> std::process::ExitCode {
 
 /// The benchmark; without a GPU, or on any failure, its error as one line (`bench::run`).
 fn measure() -> anyhow::Result<()> {
-    let device = Device::gpu(0)?;
+    let device = Device::gpu(0, &kernel_suite::KERNELS)?;
     println!("device: {}", device.describe());
     let mut table = Table::new(&["MiB", "path", "H2D ms", "H2D GB/s", "D2H ms", "D2H GB/s", "set-up ms"]);
     let mut staging = device.staging()?;

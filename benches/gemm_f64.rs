@@ -47,7 +47,7 @@ const WARM_UP: usize = 3;
 const RUNS: usize = 15;
 
 fn measure() -> anyhow::Result<()> {
-    let device = Device::gpu(0)?;
+    let device = Device::gpu(0, &kernel_suite::KERNELS)?;
     let sms = device.multiprocessors()?;
     println!("device: {} ({sms} SMs)", device.describe());
     let only_target = std::env::args().any(|a| a == "4") && std::env::args().any(|a| a == "--shapes");

@@ -184,7 +184,7 @@ fn measure() -> anyhow::Result<()> {
 
     // The first device of the process pays for the driver and the context; the PTX-loading devices
     // opened below retain the same (primary) context, so their start-up is mostly the JIT.
-    let device = Device::gpu(0)?;
+    let device = Device::gpu(0, &kernel_suite::KERNELS)?;
     let startup = device.startup().expect("a GPU device");
     println!("device: {}", device.describe());
     println!(
@@ -220,7 +220,7 @@ fn measure() -> anyhow::Result<()> {
         (GpuOptions { force_ptx: true, ..GpuOptions::default() }, ""),
         (GpuOptions { max_registers: Some(MAX_REGISTERS), ..GpuOptions::default() }, capped_note.as_str()),
     ] {
-        let jit_device = Device::gpu_with(0, options)?;
+        let jit_device = Device::gpu_with(0, &kernel_suite::KERNELS, options)?;
         for precision in [Precision::F32, Precision::F64] {
             rows.push(row(&jit_device, &default, Variant::Precise, precision, None, note)?);
         }

@@ -11,7 +11,7 @@ fn main() -> ExitCode {
 
 /// Times the kernel on three sizes and prints the table.
 fn measure() -> anyhow::Result<()> {
-    let device = Device::gpu(0)?;
+    let device = Device::gpu(0, &kernel_suite::KERNELS)?;
     println!("device: {}", device.describe());
     let mut table = Table::new(&["n", "median ms", "min ms", "max ms", "GB/s"]);
     for n in [1usize << 20, 1 << 24, 1 << 26] {

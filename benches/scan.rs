@@ -15,7 +15,7 @@ fn main() -> std::process::ExitCode {
 
 /// The benchmark; without a GPU, or on any failure, its error as one line (`bench::run`).
 fn measure() -> anyhow::Result<()> {
-    let device = Device::gpu(0)?;
+    let device = Device::gpu(0, &kernel_suite::KERNELS)?;
     println!("device: {}", device.describe());
     let mut table = Table::new(&["elements", "median ms", "min ms", "max ms", "GB/s", "end-to-end ms"]);
     let mut rng = SmallRng::seed_from_u64(3);

@@ -47,7 +47,7 @@ fn measure() -> anyhow::Result<()> {
     let mut phases = Table::new(&["phase (3840×2160, f32, gray)", "ms"]);
     let mut row = |phase: &str, ms: f64| phases.row(&[phase.to_string(), format!("{ms:.3}")]);
     let start = Instant::now();
-    let device = Device::gpu(0).context("no usable GPU")?;
+    let device = Device::gpu(0, &kernel_suite::KERNELS).context("no usable GPU")?;
     let open_ms = ms_since(start);
     let s = device.startup().expect("a GPU device");
     row("CUDA driver init (cuInit)", s.init_ms);

@@ -20,7 +20,7 @@ fn main() -> std::process::ExitCode {
 
 /// The benchmark; without a GPU, or on any failure, its error as one line (`bench::run`).
 fn measure() -> anyhow::Result<()> {
-    let device = Device::gpu(0)?;
+    let device = Device::gpu(0, &kernel_suite::KERNELS)?;
     println!("device: {}", device.describe());
     // `SVD_FACTOR_PROFILE=1`: one run per workload with the nvprof-style profile of every kernel.
     let profile = std::env::var("SVD_FACTOR_PROFILE").is_ok_and(|v| v == "1");

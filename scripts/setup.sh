@@ -2,7 +2,7 @@
 # Prepares a machine to build and test the suite. Idempotent; quick once done.
 #
 #  1. Rust: the nightly pinned in rust-toolchain.toml (with rust-src, llvm-tools, rustfmt, clippy)
-#     and the llvm-bitcode-linker component from the toolchain named in build.rs.
+#     and the llvm-bitcode-linker component from the toolchain the kernel builder (gpu-builder) names.
 #  2. CUDA pieces, unless CUDA_HOME/CUDA_PATH (or /usr/local/cuda) holds a toolkit: libdevice,
 #     ptxas and the CUDA headers from NVIDIA's PyPI wheels, unpacked once per machine (in
 #     ${XDG_CACHE_HOME:-~/.cache}/rust-gpu-kernels, shared by every project made from this suite)
@@ -18,7 +18,6 @@ nvcc_wheel="nvidia-cuda-nvcc-cu12==12.9.86"
 runtime_wheel="nvidia-cuda-runtime-cu12==12.9.79"
 # The unpacked wheels, one directory per pair of versions, for every project on this machine.
 machine_cache="${XDG_CACHE_HOME:-$HOME/.cache}/rust-gpu-kernels/cuda-${nvcc_wheel##*==}-${runtime_wheel##*==}"
-linker_toolchain=$(sed -n 's/^const LINKER_TOOLCHAIN: &str = "\(.*\)";/\1/p' "$root/build.rs")
 
 say() { echo "setup: $*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -59,6 +58,17 @@ wait_for_apt() {
 
 # 1. Rust toolchains (rustup reads rust-toolchain.toml in the repository root).
 (cd "$root" && rustup toolchain install >/dev/null 2>&1) || (cd "$root" && rustup toolchain install)
+# The kernel builder's source names the toolchain: this checkout's gpu-builder/, or in a project the
+# crate cargo takes from the suite (a path or a git checkout).
+builder_src=$root/gpu-builder/src/lib.rs
+if [ ! -f "$builder_src" ]; then
+  builder_manifest=$(cd "$root" && cargo metadata --format-version 1 --color never | python3 -c '
+import json, sys
+print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "gpu-builder"))')
+  builder_src=$(dirname "$builder_manifest")/src/lib.rs
+fi
+linker_toolchain=$(sed -n 's/^pub const LINKER_TOOLCHAIN: &str = "\(.*\)";/\1/p' "$builder_src")
+[ -n "$linker_toolchain" ] || { say "no \`pub const LINKER_TOOLCHAIN\` in $builder_src"; exit 1; }
 if ! rustup run "$linker_toolchain" rustc --print sysroot >/dev/null 2>&1 ||
    [ ! -x "$(rustup run "$linker_toolchain" rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/host: //p')/bin/self-contained/llvm-bitcode-linker" ]; then
   say "installing llvm-bitcode-linker ($linker_toolchain)"

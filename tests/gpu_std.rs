@@ -414,7 +414,7 @@ fn run_child(child: &str) -> String {
 #[ignore = "run by printf_on_the_gpu_prints_one_line_per_thread in a process of its own"]
 fn printf_on_the_gpu_child() {
     assert_eq!(std::env::var("GPU_STD_CHILD").as_deref(), Ok("1"), "run as a child only");
-    let device = Device::gpu(0).unwrap();
+    let device = Device::gpu(0, &kernel_suite::KERNELS).unwrap();
     let x = printf_input(70);
     let dx = device.upload(&x).unwrap();
     // SAFETY: the kernel checks its index.
@@ -464,7 +464,7 @@ fn failed_assert_in_the_simulator_is_reported_once_at_its_line() {
 #[ignore = "run by failed_assert_on_the_gpu_names_kernel_thread_and_message in a process of its own"]
 fn failed_assert_on_the_gpu_child() {
     assert_eq!(std::env::var("GPU_STD_CHILD").as_deref(), Ok("1"), "run as a child only");
-    let device = Device::gpu(0).unwrap();
+    let device = Device::gpu(0, &kernel_suite::KERNELS).unwrap();
     let x: Vec<u32> = (0..64).collect();
     let dx = device.upload(&x).unwrap();
     let mut out = device.alloc::<u32>(64).unwrap();

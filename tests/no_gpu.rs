@@ -7,7 +7,7 @@ use std::process::Command;
 
 #[test]
 fn missing_gpu_is_a_clear_error() {
-    let err = Device::gpu(9999).err().expect("GPU 9999 cannot exist");
+    let err = Device::gpu(9999, &kernel_suite::KERNELS).err().expect("GPU 9999 cannot exist");
     assert!(err.is_no_gpu(), "unexpected error kind: {err:?}");
     let text = err.to_string();
     assert!(

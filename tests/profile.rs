@@ -4,7 +4,7 @@
 
 mod common;
 
-use kernel_suite::module;
+use kernel_suite::KERNELS;
 use kernel_suite::svd::{RankK, Variant, reconstruct};
 use ndarray::Array2;
 use std::time::Instant;
@@ -54,9 +54,9 @@ fn profile_matches_ptxas_and_wall_clock() {
     let calls = calls as u64;
     assert_eq!((h2d, d2h), (calls * 4 * (m * k + k + k * n) as u64, calls * 4 * (m * n) as u64));
     // Registers: the driver's count for the loaded cubin is the one ptxas reported at build time.
-    if module::CUBIN.is_some() && device.startup().unwrap().image == kernel_suite::device::ModuleImage::Cubin
+    if KERNELS.cubin.is_some() && device.startup().unwrap().image == kernel_suite::device::ModuleImage::Cubin
     {
-        let built = module::resources("svd_reconstruct_naive").unwrap();
+        let built = KERNELS.resources("svd_reconstruct_naive").unwrap();
         assert_eq!(report.registers("svd_reconstruct_naive"), Some(built.registers as i32));
     }
     let text = report.to_string();

@@ -21,8 +21,8 @@
 //! * [`global`]: 16- and 8-byte global stores that stay one instruction;
 //! * [`grid`]: barriers across the blocks of a cooperative launch.
 //!
-//! A kernel crate compiles twice. For `nvptx64-nvidia-cuda` (by the builder, `build.rs` at the
-//! root) each `#[kernel]` becomes a PTX entry point. For the host, each kernel is a plain function and the
+//! A kernel crate compiles twice. For `nvptx64-nvidia-cuda` (by the builder, the crate
+//! `gpu-builder` that a host package's `build.rs` calls) each `#[kernel]` becomes a PTX entry point. For the host, each kernel is a plain function and the
 //! support layer talks to the CPU simulator ([`sim`]), so tests without a GPU run the real kernel
 //! code.
 //!
@@ -82,7 +82,7 @@
 //! ```
 //!
 //! On the host, [`KernelFn`] descriptors are launched with the buffers themselves for slices:
-//! `device.launch(&SAXPY, cfg, (2.0, &x, &mut y))` (see `kernel_suite::Device::launch`).
+//! `device.launch(&SAXPY, cfg, (2.0, &x, &mut y))` (see `gpu_launch::Device::launch`).
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 #![cfg_attr(

@@ -11,7 +11,7 @@
 //! output is collected in a buffer that the driver prints at the next synchronisation; a failed
 //! `gpu_assert!` prints `file:line: function: block: [x,y,z], thread: [x,y,z] Assertion `cond`
 //! failed.` and stops the kernel, and the host's next wait fails with `CUDA_ERROR_ASSERT`
-//! (`kernel_suite::Error::Kernel` names the kernel). In the simulator each call prints one line
+//! (`gpu_launch::Error::Kernel` names the kernel). In the simulator each call prints one line
 //! prefixed with its block and thread (or adds it to [`capture_output`](crate::sim::capture_output)),
 //! a format that does not fit its arguments panics, and a failed assertion panics at its line
 //! with its message.

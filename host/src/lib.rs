@@ -1,15 +1,17 @@
-//! Host side of the kernel suite: the launch layer and, per kernel family, a safe wrapper with its
-//! CPU reference. The sources are in four folders, one per layer — `launch/` (what a template
-//! copies), `families/`, `job/` (the `svd` job) and `commands/` (what the binaries share):
+//! Host side of the kernel suite: per kernel family, a safe wrapper with its CPU reference, the
+//! `svd` job and what the binaries share. The sources are in three folders, one per layer —
+//! `families/`, `job/` (the `svd` job) and `commands/` (what the binaries share) — on the launch
+//! layer, the crate `gpu-launch` (re-exported as `launch`, its modules and main types at the root):
 //!
-//! * [`module`]: the PTX and cubin the builder (`build.rs`) embedded, and their `ptxas` resources;
+//! * [`KERNELS`]: the PTX and cubin of `kernels/` that the builder (`build.rs`, the crate
+//!   `gpu-builder`) embedded, with their `ptxas` resources, for [`Device::gpu`];
 //! * [`device`]: a [`Device`] (a GPU through `cust`, or the CPU simulator), its [`Buffer`]s and
-//!   typed kernel launches (programmatic dependent launches through `dependent_launch`); [`graph`]:
-//!   launches recorded once and replayed (CUDA graphs);
+//!   typed kernel launches; [`graph`]: launches recorded once and replayed (CUDA graphs);
 //! * [`cli`]: the `--device auto|gpu|sim|cpu` choice shared by every binary;
 //! * [`image_io`]: grayscale images as `ndarray` arrays (PNG/JPEG in, PNG out);
 //! * [`npy`]: NumPy `.npy` files of f32/f64 arrays (written by `svd --npy`, read by `numpy.load`);
-//! * [`bench`](mod@bench): statistics and tables for the benchmark programs in `benches/`;
+//! * [`bench`](mod@bench): statistics and tables for the benchmark programs in `benches/` (from
+//!   `gpu-launch`);
 //! * [`plot`]: line charts as PNG or SVG files;
 //! * [`profile`]: the `--profile` summary (kernels, copies, host costs, resources, occupancy);
 //! * one module per kernel family ([`saxpy`], [`histogram`], [`reduce`], [`scan`], [`transpose`],
@@ -22,7 +24,7 @@
 //! Paths: inside the crate, modules name each other by their real paths
 //! (`crate::job::input_queue::ImageQueue`, `crate::families::svd::metrics`, `super::images`), so
 //! the import graph shows the structure. For the binaries, tests, benchmarks and the Python crate,
-//! the crate root re-exports the modules of `launch/`, `commands/` and `families/` under short
+//! the crate root re-exports the modules of `launch`, `commands/` and `families/` under short
 //! names (`kernel_suite::svd`, `kernel_suite::cli`) and the launch layer's main types; [`job`] is
 //! public as it is (`kernel_suite::job::driver::Engine`), its [`workload`] also re-exported at the
 //! root for the `svd-workload` binary and the benchmarks.
@@ -31,19 +33,22 @@
 mod commands;
 mod families;
 pub mod job;
-mod launch;
 
-pub use commands::{bench, cli, image_io, npy, plot};
+pub use commands::{cli, image_io, npy, plot};
 pub use families::{conv, histogram, lombscargle, reduce, saxpy, scan, spiral, svd, svd_factor, transpose};
+pub use gpu_launch as launch;
 pub use job::workload;
-use launch::dependent_launch;
-pub use launch::{device, error, graph, module, profile};
+pub use launch::{bench, device, error, graph, module, profile};
 
-pub use device::{
-    Backend, Buffer, BufferView, BufferViewMut, CopyTotals, Device, Element, GpuOptions, HostBuffer,
-    IntoKernelArgs, KernelArg, Mark, Queue, Staging, Startup, gpu_count, gpu_of_address,
+pub use launch::{
+    Backend, Buffer, BufferView, BufferViewMut, CopyTotals, Device, Element, EmbeddedKernels, Error,
+    GpuOptions, HostBuffer, IntoKernelArgs, KernelArg, Mark, Queue, Result, Staging, Startup, gpu_count,
+    gpu_of_address,
 };
-pub use error::{Error, Result};
+
+/// The suite's kernels (`kernels/`), compiled and embedded by the builder: what
+/// [`Device::gpu`] loads.
+pub static KERNELS: EmbeddedKernels = gpu_launch::embedded_kernels!();
 
 /// The floating-point type of a kernel's arithmetic (its inputs are rounded to it once); every
 /// command's `--precision`. CPU references compute in f64.
@@ -67,4 +72,4 @@ impl std::fmt::Display for Precision {
         })
     }
 }
-pub use gpu_std::sim::{Dim3, LaunchConfig};
+pub use launch::{Dim3, LaunchConfig};

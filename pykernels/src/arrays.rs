@@ -15,7 +15,7 @@
 use dlpark::ffi::{DLDataType, DLDevice, DLDeviceType};
 use dlpark::python::{DlpackStream, ImportRequest, ImportedDlpack, StreamArg};
 use dlpark::{DlpackFlags, python::consumer::stream};
-use kernel_suite::{Device, Queue};
+use gpu_launch::{Device, Queue};
 use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -157,7 +157,7 @@ pub(crate) fn either(accepted: &[Dtype], describe: impl Fn(Dtype) -> String) -> 
 
 /// A Rust element type that arrays hold: what [`Call::input`](crate::Call::input) and
 /// [`Call::output`](crate::Call::output) check an array's dtype against.
-pub trait ArrayElement: kernel_suite::Element {
+pub trait ArrayElement: gpu_launch::Element {
     /// The arrays' dtype.
     const DTYPE: Dtype;
 }
@@ -238,20 +238,20 @@ impl ForeignArray {
     ///
     /// # Safety
     /// The array's memory is what the device launched on reads (see [`Memory`]).
-    pub unsafe fn view<T: ArrayElement>(&self) -> kernel_suite::BufferView<'_, T> {
+    pub unsafe fn view<T: ArrayElement>(&self) -> gpu_launch::BufferView<'_, T> {
         assert_eq!(self.dtype, T::DTYPE, "{}: a view of another element type", self.name);
         // SAFETY: a contiguous, aligned array of `len` elements of `T` kept alive by `_owner`.
-        unsafe { kernel_suite::BufferView::from_raw_parts(self.address as *const T, self.len()) }
+        unsafe { gpu_launch::BufferView::from_raw_parts(self.address as *const T, self.len()) }
     }
 
     /// The elements as a kernel's `&mut [T]` (after [`ForeignArray::expect_writable`]).
     ///
     /// # Safety
     /// As for [`ForeignArray::view`]; no other view of these elements is used meanwhile.
-    pub unsafe fn view_mut<T: ArrayElement>(&self) -> kernel_suite::BufferViewMut<'_, T> {
+    pub unsafe fn view_mut<T: ArrayElement>(&self) -> gpu_launch::BufferViewMut<'_, T> {
         assert_eq!(self.dtype, T::DTYPE, "{}: a view of another element type", self.name);
         // SAFETY: as for `view`; the caller guarantees exclusivity.
-        unsafe { kernel_suite::BufferViewMut::from_raw_parts(self.address as *mut T, self.len()) }
+        unsafe { gpu_launch::BufferViewMut::from_raw_parts(self.address as *mut T, self.len()) }
     }
 }
 
@@ -309,7 +309,7 @@ impl<'py> Pending<'py> {
         }
         if let Ok(interface) = object.getattr("__cuda_array_interface__") {
             let interface = parse_interface(interface.cast::<PyDict>()?, name, &accepted)?;
-            let memory = Memory::Gpu(kernel_suite::gpu_of_address(interface.address).map_err(crate::to_py)?);
+            let memory = Memory::Gpu(gpu_launch::gpu_of_address(interface.address).map_err(crate::to_py)?);
             return Ok(Pending::CudaArrayInterface { object: object.clone(), interface, memory, name });
         }
         Err(PyTypeError::new_err(format!(

@@ -13,7 +13,7 @@ use crate::CudaError;
 use crate::arrays::{ArrayElement, ForeignArray, Memory, Pending};
 use crate::devices::{detached, different_devices, gpu_at, simulator, warn};
 use crate::library::{caller_stream, empty_like, stream_handle};
-use kernel_suite::{Buffer, BufferView, BufferViewMut, Device, Queue};
+use gpu_launch::{Buffer, BufferView, BufferViewMut, Device, Queue};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::cell::{OnceCell, RefCell};
@@ -164,7 +164,7 @@ impl<'py> Call<'py> {
     /// Runs `launch` (the binding's kernel launches on the device and queue given) with the GIL
     /// released. GPU arrays: queued on the caller's stream, not waited for; host arrays: done
     /// when their outputs are returned ([`Output::into_result`]).
-    pub fn launch<R>(&self, launch: impl FnOnce(&Device, &Queue) -> kernel_suite::Result<R>) -> PyResult<R> {
+    pub fn launch<R>(&self, launch: impl FnOnce(&Device, &Queue) -> gpu_launch::Result<R>) -> PyResult<R> {
         let place = self.place.get().ok_or_else(|| PyValueError::new_err("a kernel call needs an array"))?;
         detached(self.py, || launch(place.device, place.queue()))
     }
@@ -391,8 +391,8 @@ fn shape_text(shape: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_launch::LaunchConfig;
     use gpu_std::{kernel, thread};
-    use kernel_suite::LaunchConfig;
     use pyo3::types::PyDict;
 
     /// Writes `out[i]` for `i <= out.len()`: one thread (the `len`-th) writes past the end, an

@@ -4,11 +4,21 @@
 
 use crate::arrays::{Dtype, ForeignArray, Memory, Pending};
 use crate::{CudaError, to_py};
-use kernel_suite::{Device, Queue};
+use gpu_launch::{Device, EmbeddedKernels, Queue};
 use pyo3::exceptions::{PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// The extension's kernels, which every GPU loads: set once by [`crate::register`] when the
+/// extension's module is made.
+static KERNELS: OnceLock<&'static EmbeddedKernels> = OnceLock::new();
+
+/// Makes `kernels` the module GPUs load (the first call's, if called again).
+pub(crate) fn use_kernels(kernels: &'static EmbeddedKernels) {
+    KERNELS.get_or_init(|| kernels);
+}
 
 thread_local! {
     /// This Python thread's GPUs by ordinal (or why one cannot be used), each opened once, in the
@@ -24,7 +34,9 @@ pub fn gpu_at(ordinal: u32) -> Result<&'static Device, String> {
         g.borrow_mut()
             .entry(ordinal)
             .or_insert_with(|| {
-                Device::gpu(ordinal).map(|d| &*Box::leak(Box::new(d))).map_err(|e| e.to_string())
+                let kernels =
+                    KERNELS.get().ok_or("the extension registered no kernels (pykernels::register)")?;
+                Device::gpu(ordinal, kernels).map(|d| &*Box::leak(Box::new(d))).map_err(|e| e.to_string())
             })
             .clone()
     })?;
@@ -131,7 +143,7 @@ pub fn check_output(out: &ForeignArray, inputs: &[&ForeignArray]) -> PyResult<()
 /// `work` run with the GIL released (other Python threads run meanwhile), its error a Python
 /// exception ([`to_py`]). `work` runs on this thread, so it may use this thread's devices and
 /// borrow anything, as the launches of a binding do.
-pub fn detached<R>(py: Python<'_>, work: impl FnOnce() -> kernel_suite::Result<R>) -> PyResult<R> {
+pub fn detached<R>(py: Python<'_>, work: impl FnOnce() -> gpu_launch::Result<R>) -> PyResult<R> {
     let work = OnThisThread(work);
     py.detach(move || OnThisThread(work.get()())).get().map_err(to_py)
 }

@@ -28,7 +28,7 @@
 //! `__cuda_array_interface__`) are used in place on the caller's stream, and new outputs are
 //! allocated by the input's library on its GPU; host arrays (NumPy) are copied to the GPU and
 //! back, or run in the simulator ([`call`] has the rules). The extension's module calls
-//! [`register`] for the exceptions; its Python package loads the NVIDIA driver, or a stand-in that
+//! [`register`] for the exceptions and its kernels (`pykernels::register(m, &KERNELS)`); its Python package loads the NVIDIA driver, or a stand-in that
 //! reports no GPU (`python/driver-stub`), before the extension.
 //!
 //! Bindings that dispatch on dtypes or allocate in Python use the parts: [`arrays`] (imports of
@@ -45,7 +45,7 @@ pub mod library;
 pub use arrays::{ArrayElement, Dtype};
 pub use call::{Call, Input, Output};
 
-use kernel_suite::Error;
+use gpu_launch::{EmbeddedKernels, Error};
 use pyo3::exceptions::{PyArithmeticError, PyMemoryError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -105,8 +105,11 @@ pub fn to_py(e: Error) -> PyErr {
 }
 
 /// Adds [`CudaError`], `OutOfMemoryError`, [`NumericalError`] and, for a package's Python code,
-/// `_empty_like` and `_caller_stream` ([`library`]) to the extension's module `m`.
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+/// `_empty_like` and `_caller_stream` ([`library`]) to the extension's module `m`, and makes
+/// `kernels` (the extension's kernels, as `gpu-builder` embedded them) the module every GPU of a
+/// call loads.
+pub fn register(m: &Bound<'_, PyModule>, kernels: &'static EmbeddedKernels) -> PyResult<()> {
+    devices::use_kernels(kernels);
     m.add("CudaError", m.py().get_type::<CudaError>())?;
     m.add("OutOfMemoryError", out_of_memory_error(m.py())?)?;
     m.add("NumericalError", m.py().get_type::<NumericalError>())?;

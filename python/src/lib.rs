@@ -217,7 +217,7 @@ fn _lombscargle_into(
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    pykernels::register(m)?;
+    pykernels::register(m, &kernel_suite::KERNELS)?;
     m.add_function(wrap_pyfunction!(convolve, m)?)?;
     m.add_function(wrap_pyfunction!(lombscargle, m)?)?;
     m.add_function(wrap_pyfunction!(_convolve_into, m)?)?;

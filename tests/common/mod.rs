@@ -20,7 +20,7 @@ pub fn gpu_required() -> bool {
 
 /// The GPU, or `None` after printing `SKIPPED <test>: <reason>` (a failure if the GPU is required).
 pub fn gpu_or_skip(test: &str) -> Option<Device> {
-    match Device::gpu(0) {
+    match Device::gpu(0, &kernel_suite::KERNELS) {
         Ok(device) => {
             device.set_poison_allocations(true);
             Some(device)

@@ -6,6 +6,7 @@
 //! host it also gets a launch descriptor, a constant named after the function in upper case
 //! (`saxpy` → `SAXPY`), that carries the PTX entry name and the argument tuple type, so the
 //! host-side launcher is type-checked against the kernel's signature.
+#![warn(missing_docs)]
 
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
@@ -31,7 +32,7 @@ use syn::{Expr, FnArg, Ident, ItemFn, Pat, Token, Type, parse_macro_input, spann
 /// `FOO_F64`; the generic function itself stays callable.
 ///
 /// `launch_bounds(MAX_THREADS, MIN_BLOCKS)` in the list (alone, or after the types) is CUDA's
-/// `__launch_bounds__`: the builder (`build.rs`, which reads it from the source) adds
+/// `__launch_bounds__`: the builder (`gpu-builder`, which reads it from the source) adds
 /// `.maxntid MAX_THREADS, 1, 1` and `.minnctapersm MIN_BLOCKS` to each of the kernel's PTX
 /// entries, so that ptxas keeps the registers low enough for `MIN_BLOCKS` blocks of `MAX_THREADS`
 /// threads per SM. Launches with more threads fail. The builder reads the attribute line by line:

@@ -371,7 +371,8 @@ fn main() -> ExitCode {
             cases.retain(|c| c.name().contains(filter.as_str()));
         }
         anyhow::ensure!(!cases.is_empty(), "no benchmark case matches the filter");
-        let device = if args.sim { Device::simulator() } else { Device::gpu(args.gpu)? };
+        let device =
+            if args.sim { Device::simulator() } else { Device::gpu(args.gpu, &kernel_suite::KERNELS)? };
         println!("device: {}", device.describe());
         if let Some(s) = device.startup() {
             println!(

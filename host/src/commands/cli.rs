@@ -10,8 +10,7 @@ use std::time::Instant;
 
 /// What `--version` prints after the command's name: the crate version and the kernels' targets
 /// (the PTX any newer GPU JIT-compiles, and the cubin loaded without JIT on a matching GPU).
-pub const VERSION: &str =
-    concat!(env!("CARGO_PKG_VERSION"), " (kernels: ", env!("KERNEL_SUITE_TARGETS"), ")");
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (kernels: ", env!("KERNEL_TARGETS"), ")");
 
 /// `--device`: where a command runs.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,10 +115,12 @@ impl DeviceArgs {
 
     fn open(&self) -> Result<Target> {
         match self.device {
-            DeviceChoice::Gpu => Device::gpu_with(self.gpu, self.gpu_options()).map(Target::Kernels),
+            DeviceChoice::Gpu => {
+                Device::gpu_with(self.gpu, &crate::KERNELS, self.gpu_options()).map(Target::Kernels)
+            }
             DeviceChoice::Sim => Ok(Target::Kernels(Device::simulator())),
             DeviceChoice::Cpu => Ok(Target::CpuReference),
-            DeviceChoice::Auto => match Device::gpu_with(self.gpu, self.gpu_options()) {
+            DeviceChoice::Auto => match Device::gpu_with(self.gpu, &crate::KERNELS, self.gpu_options()) {
                 Ok(device) => Ok(Target::Kernels(device)),
                 Err(e) if e.is_no_gpu() => {
                     eprintln!("note: {e}; falling back to the CPU reference (--device cpu)");

@@ -374,8 +374,8 @@ impl Engine {
         let device = match options.device {
             EngineDevice::Cpu => None,
             EngineDevice::Simulator => Some(Device::simulator()),
-            EngineDevice::Gpu => Some(Device::gpu_with(gpu, options.gpu_options)?),
-            EngineDevice::Auto => match Device::gpu_with(gpu, options.gpu_options) {
+            EngineDevice::Gpu => Some(Device::gpu_with(gpu, &crate::KERNELS, options.gpu_options)?),
+            EngineDevice::Auto => match Device::gpu_with(gpu, &crate::KERNELS, options.gpu_options) {
                 Ok(device) => Some(device),
                 Err(e) if e.is_no_gpu() => {
                     eprintln!("note: {e}; falling back to the CPU reference (--device cpu)");
@@ -575,7 +575,7 @@ impl<'a> RunState<'a> {
         all_open: &Barrier,
         sink: impl Fn(ImageResult) -> error::Result<()> + Sync,
     ) -> anyhow::Result<()> {
-        let opened = Device::gpu_with(gpu, options.gpu_options).and_then(|d| {
+        let opened = Device::gpu_with(gpu, &crate::KERNELS, options.gpu_options).and_then(|d| {
             if options.profile {
                 d.enable_profiling()?;
             }

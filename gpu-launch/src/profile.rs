@@ -5,7 +5,7 @@
 //!
 //! Off by default: a [`Device`](crate::Device) records nothing until
 //! [`Device::enable_profiling`](crate::Device::enable_profiling), so an unprofiled run pays no extra
-//! events or synchronisation. Every binary exposes it as `--profile`.
+//! events or synchronisation. The kernel suite's binaries expose it as `--profile`.
 
 use crate::error::{Result, cuda};
 use cust::device::DeviceAttribute;

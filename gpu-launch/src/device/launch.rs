@@ -46,7 +46,7 @@ impl Device {
     }
 
     /// [`Device::launch_on`], telling the profiler the launch's useful [`Work`] (bytes and flops)
-    /// so that `--profile` reports achieved GB/s and GFLOP/s.
+    /// so that the profile reports achieved GB/s and GFLOP/s.
     ///
     /// # Safety
     /// As for [`Device::launch`].
@@ -66,7 +66,7 @@ impl Device {
     /// kernel's blocks may start, and run what comes before their
     /// [`grid_dependency_synchronize`](gpu_std::thread::grid_dependency_synchronize), while the
     /// kernel queued before it on `queue` is finishing. Saves the gap between two kernels where
-    /// the second can only use the first's results. Under `--profile`, whose events go between
+    /// the second can only use the first's results. While profiling, whose events go between
     /// the kernels, and in the simulator, an ordinary launch.
     ///
     /// # Safety

@@ -1,14 +1,26 @@
-//! The launch layer: one API that runs a kernel on a GPU (through `cust`) or in the CPU simulator.
+//! Devices: one API that runs a kernel on a GPU (through `cust`) or in the CPU simulator.
 //!
-//! ```no_run
-//! use kernel_suite::{Device, LaunchConfig};
-//! # fn main() -> kernel_suite::Result<()> {
-//! let device = Device::gpu(0)?; // or Device::simulator()
+//! ```
+//! use gpu_launch::{Device, LaunchConfig};
+//! use gpu_std::{kernel, thread};
+//!
+//! /// `y[i] = a·x[i] + y[i]`.
+//! #[kernel]
+//! pub fn saxpy(a: f32, x: &[f32], y: &mut [f32]) {
+//!     let i = thread::index_1d() as usize;
+//!     if i < y.len() {
+//!         y[i] = a * x[i] + y[i];
+//!     }
+//! }
+//!
+//! # fn main() -> gpu_launch::Result<()> {
+//! // A GPU is `Device::gpu(0, &KERNELS)`, with the kernels `gpu-builder` embedded.
+//! let device = Device::simulator();
 //! let x = device.upload(&[1.0f32, 2.0, 3.0])?;
 //! let mut y = device.upload(&[10.0f32, 20.0, 30.0])?;
 //! let cfg = LaunchConfig::for_1d(3, 256);
 //! // SAFETY: one thread per element; the slices carry the buffers' lengths.
-//! unsafe { device.launch(&kernels::saxpy::SAXPY, cfg, (2.0, &x, &mut y))? };
+//! unsafe { device.launch(&SAXPY, cfg, (2.0, &x, &mut y))? };
 //! assert_eq!(device.download(&y)?, vec![12.0, 24.0, 36.0]);
 //! # Ok(()) }
 //! ```
@@ -36,7 +48,7 @@ use queue::{QueueStream, new_stream};
 pub use staging::{STAGING_CHUNK_BYTES, Staging};
 
 use crate::error::{Error, Result, cuda, raw};
-use crate::module;
+use crate::module::EmbeddedKernels;
 use crate::profile::{HostCost, Peaks, Recorder, Report};
 use cust::context::Context;
 use cust::device::DeviceAttribute;
@@ -198,14 +210,14 @@ fn init_error(e: CudaError) -> Error {
 }
 
 impl Device {
-    /// The GPU with index `ordinal` (0 is the first), with the embedded kernels loaded: the cubin if
-    /// the GPU's compute capability is the cubin's, else the PTX (JIT-compiled by the driver).
-    pub fn gpu(ordinal: u32) -> Result<Self> {
-        Self::gpu_with(ordinal, GpuOptions::default())
+    /// The GPU with index `ordinal` (0 is the first), with `kernels` loaded: the cubin if the GPU's
+    /// compute capability is the cubin's, else the PTX (JIT-compiled by the driver).
+    pub fn gpu(ordinal: u32, kernels: &'static EmbeddedKernels) -> Result<Self> {
+        Self::gpu_with(ordinal, kernels, GpuOptions::default())
     }
 
     /// [`Device::gpu`] with options: a register cap for the JIT, or the PTX instead of the cubin.
-    pub fn gpu_with(ordinal: u32, options: GpuOptions) -> Result<Self> {
+    pub fn gpu_with(ordinal: u32, kernels: &'static EmbeddedKernels, options: GpuOptions) -> Result<Self> {
         let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
         cust::init(cust::CudaFlags::empty()).map_err(init_error)?;
@@ -222,8 +234,8 @@ impl Device {
         );
         let name = device.name().map_err(cuda("cuDeviceGetName"))?;
         let (major, minor) = compute_capability;
-        if major * 10 + minor < module::MIN_COMPUTE_CAPABILITY {
-            let need = module::MIN_COMPUTE_CAPABILITY;
+        if major * 10 + minor < kernels.min_compute_capability {
+            let need = kernels.min_compute_capability;
             return Err(Error::NoGpu(format!(
                 "GPU {ordinal} ({name}) has compute capability {major}.{minor}; the kernels need {}.{} or newer",
                 need / 10,
@@ -251,8 +263,8 @@ impl Device {
         let context_ms = ms(t);
         let t = Instant::now();
         let load = Phase::new("module load");
-        let cubin_fits = compute_capability.0 * 10 + compute_capability.1 == module::CUBIN_ARCH;
-        let (module, image) = match module::CUBIN {
+        let cubin_fits = compute_capability.0 * 10 + compute_capability.1 == kernels.cubin_arch;
+        let (module, image) = match kernels.cubin {
             Some(cubin) if cubin_fits && !options.force_ptx && options.max_registers.is_none() => (
                 Module::from_cubin(cubin, &[]).map_err(cuda("cuModuleLoadData (cubin)"))?,
                 ModuleImage::Cubin,
@@ -261,7 +273,7 @@ impl Device {
                 let jit: Vec<ModuleJitOption> =
                     options.max_registers.map(ModuleJitOption::MaxRegisters).into_iter().collect();
                 (
-                    Module::from_ptx(module::PTX, &jit).map_err(cuda("cuModuleLoadDataEx (PTX JIT)"))?,
+                    Module::from_ptx(kernels.ptx, &jit).map_err(cuda("cuModuleLoadDataEx (PTX JIT)"))?,
                     ModuleImage::Ptx,
                 )
             }
@@ -288,8 +300,9 @@ impl Device {
         }
     }
 
-    /// Whether the loaded module has kernel `name`: the [`module::HOPPER_KERNELS`] exist only in
-    /// the sm_90a cubin (an H100 or H200 that loaded it, not a PTX JIT); the simulator has all.
+    /// Whether the loaded module has kernel `name`: the
+    /// [`hopper_kernels`](EmbeddedKernels::hopper_kernels) exist only in the sm_90a cubin (an H100
+    /// or H200 that loaded it, not a PTX JIT); the simulator has all.
     pub fn has_kernel(&self, name: &str) -> bool {
         match &self.inner {
             Inner::Gpu(g) => g.module.get_function(name).is_ok(),
