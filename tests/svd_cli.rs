@@ -720,3 +720,164 @@ fn several_gpus_give_one_gpus_results() {
     assert_eq!(one4.len(), 48);
     assert!(one4 == pngs("all4"), "the PNGs of one GPU and all differ");
 }
+
+/// `folder/<name>.png` for each `(name, width, height)`: 8-bit PNGs of seeded noise over a
+/// smooth pattern.
+fn gray_pngs(folder: &Path, images: &[(&str, usize, usize)]) {
+    std::fs::create_dir_all(folder).unwrap();
+    for (seed, &(name, w, h)) in images.iter().enumerate() {
+        let noise = common::random_vec(&mut common::rng(300 + seed as u64), w * h, 0.0, 0.3);
+        let pixels: Vec<u8> = (0..w * h)
+            .map(|p| {
+                let (x, y) = ((p % w) as f32 / w as f32, (p / w) as f32 / h as f32);
+                let v = 0.3 + 0.3 * (5.0 * x).cos() * (3.0 * y).sin() + noise[p];
+                (v.clamp(0.0, 1.0) * 255.0).round() as u8
+            })
+            .collect();
+        kernel_suite::image_io::save_gray8(&folder.join(format!("{name}.png")), &pixels, w, h).unwrap();
+    }
+}
+
+/// Device bytes of a batch of `images` 8-bit images of `rows × cols` for `svd --ranks 2,5 --npy`
+/// in the simulator.
+fn footprint_2_5_npy(rows: usize, cols: usize, images: usize) -> u128 {
+    use kernel_suite::job::footprint::Footprint;
+    use kernel_suite::job::gpu_engine::BATCH_IMAGES;
+    use kernel_suite::job::images::{JobImage, JobOptions, Keep, Pixels};
+    let image = JobImage {
+        index: 0,
+        name: "x".into(),
+        pixels: Pixels::Gray8 { rows, cols, data: vec![0; rows * cols] },
+    };
+    let options = JobOptions {
+        ranks: vec![2, 5],
+        check: false,
+        variant: kernel_suite::svd::Variant::Regtiled,
+        batch_images: BATCH_IMAGES,
+        keep: Keep::Float,
+    };
+    let sim = kernel_suite::Device::simulator();
+    Footprint::of(&sim, &image, &options).unwrap().bytes(images).unwrap()
+}
+
+/// Runs `svd` in `dir` with the simulator's memory set to `memory` bytes (unlimited for `None`):
+/// its exit status, stdout and stderr.
+fn svd_with_memory(dir: &Path, memory: Option<u128>, args: &[&str]) -> (i32, String, String) {
+    let mut command = std::process::Command::new(common::bin("svd", env!("CARGO_BIN_EXE_svd")));
+    command.current_dir(dir).args(args);
+    if let Some(bytes) = memory {
+        command.env("KERNEL_SUITE_SIM_MEMORY", bytes.to_string());
+    }
+    let out = command.output().unwrap();
+    let code = out.status.code().expect("an exit status, not a signal");
+    (code, String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// With device memory for two of its eight images (`KERNEL_SUITE_SIM_MEMORY`, the simulator's
+/// stand-in for a GPU other processes fill), the job runs four batches of two and finishes every
+/// image `ok`, with the `.npy` results of one batch of eight in unlimited memory.
+#[test]
+fn the_job_fits_its_batches_to_the_free_memory() {
+    let dir = scratch("memory-fit");
+    let names: Vec<String> = (0..8).map(|i| format!("img{i}")).collect();
+    let images: Vec<(&str, usize, usize)> = names.iter().map(|n| (n.as_str(), 20, 24)).collect();
+    gray_pngs(&dir.join("images"), &images);
+    let args = |out| ["images", "--ranks", "2,5", "--npy", "--device", "sim", "--profile", "--out-dir", out];
+    let (code, stdout, stderr) = svd_with_memory(&dir, None, &args("full"));
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stderr.contains("1 batch(es), 8 image(s)"), "{stderr}");
+    let two = footprint_2_5_npy(24, 20, 2);
+    let (code, stdout, stderr) = svd_with_memory(&dir, Some(two), &args("fit"));
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stderr.contains("4 batch(es), 8 image(s)"), "{stderr}");
+    let notes: Vec<&str> = stderr.lines().filter(|l| l.starts_with("note: ")).collect();
+    assert_eq!(
+        notes,
+        ["note: --profile needs a GPU; this run is not profiled"],
+        "no batch ran out of memory"
+    );
+    let rows = csv_rows(&dir.join("fit/report.csv"));
+    assert_eq!(rows.len(), 16);
+    assert!(rows.iter().all(|r| r[9] == "ok"), "{rows:?}");
+    for name in &names {
+        for k in [2, 5] {
+            let file = format!("{name}-k{k}.npy");
+            let read = |out: &str| npy::read::<f32, ndarray::Ix2>(&dir.join(out).join(&file)).unwrap();
+            let (full, fit) = (read("full"), read("fit"));
+            let worst = full.iter().zip(&fit).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(full.dim() == (24, 20) && fit.dim() == (24, 20) && worst <= 1e-5, "{file}: {worst}");
+        }
+    }
+}
+
+/// An image that does not fit in the device's memory even alone fails as a bad image does: one
+/// `error:` line naming the memory it needs and what is free, its row `failed` with that text, no
+/// file of it under a final name, the other images done, exit status 3; `--resume` with the
+/// memory to spare then does only that image.
+#[test]
+fn an_image_too_large_for_the_memory_fails_with_status_3_and_resume_finishes_it() {
+    let dir = scratch("memory-too-large");
+    gray_pngs(&dir.join("images"), &[("a", 10, 12), ("b", 20, 24), ("c", 10, 12)]);
+    let (small, large) = (footprint_2_5_npy(12, 10, 1), footprint_2_5_npy(24, 20, 1));
+    let budget = large * 2 / 3;
+    assert!(small < budget);
+    let args = ["images", "--ranks", "2,5", "--npy", "--device", "sim", "--out-dir", "out"];
+    let (code, stdout, stderr) = svd_with_memory(&dir, Some(budget), &args);
+    assert_eq!(code, 3, "stdout: {stdout}\nstderr: {stderr}");
+    let kib = |bytes: u128| format!("{} KiB", bytes.div_ceil(1024));
+    let error = format!(
+        "b (24×20) needs about {} of GPU memory, {} free of {}; free memory on this GPU, or run the image on \
+         another (--gpu N) or on the CPU (--device cpu; --device auto falls back to the CPU by itself)",
+        kib(large),
+        kib(budget),
+        kib(budget)
+    );
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(
+        errors,
+        [
+            format!("error: {error}").as_str(),
+            "error: 1 of 3 image(s) failed; the 2 done are in out/report.csv"
+        ]
+    );
+    let rows = csv_rows(&dir.join("out/report.csv"));
+    let status: Vec<(&str, &str)> = rows.iter().map(|r| (r[0].as_str(), r[9].as_str())).collect();
+    assert_eq!(status, [("a", "ok"), ("a", "ok"), ("b", "failed"), ("c", "ok"), ("c", "ok")]);
+    assert_eq!(rows[2][10], error);
+    let mut written: Vec<String> = std::fs::read_dir(dir.join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(
+        written,
+        [
+            "a-k2.npy",
+            "a-k2.png",
+            "a-k5.npy",
+            "a-k5.png",
+            "a-s.npy",
+            "c-k2.npy",
+            "c-k2.png",
+            "c-k5.npy",
+            "c-k5.png",
+            "c-s.npy",
+            "report.csv",
+            "report.options.json"
+        ]
+    );
+
+    let resume: Vec<&str> = args.iter().copied().chain(["--resume"]).collect();
+    let (code, stdout, stderr) = svd_with_memory(&dir, Some(large), &resume);
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stdout.contains("2 done by an earlier run (--resume)") && stdout.contains("job: 1 images"),
+        "{stdout}"
+    );
+    let rows = csv_rows(&dir.join("out/report.csv"));
+    assert_eq!(rows.len(), 6);
+    assert!(rows.iter().all(|r| r[9] == "ok"), "{rows:?}");
+    for file in ["b-k2.npy", "b-k5.png", "b-s.npy"] {
+        assert!(dir.join("out").join(file).is_file(), "{file}");
+    }
+}

@@ -400,6 +400,7 @@ fn screened_queue(fail_fast: bool) -> (ImageQueue, Arc<AtomicBool>, Arc<Mutex<Ve
             reported.lock().unwrap().push(format!("{} {}: {}", failed.index, failed.name, failed.error));
             Ok(())
         }),
+        noted: Box::new(|note| panic!("no engine runs: {note}")),
     };
     (ImageQueue::new(receiver).screened(screen), stop, failures)
 }
@@ -465,6 +466,7 @@ fn run_cpu_on_a_screened_queue_computes_the_good_images() {
         fail_fast: false,
         stop: Arc::new(AtomicBool::new(false)),
         failed: Box::new(|_| Err(kernel_suite::Error::InvalidInput("report.csv: disk full".into()))),
+        noted: Box::new(|note| panic!("the CPU engine notes nothing: {note}")),
     };
     let sink = |_: ImageResult| -> kernel_suite::Result<()> { panic!("no image after the failure") };
     let err = run_cpu(&ImageQueue::new(receiver).screened(screen), &options(&[1], false), &sink).unwrap_err();
@@ -687,4 +689,315 @@ fn decoders_stay_a_bounded_way_ahead_of_the_queue() {
     );
     let rest: Vec<usize> = std::iter::from_fn(|| queue.next()).map(|image| image.unwrap().index).collect();
     assert_eq!(rest, (1..count).collect::<Vec<_>>());
+}
+
+/// What [`run_gpu_on`] saw: the batches' sizes, each image's result by index, the notes and the
+/// failures (`index name: error`) the queue was told of.
+struct GpuRunSeen {
+    batches: Vec<usize>,
+    results: Vec<ImageResult>,
+    notes: Vec<String>,
+    failures: Vec<String>,
+}
+
+/// Runs the GPU engine on `device` over `images` from a screened queue (as the command runs it),
+/// doing with an image too large for the device what `too_large` says.
+fn run_gpu_on(
+    device: &kernel_suite::Device,
+    images: Vec<JobImage>,
+    options: &JobOptions,
+    too_large: kernel_suite::job::gpu_engine::TooLarge,
+) -> GpuRunSeen {
+    use kernel_suite::job::gpu_engine::run_gpu_staged;
+    let (notes, failures) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
+    let (noted, failed) = (Arc::clone(&notes), Arc::clone(&failures));
+    let screen = Screen {
+        max_rank: *options.ranks.last().unwrap(),
+        fail_fast: false,
+        stop: Arc::new(AtomicBool::new(false)),
+        failed: Box::new(move |f: FailedImage| {
+            failed.lock().unwrap().push(format!("{} {}: {}", f.index, f.name, f.error));
+            Ok(())
+        }),
+        noted: Box::new(move |note| noted.lock().unwrap().push(note.to_string())),
+    };
+    let queue = ImageQueue::from_images(images).screened(screen);
+    let results = Mutex::new(Vec::new());
+    let sink = |r: ImageResult| {
+        results.lock().unwrap().push(r);
+        Ok(())
+    };
+    let spans =
+        run_gpu_staged(device, &mut device.staging().unwrap(), &queue, (options, too_large), &sink).unwrap();
+    drop(queue);
+    let mut results = results.into_inner().unwrap();
+    results.sort_by_key(|r| r.index);
+    let take = |list: Arc<Mutex<Vec<String>>>| Arc::into_inner(list).unwrap().into_inner().unwrap();
+    GpuRunSeen {
+        batches: spans.iter().map(|s| s.images).collect(),
+        results,
+        notes: take(notes),
+        failures: take(failures),
+    }
+}
+
+/// `got` is `want` computed in other batches: the same singular values and reconstructions, up
+/// to the iteration's tolerance (an image's last bits depend on its batch).
+fn assert_same_results(got: &[ImageResult], want: &[ImageResult]) {
+    assert_eq!(
+        got.iter().map(|r| r.index).collect::<Vec<_>>(),
+        want.iter().map(|r| r.index).collect::<Vec<_>>()
+    );
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!((g.rows, g.cols), (w.rows, w.cols), "{}", g.name);
+        for (a, b) in g.singular_values.iter().zip(&w.singular_values) {
+            assert!((a - b).abs() <= 1e-9 * w.singular_values[0], "{}: σ {a} vs {b}", g.name);
+        }
+        for (a, b) in g.ranks.iter().zip(&w.ranks) {
+            let (a, b) = (a.reconstruction.float().unwrap(), b.reconstruction.float().unwrap());
+            let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            assert!(worst <= 1e-5, "{}: reconstructions differ by {worst}", g.name);
+        }
+    }
+}
+
+/// Sizes as the errors and notes print them: KiB below one MiB, rounded up.
+fn kib(bytes: u128) -> String {
+    assert!(bytes < 1 << 20, "the test's sizes are KiB");
+    format!("{} KiB", bytes.div_ceil(1024))
+}
+
+/// Eight 24 × 20 images, and the options of the memory tests.
+fn memory_job() -> (Vec<JobImage>, JobOptions) {
+    let images = (0..8).map(|i| float(i, &format!("img{i}"), random(100 + i as u64, 24, 20))).collect();
+    (images, options(&[2, 5], false))
+}
+
+/// The GPU engine sizes each batch by the device's free memory: in a simulator whose memory
+/// holds a batch of two of the eight images ([`Footprint::bytes`]), it runs four batches of two,
+/// never running out, with the results of one batch of eight in unlimited memory, and gives every
+/// byte back. A batch runs within exactly its footprint (the footprint is not short), and the
+/// footprint is close to what a batch takes: one image does not fit in 95% of its own (measured:
+/// the footprint is 0.0–1% above the peak, for one to three images of 24 × 20 to 200 × 160).
+#[test]
+fn the_gpu_engine_sizes_batches_by_the_free_memory() {
+    use kernel_suite::Device;
+    use kernel_suite::job::footprint::Footprint;
+    use kernel_suite::job::gpu_engine::TooLarge;
+    let (images, options) = memory_job();
+    let unlimited = run_gpu_on(&Device::simulator(), images.clone(), &options, TooLarge::Fail);
+    assert_eq!(unlimited.batches, [8]);
+
+    let sim = Device::simulator();
+    let footprint = Footprint::of(&sim, &images[0], &options).unwrap();
+    let bytes = |images| footprint.bytes(images).unwrap();
+    let two = bytes(2);
+    assert!(bytes(1) < two && two < bytes(3), "{} {two} {}", bytes(1), bytes(3));
+    assert_eq!((footprint.images_within(two, 256), footprint.images_within(two - 1, 256)), (2, 1));
+    let device = Device::simulator_with_memory(two as usize, true);
+    let limited = run_gpu_on(&device, images.clone(), &options, TooLarge::Fail);
+    assert_eq!(limited.batches, [2, 2, 2, 2]);
+    assert!(
+        limited.notes.is_empty() && limited.failures.is_empty(),
+        "{:?} {:?}",
+        limited.notes,
+        limited.failures
+    );
+    assert_same_results(&limited.results, &unlimited.results);
+    assert_eq!(device.free_memory(), Some((two as usize, two as usize)));
+
+    let short = (bytes(1) * 95 / 100) as usize;
+    let seen = run_gpu_on(
+        &Device::simulator_with_memory(short, true),
+        images[..1].to_vec(),
+        &options,
+        TooLarge::Fail,
+    );
+    assert!(seen.results.is_empty() && seen.failures.len() == 1, "{:?}", seen.failures);
+}
+
+/// Where the device does not say what is free, the batches are sized by running out: the batch of
+/// eight that does not fit is freed and run as two of four, each of those as two of two, every
+/// step told in a note with what it needs; every image is done once, as in unlimited memory.
+#[test]
+fn a_batch_that_runs_out_of_memory_is_halved_until_it_fits() {
+    use kernel_suite::Device;
+    use kernel_suite::job::footprint::Footprint;
+    use kernel_suite::job::gpu_engine::TooLarge;
+    let (images, options) = memory_job();
+    let unlimited = run_gpu_on(&Device::simulator(), images.clone(), &options, TooLarge::Fail);
+    let sim = Device::simulator();
+    let footprint = Footprint::of(&sim, &images[0], &options).unwrap();
+    let bytes = |images| footprint.bytes(images).unwrap();
+    let device = Device::simulator_with_memory(bytes(2) as usize, false);
+    let seen = run_gpu_on(&device, images, &options, TooLarge::Fail);
+    assert_eq!(seen.batches, [2, 2, 2, 2]);
+    assert!(seen.failures.is_empty(), "{:?}", seen.failures);
+    assert_same_results(&seen.results, &unlimited.results);
+    let note = |images: usize, most: usize| {
+        format!(
+            "a batch of {images} images of 24×20 needs about {} of GPU memory, the free memory unknown; it runs \
+             as batches of {half} and {half}, and later batches take at most {most} (--batch-images {most} \
+             starts there)",
+            kib(bytes(images)),
+            half = images / 2,
+        )
+    };
+    assert_eq!(seen.notes, [note(8, 4), note(4, 2), note(4, 2)]);
+}
+
+/// An image that does not fit in the free memory even alone is reported failed, once, with the
+/// memory it needs and what is free, and nothing of it reaches the sink; the images of another
+/// shape that fit are done. With `TooLarge::Cpu` (`--device auto`) the CPU factors it instead,
+/// with a note, as the CPU engine would.
+#[test]
+fn an_image_too_large_for_the_free_memory_fails_or_goes_to_the_cpu() {
+    use kernel_suite::Device;
+    use kernel_suite::job::cpu_engine::factor_cpu;
+    use kernel_suite::job::footprint::Footprint;
+    use kernel_suite::job::gpu_engine::TooLarge;
+    let options = options(&[2, 5], false);
+    let small = |i: usize| float(i, &format!("small{i}"), random(200 + i as u64, 12, 10));
+    let images = vec![small(0), float(1, "large", random(201, 24, 20)), small(2)];
+    let sim = Device::simulator();
+    let large = Footprint::of(&sim, &images[1], &options).unwrap().bytes(1).unwrap();
+    let fits = Footprint::of(&sim, &images[0], &options).unwrap().bytes(1).unwrap();
+    let budget = (large * 2 / 3) as usize;
+    assert!(fits < budget as u128, "a small image fits");
+
+    let device = Device::simulator_with_memory(budget, true);
+    let seen = run_gpu_on(&device, images.clone(), &options, TooLarge::Fail);
+    assert_eq!(seen.results.iter().map(|r| r.index).collect::<Vec<_>>(), [0, 2]);
+    assert_eq!(
+        seen.failures,
+        [format!(
+            "1 large: large (24×20) needs about {} of GPU memory, {} free of {}; free memory on this GPU, or run \
+             the image on another (--gpu N) or on the CPU (--device cpu; --device auto falls back to the CPU by \
+             itself)",
+            kib(large),
+            kib(budget as u128),
+            kib(budget as u128)
+        )]
+    );
+    assert!(seen.notes.is_empty(), "{:?}", seen.notes);
+    assert_eq!(device.free_memory(), Some((budget, budget)));
+
+    let seen = run_gpu_on(&device, images.clone(), &options, TooLarge::Cpu);
+    assert_eq!(seen.results.iter().map(|r| r.index).collect::<Vec<_>>(), [0, 1, 2]);
+    assert!(seen.failures.is_empty(), "{:?}", seen.failures);
+    assert_eq!(
+        seen.notes,
+        [format!(
+            "large (24×20) needs about {} of GPU memory, {} free of {}; factored on the CPU instead (--device auto)",
+            kib(large),
+            kib(budget as u128),
+            kib(budget as u128)
+        )]
+    );
+    let cpu = factor_cpu(&images[1], &options, faer::Par::Seq).unwrap();
+    assert_same_results(&seen.results[1..2], &[cpu]);
+}
+
+/// On a GPU whose memory the test fills, as another process would: with 1100 and 900 MiB left,
+/// `svd` on 16 images of 1024² at rank 50 finishes every image `ok`; with less left than one
+/// 2048² image needs, the engine reports the image failed with what it needs and what is free (or
+/// with `TooLarge::Cpu` factors it on the CPU, with a note); with 200 MiB left, `svd` cannot
+/// start: one `error:` line, exit status 1, no file written. `SKIPPED` without a GPU.
+#[test]
+fn the_job_fits_a_gpu_whose_memory_is_mostly_taken() {
+    use kernel_suite::job::footprint::{Footprint, GPU_HEADROOM};
+    use kernel_suite::job::gpu_engine::TooLarge;
+    const TEST: &str = "the_job_fits_a_gpu_whose_memory_is_mostly_taken";
+    let Some(device) = common::gpu_or_skip(TEST) else { return };
+    device.set_poison_allocations(false);
+    const MIB: usize = 1 << 20;
+    // All but `left` bytes of the GPU's memory, held until dropped.
+    let fill = |left: usize| {
+        let (free, _) = device.free_memory().expect("a GPU says what is free");
+        device.alloc::<u8>(free.saturating_sub(left)).unwrap()
+    };
+    let dir = scratch("gpu-memory");
+    let images = dir.join("images");
+    std::fs::create_dir_all(&images).unwrap();
+    for i in 0..16 {
+        let pixels = kernel_suite::workload::procedural_image(i, 1024, 1024);
+        kernel_suite::image_io::save_gray8(
+            &images.join(format!("img{i:02}.png")),
+            pixels.as_slice().unwrap(),
+            1024,
+            1024,
+        )
+        .unwrap();
+    }
+    let svd = |out: &str| {
+        let args = ["images", "--ranks", "50", "--device", "gpu", "--out-dir", out, "--profile"];
+        let out = std::process::Command::new(common::bin("svd", env!("CARGO_BIN_EXE_svd")))
+            .current_dir(&dir)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    for left in [1100, 900] {
+        let hog = fill(left * MIB);
+        let out = format!("left-{left}");
+        let (code, stdout, stderr) = svd(&out);
+        drop(hog);
+        assert_eq!(code, 0, "{left} MiB left\nstdout: {stdout}\nstderr: {stderr}");
+        let report = std::fs::read_to_string(dir.join(&out).join("report.csv")).unwrap();
+        assert_eq!(report.lines().filter(|l| l.contains(",ok,")).count(), 16, "{report}");
+        eprintln!(
+            "{left} MiB left: {}",
+            stderr.lines().filter(|l| l.contains("timeline")).collect::<Vec<_>>().join("; ")
+        );
+    }
+
+    let options = options(&[50], false);
+    let large = float(0, "large", random(7, 2048, 2048));
+    let needs = Footprint::of(&device, &large, &options).unwrap().bytes(1).unwrap();
+    let left = GPU_HEADROOM as usize + needs as usize / 2;
+    let hog = fill(left);
+    let failed = run_gpu_on(&device, vec![large.clone()], &options, TooLarge::Fail);
+    assert!(failed.results.is_empty(), "{:?}", failed.notes);
+    assert_eq!(failed.failures.len(), 1);
+    // `0 large: large (2048×2048) needs about N MiB of GPU memory, F MiB free of T MiB; …`: N at
+    // least the footprint, F at most what was left.
+    let failure = &failed.failures[0];
+    let number = |after: &str| -> usize {
+        let rest = &failure[failure.find(after).unwrap_or_else(|| panic!("{failure}")) + after.len()..];
+        rest.split(' ').next().unwrap().parse().unwrap_or_else(|_| panic!("{failure}"))
+    };
+    assert!(
+        failure.starts_with("0 large: large (2048×2048) needs about ") && failure.contains("(--gpu N)"),
+        "{failure}"
+    );
+    assert!(
+        number("needs about ") as u128 >= needs.div_ceil(MIB as u128),
+        "{failure}: footprint {needs} bytes"
+    );
+    assert!(number("GPU memory, ") <= left.div_ceil(MIB), "{failure}: {left} bytes left");
+    let on_cpu = run_gpu_on(&device, vec![large], &options, TooLarge::Cpu);
+    drop(hog);
+    assert_eq!(on_cpu.results.len(), 1);
+    assert!(
+        on_cpu.notes.len() == 1 && on_cpu.notes[0].ends_with("factored on the CPU instead (--device auto)"),
+        "{:?}",
+        on_cpu.notes
+    );
+
+    let hog = fill(200 * MIB);
+    let (code, stdout, stderr) = svd("starved");
+    drop(hog);
+    assert_eq!(code, 1, "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: GPU 0 has too little free memory to start (")
+            && stderr.contains("(--gpu N)"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(dir.join("starved")).map_or(0, |files| files.count()), 0);
 }

@@ -47,8 +47,27 @@ pub enum Error {
     OutOfMemory {
         /// The buffer's size, bytes.
         bytes: u128,
-        /// The device's free and total memory when it failed, bytes (`None` in the simulator).
+        /// The device's free and total memory when it failed, bytes (`None` in a simulator
+        /// without a size).
         free: Option<(usize, usize)>,
+    },
+    /// Work that does not fit in the device's free memory even at its smallest (one image of the
+    /// `svd` job, where [`Error::OutOfMemory`] names one buffer of it): what it needs in all, what
+    /// is free, and what may help.
+    #[error(
+        "{what} needs about {} of GPU memory, {}; {help}",
+        size(*needed),
+        free.map_or("the free memory unknown".into(), |(free, total)| format!("{} free of {}", size(free as u128), size(total as u128)))
+    )]
+    DoesNotFit {
+        /// What does not fit.
+        what: String,
+        /// Its bytes in all.
+        needed: u128,
+        /// The device's free and total memory, bytes, when it was tried.
+        free: Option<(usize, usize)>,
+        /// What may help.
+        help: String,
     },
     /// A kernel failed in the CPU simulator (an index out of range, a failed `gpu_assert!`, a
     /// barrier some threads never reach …): the simulator's message, which names the kernel, the
@@ -94,14 +113,31 @@ impl Error {
     pub fn is_no_gpu(&self) -> bool {
         matches!(self, Error::NoDriver(_) | Error::NoGpu(_))
     }
+
+    /// Whether this error is a device memory shortage: a buffer that did not fit, or a driver call
+    /// or launch that failed for memory (a stream-ordered allocation, a kernel whose local memory
+    /// the driver could not reserve). Unlike other CUDA failures, the device stays usable after one.
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            Error::OutOfMemory { .. } => true,
+            Error::Cuda { source, .. } | Error::Kernel { source, .. } => *source == CudaError::OutOfMemory,
+            Error::CudaCode { name, .. } => name == "CUDA_ERROR_OUT_OF_MEMORY",
+            _ => false,
+        }
+    }
 }
 
-/// Adapts a `CudaError` from the driver call `call`: `result.map_err(cuda("cuMemAlloc"))`.
 /// Bytes as MiB, rounded up.
 fn mib(bytes: u128) -> u128 {
     bytes.div_ceil(1 << 20)
 }
 
+/// Bytes as MiB, rounded up, or as KiB below one MiB (the simulator's small tests).
+fn size(bytes: u128) -> String {
+    if bytes < 1 << 20 { format!("{} KiB", bytes.div_ceil(1 << 10)) } else { format!("{} MiB", mib(bytes)) }
+}
+
+/// Adapts a `CudaError` from the driver call `call`: `result.map_err(cuda("cuMemAlloc"))`.
 pub(crate) fn cuda(call: &'static str) -> impl FnOnce(CudaError) -> Error {
     move |source| Error::Cuda { call, source }
 }

@@ -9,6 +9,8 @@ use cust::memory::{AsyncCopyDestination, DeviceBuffer, LockedBuffer};
 use rayon::prelude::*;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 impl Device {
@@ -26,6 +28,10 @@ impl Device {
         let wanted = len as u128 * std::mem::size_of::<T>() as u128;
         let out_of_memory = || Error::OutOfMemory { bytes: wanted, free: self.free_memory() };
         let bytes = usize::try_from(wanted).map_err(|_| out_of_memory())?;
+        let charge = match (&self.inner, &self.memory) {
+            (Inner::Simulator, Some(memory)) => Some(memory.charge(bytes).ok_or_else(out_of_memory)?),
+            _ => None,
+        };
         let inner = match &self.inner {
             Inner::Gpu(_) => {
                 let t = Instant::now();
@@ -60,15 +66,20 @@ impl Device {
                 BufferInner::Host(v)
             }
         };
-        Ok(Buffer { inner })
+        Ok(Buffer { inner, _charge: charge })
     }
 
-    /// The GPU's free and total memory, bytes (`cuMemGetInfo`); `None` in the simulator, or where
+    /// The GPU's free and total memory, bytes (`cuMemGetInfo`), or the simulator's where it has a
+    /// size it reports ([`Device::simulator_with_memory`]); `None` in another simulator, or where
     /// the driver does not say.
     pub fn free_memory(&self) -> Option<(usize, usize)> {
         match &self.inner {
             Inner::Gpu(_) => cust::memory::mem_get_info().ok(),
-            Inner::Simulator => None,
+            Inner::Simulator => self
+                .memory
+                .as_ref()
+                .filter(|memory| memory.reports_free)
+                .map(|memory| memory.free_and_total()),
         }
     }
 
@@ -157,7 +168,7 @@ impl Device {
                 })?;
                 let inner =
                     Ordered { ptr, len, stream: stream.as_inner(), element: std::marker::PhantomData };
-                Ok(Buffer { inner: BufferInner::Ordered(inner) })
+                Ok(Buffer { inner: BufferInner::Ordered(inner), _charge: None })
             }
             (Inner::Simulator, None) => self.alloc(len),
             _ => Err(mixed_devices()),
@@ -417,6 +428,50 @@ impl<T: Element> std::ops::DerefMut for HostBuffer<T> {
 /// made it.
 pub struct Buffer<T: Element> {
     pub(super) inner: BufferInner<T>,
+    /// Its bytes of the simulator's sized memory, held for the drop that gives them back.
+    _charge: Option<Charge>,
+}
+
+/// The memory of a simulator with a size ([`Device::simulator_with_memory`]): its buffers'
+/// bytes are counted against it.
+pub(super) struct SimulatedMemory {
+    total: usize,
+    used: AtomicUsize,
+    /// Whether [`Device::free_memory`] says what is left.
+    reports_free: bool,
+}
+
+impl SimulatedMemory {
+    pub(super) fn new(total: usize, reports_free: bool) -> Arc<SimulatedMemory> {
+        Arc::new(SimulatedMemory { total, used: AtomicUsize::new(0), reports_free })
+    }
+
+    /// `bytes` more in use, or `None` where they are not left.
+    fn charge(self: &Arc<Self>, bytes: usize) -> Option<Charge> {
+        self.used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                used.checked_add(bytes).filter(|&after| after <= self.total)
+            })
+            .ok()?;
+        Some(Charge { memory: Arc::clone(self), bytes })
+    }
+
+    /// Free and total bytes, as `cuMemGetInfo` says them.
+    fn free_and_total(&self) -> (usize, usize) {
+        (self.total - self.used.load(Ordering::SeqCst), self.total)
+    }
+}
+
+/// A buffer's bytes of a [`SimulatedMemory`].
+struct Charge {
+    memory: Arc<SimulatedMemory>,
+    bytes: usize,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.memory.used.fetch_sub(self.bytes, Ordering::SeqCst);
+    }
 }
 
 pub(super) enum BufferInner<T: Element> {

@@ -42,6 +42,7 @@ mod queue;
 mod staging;
 
 pub use launch::{IntoKernelArgs, KernelArg};
+use memory::SimulatedMemory;
 pub use memory::{Buffer, BufferView, BufferViewMut, CopyTotals, HostBuffer};
 pub use queue::{Mark, Queue};
 use queue::{QueueStream, new_stream};
@@ -112,6 +113,8 @@ pub struct Device {
     inner: Inner,
     poison: Cell<bool>,
     last_kernel: Cell<&'static str>,
+    /// The simulator's memory when it has a size ([`Device::simulator_with_memory`]).
+    memory: Option<std::sync::Arc<SimulatedMemory>>,
 }
 
 enum Inner {
@@ -383,6 +386,15 @@ impl Device {
         Self::with(Queue { stream: None }, Inner::Simulator)
     }
 
+    /// The CPU simulator with `bytes` of device memory, as a GPU another process shares, so that
+    /// tests can run code that fits its work to the memory: a buffer past what is left is
+    /// [`Error::OutOfMemory`]. With `reports_free`, [`Device::free_memory`] says what is left, as
+    /// `cuMemGetInfo` does; without, as where the driver does not say, the code finds the limit
+    /// only by running out.
+    pub fn simulator_with_memory(bytes: usize, reports_free: bool) -> Self {
+        Self { memory: Some(SimulatedMemory::new(bytes, reports_free)), ..Self::simulator() }
+    }
+
     fn with(queue: Queue, inner: Inner) -> Self {
         Self {
             queue,
@@ -392,6 +404,7 @@ impl Device {
             staging: RefCell::new(None),
             copies: Cell::new(CopyTotals::default()),
             profiler: OnceCell::new(),
+            memory: None,
         }
     }
 

@@ -47,8 +47,10 @@ also <name>-k<k>.npy (float32) and <name>-s.npy (the leading singular values, fl
 <name>-mosaic.png, and report.csv (report-<I>-of-<N>.csv with --shard I/N): name, rows, cols, k, \
 relative_error, eckart_young_bound, sigma_1, frobenius_norm, check_error, status (ok or failed), error.
 
-An image that cannot be read, decoded or factored for the ranks does not stop the job: it is named on \
-stderr and in the report (status failed), and every other image is done.
+An image that cannot be read, decoded or factored for the ranks, or that does not fit in the GPU's free \
+memory even alone, does not stop the job: it is named on stderr and in the report (status failed), and \
+every other image is done (with --device auto, an image too large for the GPU is done on the CPU). \
+Batches fit the GPU's free memory: one that runs out of it all the same is run again in halves, with a note.
 
 Exit status: 0 every image done; 1 the job could not run or a file could not be written (one error \
 line); 3 some images failed (the others are done, as the report says); 130 or 143 stopped by SIGINT \
@@ -115,9 +117,9 @@ struct Args {
     /// Default: the one of --gpu.
     #[arg(long, value_name = "all|0,1,…")]
     gpus: Option<String>,
-    /// Most images factored together on a GPU (default: as many as fit in a batch of 32 Mi pixels;
-    /// with --gpus each GPU takes the next batch when it is free). Fewer bound device memory
-    /// further, and spread a small folder over several GPUs.
+    /// Most images factored together on a GPU (default: as many as fit in a batch of 32 Mi pixels
+    /// and in the GPU's free memory; with --gpus each GPU takes the next batch when it is free).
+    /// Fewer bound device memory further, and spread a small folder over several GPUs.
     #[arg(long, value_name = "N")]
     batch_images: Option<usize>,
     #[command(flatten)]
@@ -361,9 +363,10 @@ impl Report {
     }
 
     /// The queue's screen: a failed image is named on stderr and recorded; the queue stops at
-    /// the first with `--fail-fast`, and at a signal.
+    /// the first with `--fail-fast`, and at a signal; the engines' notes go to stderr.
     fn screen(&self, args: &Args, options: &JobOptions, signal: &Signals) -> Screen {
         let (journal, progress) = (Arc::clone(&self.journal), self.progress.clone());
+        let noting = self.progress.clone();
         Screen {
             max_rank: max_rank(options),
             fail_fast: args.fail_fast,
@@ -373,6 +376,7 @@ impl Report {
                 progress.inc(1);
                 journal.failed(&failed)
             }),
+            noted: Box::new(move |note| noting.suspend(|| eprintln!("note: {note}"))),
         }
     }
 

@@ -6,7 +6,7 @@
 //! reports; everything between is here.
 
 use super::cpu_engine::run_cpu;
-use super::gpu_engine::{BatchSpan, run_gpu, run_gpu_staged};
+use super::gpu_engine::{BatchSpan, TooLarge, run_gpu_staged};
 use super::images::{ImageResult, JobImage, JobOptions, Pixels};
 use super::input_queue::{ImageQueue, decode_file, decode_into_queue, image_name};
 use super::lock::{into_inner, lock, wait};
@@ -328,10 +328,12 @@ impl GpuRun {
 }
 
 impl Engine {
-    /// Opens what runs the job: [`EngineDevice::Cpu`] the CPU engine; `Simulator` the simulator;
-    /// `Gpu`/`Auto` the GPU of [`EngineOptions::gpu`], or those of [`EngineOptions::gpus`] (with
-    /// `Auto`, falling back to the CPU when there is none). Also returns the time spent counting
-    /// the GPUs for `gpus` (it starts the driver), ms.
+    /// Opens what runs the job: [`EngineDevice::Cpu`] the CPU engine; `Simulator` the simulator
+    /// (with the memory of [`SIM_MEMORY_ENV`] where set); `Gpu`/`Auto` the GPU of
+    /// [`EngineOptions::gpu`], or those of [`EngineOptions::gpus`] (with `Auto`, falling back to
+    /// the CPU when there is none, or one GPU's memory is too full to start it). A GPU too full to
+    /// start is an error that says so. Also returns the time spent counting the GPUs for `gpus`
+    /// (it starts the driver), ms.
     pub fn open(options: &EngineOptions) -> anyhow::Result<(Engine, f64)> {
         let choice = options.device;
         if options.gpus.is_some() && matches!(choice, EngineDevice::Cpu | EngineDevice::Simulator) {
@@ -370,18 +372,27 @@ impl Engine {
     }
 
     /// One device: GPU `gpu` (or the simulator, or the CPU), recording its kernels when profiled.
-    fn open_one(options: &EngineOptions, gpu: u32) -> error::Result<Engine> {
+    fn open_one(options: &EngineOptions, gpu: u32) -> anyhow::Result<Engine> {
         let device = match options.device {
             EngineDevice::Cpu => None,
-            EngineDevice::Simulator => Some(Device::simulator()),
-            EngineDevice::Gpu => Some(Device::gpu_with(gpu, &crate::KERNELS, options.gpu_options)?),
+            EngineDevice::Simulator => Some(simulator()?),
+            EngineDevice::Gpu => Some(
+                Device::gpu_with(gpu, &crate::KERNELS, options.gpu_options)
+                    .map_err(|e| start_failure(gpu, e))?,
+            ),
             EngineDevice::Auto => match Device::gpu_with(gpu, &crate::KERNELS, options.gpu_options) {
                 Ok(device) => Some(device),
                 Err(e) if e.is_no_gpu() => {
                     eprintln!("note: {e}; falling back to the CPU reference (--device cpu)");
                     None
                 }
-                Err(e) => return Err(e),
+                Err(e) if e.is_out_of_memory() => {
+                    eprintln!(
+                        "note: GPU {gpu} has too little free memory to start ({e}); falling back to the CPU (--device cpu)"
+                    );
+                    None
+                }
+                Err(e) => return Err(e.into()),
             },
         };
         let recording = match &device {
@@ -392,6 +403,12 @@ impl Engine {
             eprintln!("note: --profile needs a GPU; this run is not profiled");
         }
         Ok(device.map_or(Engine::Cpu, Engine::One))
+    }
+
+    /// What the GPU engine does with an image too large for the GPU: with `--device auto`, the
+    /// CPU takes it.
+    fn too_large(options: &EngineOptions) -> TooLarge {
+        if options.device == EngineDevice::Auto { TooLarge::Cpu } else { TooLarge::Fail }
     }
 
     /// What runs the job, in words.
@@ -439,7 +456,7 @@ impl Engine {
             }
             match self {
                 Engine::Cpu => run.on_cpu(job, sender),
-                Engine::One(device) => run.on_device(device, options.gpu, job, sender),
+                Engine::One(device) => run.on_device(device, options, job, sender),
                 Engine::Many(ordinals) => {
                     let spread = JobOptions {
                         batch_images: job.batch_images.min(images.div_ceil(ordinals.len()).max(1)),
@@ -531,10 +548,22 @@ impl<'a> RunState<'a> {
         self.ended(Instant::now());
     }
 
-    /// The GPU engine on one device (GPU `gpu`, or the simulator), on the calling thread.
-    fn on_device(&self, device: &Device, gpu: u32, job: &JobOptions, sender: SyncSender<ImageResult>) {
+    /// The GPU engine on one device (GPU [`EngineOptions::gpu`], or the simulator), on the calling
+    /// thread.
+    fn on_device(
+        &self,
+        device: &Device,
+        options: &EngineOptions,
+        job: &JobOptions,
+        sender: SyncSender<ImageResult>,
+    ) {
+        let gpu = options.gpu;
         self.started(device.startup().map(|startup| StartupReport { gpu, startup }));
-        match run_gpu(device, self.queue, job, &self.sink(sender)) {
+        let too_large = Engine::too_large(options);
+        let batches = device.staging().and_then(|mut staging| {
+            run_gpu_staged(device, &mut staging, self.queue, (job, too_large), &self.sink(sender))
+        });
+        match batches {
             Ok(batches) => lock(&self.gpu_runs).push(GpuRun { gpu, batches, profile: None }),
             Err(e) => self.failure.record(e.into()),
         }
@@ -583,10 +612,11 @@ impl<'a> RunState<'a> {
             Ok((d, staging))
         });
         all_open.wait();
-        let (opened, mut staging) = opened?;
+        let (opened, mut staging) = opened.map_err(|e| start_failure(gpu, e))?;
         println!("GPU {gpu}: {}", opened.describe());
         self.started(opened.startup().map(|startup| StartupReport { gpu, startup }));
-        let batches = run_gpu_staged(&opened, &mut staging, self.queue, job, &sink)
+        let too_large = Engine::too_large(options);
+        let batches = run_gpu_staged(&opened, &mut staging, self.queue, (job, too_large), &sink)
             .with_context(|| format!("GPU {gpu}"))?;
         self.ended(Instant::now());
         drop(sink);
@@ -645,6 +675,37 @@ impl Encoder<'_> {
             run.ended(at);
         }
         run.encoder_done();
+    }
+}
+
+/// For tests: the simulator's device memory, bytes. With it, `--device sim` sizes its batches by
+/// what is left of it and runs out of it as a GPU with that much memory free does.
+pub const SIM_MEMORY_ENV: &str = "KERNEL_SUITE_SIM_MEMORY";
+
+/// The simulator, with the memory of [`SIM_MEMORY_ENV`] where it is set.
+fn simulator() -> anyhow::Result<Device> {
+    match std::env::var(SIM_MEMORY_ENV) {
+        Ok(text) => {
+            let bytes = text
+                .trim()
+                .parse()
+                .map_err(|_| anyhow!("{SIM_MEMORY_ENV}={text:?}: expected a number of bytes"))?;
+            Ok(Device::simulator_with_memory(bytes, true))
+        }
+        Err(_) => Ok(Device::simulator()),
+    }
+}
+
+/// GPU `gpu`'s failure to open, saying what helps where its memory is too full for the context or
+/// the kernels (another process holds it).
+fn start_failure(gpu: u32, error: error::Error) -> anyhow::Error {
+    if error.is_out_of_memory() {
+        anyhow!(
+            "GPU {gpu} has too little free memory to start ({error}): free memory on it, or run on another \
+             GPU (--gpu N) or on the CPU (--device cpu; --device auto falls back by itself)"
+        )
+    } else {
+        error.into()
     }
 }
 

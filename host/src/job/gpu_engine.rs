@@ -3,9 +3,11 @@
 //! launch per rank, computes the errors on the device and copies back only what the job keeps,
 //! into landing buffers kept from batch to batch.
 
+use super::cpu_engine::factor_cpu;
+use super::footprint::{self, Footprint};
 use super::images::{
-    ImageResult, JobImage, JobOptions, Keep, Pixels, RankResult, Reconstruction, Sink, StageTimes,
-    check_image, check_options,
+    FailedImage, ImageResult, JobImage, JobOptions, Keep, Pixels, RankResult, Reconstruction, Sink,
+    StageTimes, check_image, check_options,
 };
 use super::input_queue::ImageQueue;
 use crate::families::svd::finite::check_finite;
@@ -17,7 +19,8 @@ use crate::families::svd_factor::{
     queue_squared_sums,
 };
 use crate::launch::device::{Buffer, Device, Element, HostBuffer, Mark, Queue, STAGING_CHUNK_BYTES, Staging};
-use crate::launch::error::{Result, ensure};
+use crate::launch::error::{Error, Result, ensure};
+use faer::Par;
 use ndarray::Array2;
 use rayon::prelude::*;
 use std::time::Instant;
@@ -29,17 +32,36 @@ pub const BATCH_PIXELS: usize = 32 << 20;
 /// Most images in one batch.
 pub const BATCH_IMAGES: usize = 256;
 
+/// What the GPU engine does with an image that does not fit in the GPU's free memory even alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TooLarge {
+    /// Reports it failed, naming the memory it needs and what is free, and goes on with the other
+    /// images (`--device gpu`, the simulator).
+    Fail,
+    /// Factors it on the CPU instead, with a note (`--device auto`: a GPU where it serves).
+    Cpu,
+}
+
 /// The GPU engine of the `svd` job: takes decoded images from `queue`, groups consecutive images
-/// of one shape and pixel type into batches (at most [`BATCH_PIXELS`], [`BATCH_IMAGES`] and
-/// [`JobOptions::batch_images`], so device memory stays bounded whatever the folder's size), and per batch uploads the pixels as
-/// they came (bytes for 8-bit images) through pinned staging, converts them on the device,
-/// factors every image ([`svd_factor::factor`]), reconstructs every rank of `options` and
-/// computes each reconstruction's error on the device, and copies back only what
-/// [`JobOptions::keep`] asks for (8-bit pixels quantised on the device for PNGs, f32 values for
-/// `.npy` files, nothing for `--no-images`), each rank's whole batch in one transfer (`Landing`).
-/// Decoding (the producers of `queue`) and encoding
-/// (behind `sink`) run on other threads meanwhile. Device stage times are per batch, shared
-/// equally by its images; `d2h_ms` is each image's share of the batch's copies (host clock).
+/// of one shape and pixel type into batches, and per batch uploads the pixels as they came (bytes
+/// for 8-bit images) through pinned staging, converts them on the device, factors every image
+/// ([`svd_factor::factor`]), reconstructs every rank of `options` and computes each
+/// reconstruction's error on the device, and copies back only what [`JobOptions::keep`] asks for
+/// (8-bit pixels quantised on the device for PNGs, f32 values for `.npy` files, nothing for
+/// `--no-images`), each rank's whole batch in one transfer (`Landing`). Decoding (the producers
+/// of `queue`) and encoding (behind `sink`) run on other threads meanwhile. Device stage times are
+/// per batch, shared equally by its images; `d2h_ms` is each image's share of the batch's copies
+/// (host clock).
+///
+/// Device memory: a batch holds at most [`BATCH_PIXELS`], [`BATCH_IMAGES`] and
+/// [`JobOptions::batch_images`], and no more images than fit in what the device has free before
+/// the batch ([`footprint::room`], [`Footprint`]), so memory stays bounded whatever the folder's
+/// size and the GPU may be shared. A batch that runs out of memory all the same (another process
+/// took memory meanwhile) is freed and run again as two halves, and no later batch of the job is
+/// larger; an image that does not fit even alone is handed to the queue as failed
+/// ([`ImageQueue::fail`]) with the memory it needs and what is free, or with [`TooLarge::Cpu`]
+/// factored on the CPU. Both are told to the user through [`ImageQueue::note`]. Images already
+/// handed to `sink` are never computed again.
 ///
 /// Returns when each batch passed each step ([`BatchSpan`]): the GPU's timeline.
 pub fn run_gpu(
@@ -48,39 +70,180 @@ pub fn run_gpu(
     options: &JobOptions,
     sink: Sink,
 ) -> Result<Vec<BatchSpan>> {
-    run_gpu_staged(device, &mut device.staging()?, queue, options, sink)
+    run_gpu_staged(device, &mut device.staging()?, queue, (options, TooLarge::Fail), sink)
 }
 
 /// [`run_gpu`] with the device's staging made beforehand (page-locking it takes milliseconds, which
-/// several GPUs' engines spend before the job starts, while their contexts open).
+/// several GPUs' engines spend before the job starts, while their contexts open), and what to do
+/// with an image too large for the GPU.
 pub fn run_gpu_staged(
     device: &Device,
     staging: &mut Staging,
     queue: &ImageQueue,
-    options: &JobOptions,
+    (options, too_large): (&JobOptions, TooLarge),
     sink: Sink,
 ) -> Result<Vec<BatchSpan>> {
     check_options(options)?;
-    let mut landing = Landing::default();
-    let most = BATCH_IMAGES.min(options.batch_images);
-    let mut spans = Vec::new();
+    let mut engine = GpuEngine {
+        device,
+        queue,
+        options,
+        too_large,
+        sink,
+        staging,
+        landing: Landing::default(),
+        most: BATCH_IMAGES.min(options.batch_images),
+        spans: Vec::new(),
+    };
     loop {
         let asked = Instant::now();
-        let batch = match queue.next_batch(|image, batch| {
-            let (m, n) = batch[0].pixels.dim();
-            batch_key(&image.pixels) == batch_key(&batch[0].pixels)
-                && batch.len() < most
-                && (batch.len() + 1) * m * n <= BATCH_PIXELS
-        }) {
-            Some(batch) => batch?,
-            None => return Ok(spans),
-        };
+        let Some(batch) = engine.next_batch() else { return Ok(engine.spans) };
+        let batch = batch?;
         let taken = Instant::now();
         for image in &batch {
             check_image(image, options)?;
         }
-        let steps = run_batch(device, &batch, options, (&mut *staging, &mut landing), sink)?;
-        spans.push(BatchSpan { images: batch.len(), asked, taken, steps, handed: Instant::now() });
+        engine.run_fitting(batch, (asked, taken))?;
+    }
+}
+
+/// One device's engine as [`run_gpu_staged`] runs it: what it was given, and what it learned of
+/// the device's memory.
+struct GpuEngine<'a> {
+    device: &'a Device,
+    queue: &'a ImageQueue,
+    options: &'a JobOptions,
+    too_large: TooLarge,
+    sink: Sink<'a>,
+    staging: &'a mut Staging,
+    landing: Landing,
+    /// Most images of a batch: [`BATCH_IMAGES`] and [`JobOptions::batch_images`], lowered to the
+    /// half of a batch that ran out of memory.
+    most: usize,
+    spans: Vec<BatchSpan>,
+}
+
+impl GpuEngine<'_> {
+    /// The queue's next images of one shape and pixel type, as many as the limits allow and the
+    /// device's free memory holds now (always at least one: an image whose footprint exceeds the
+    /// free memory is still tried, in case the footprint overstates it).
+    fn next_batch(&self) -> Option<Result<Vec<JobImage>>> {
+        let room = footprint::room(self.device);
+        // The most images of the batch's shape: found at its first image, within the limits and
+        // the room (unbounded by memory where the free memory is unknown, or the plan refuses the
+        // shape, which the batch then reports).
+        let mut most: Option<usize> = None;
+        self.queue.next_batch(|image, batch| {
+            let most = *most.get_or_insert_with(|| {
+                let (m, n) = batch[0].pixels.dim();
+                let most = self.most.min(BATCH_PIXELS / (m * n)).max(1);
+                let fitting = room.and_then(|room| {
+                    Footprint::of(self.device, &batch[0], self.options)
+                        .ok()
+                        .map(|f| f.images_within(room, most))
+                });
+                fitting.unwrap_or(most)
+            });
+            batch_key(&image.pixels) == batch_key(&batch[0].pixels) && batch.len() < most
+        })
+    }
+
+    /// Runs `batch`, and where it runs out of the device's memory, runs it again in halves (and
+    /// their halves), each freed before the next is tried; one image that does not fit alone goes
+    /// to [`GpuEngine::too_large`]. Each part run is one row of the timeline, all of them with the
+    /// batch's `asked` and `taken` times.
+    fn run_fitting(&mut self, batch: Vec<JobImage>, (asked, taken): (Instant, Instant)) -> Result<()> {
+        // The parts still to run, the next last.
+        let mut parts = vec![batch];
+        while let Some(mut part) = parts.pop() {
+            let free = self.device.free_memory();
+            let error = match run_batch(
+                self.device,
+                &part,
+                self.options,
+                (&mut *self.staging, &mut self.landing),
+                self.sink,
+            ) {
+                Ok(steps) => {
+                    self.spans.push(BatchSpan {
+                        images: part.len(),
+                        asked,
+                        taken,
+                        steps,
+                        handed: Instant::now(),
+                    });
+                    continue;
+                }
+                Err(e) if e.is_out_of_memory() => e,
+                Err(e) => return Err(e),
+            };
+            if part.len() == 1 {
+                let image = part.pop().expect("one image");
+                self.too_large(image, &error, free)?;
+                continue;
+            }
+            let second = part.split_off(part.len().div_ceil(2));
+            self.most = self.most.min(part.len());
+            let (m, n) = part[0].pixels.dim();
+            let images = part.len() + second.len();
+            let help = format!(
+                "it runs as batches of {} and {}, and later batches take at most {} (--batch-images {} \
+                 starts there)",
+                part.len(),
+                second.len(),
+                self.most,
+                self.most
+            );
+            let what = format!("a batch of {images} images of {m}×{n}");
+            let needed = self.needed(&part[0], images, &error, free)?;
+            self.queue.note(&Error::DoesNotFit { what, needed, free, help }.to_string());
+            parts.push(second);
+            parts.push(part);
+        }
+        Ok(())
+    }
+
+    /// An image that ran out of memory alone (`error`; `free`: the device's free memory before it
+    /// was tried): factored on the CPU with a note ([`TooLarge::Cpu`]), or handed to the queue as
+    /// failed with the memory it needs and what was free.
+    fn too_large(&self, image: JobImage, error: &Error, free: Option<(usize, usize)>) -> Result<()> {
+        let (m, n) = image.pixels.dim();
+        let what = format!("{} ({m}×{n})", image.name);
+        let needed = self.needed(&image, 1, error, free)?;
+        match self.too_large {
+            TooLarge::Cpu => {
+                let help = "factored on the CPU instead (--device auto)".to_string();
+                self.queue.note(&Error::DoesNotFit { what, needed, free, help }.to_string());
+                (self.sink)(factor_cpu(&image, self.options, Par::rayon(0))?)
+            }
+            TooLarge::Fail => {
+                let help = "free memory on this GPU, or run the image on another (--gpu N) or on the CPU \
+                            (--device cpu; --device auto falls back to the CPU by itself)"
+                    .to_string();
+                let error = Error::DoesNotFit { what, needed, free, help };
+                self.queue.fail(FailedImage { index: image.index, name: image.name, error })
+            }
+        }
+    }
+
+    /// About what a batch of `images` images like `image` needs, bytes, having run out of memory
+    /// with `error` (`free`: the device's free memory before): the larger of its footprint and
+    /// what it had taken when a buffer failed, with that buffer.
+    fn needed(
+        &self,
+        image: &JobImage,
+        images: usize,
+        error: &Error,
+        free: Option<(usize, usize)>,
+    ) -> Result<u128> {
+        let estimate = Footprint::of(self.device, image, self.options)?.bytes(images)?;
+        let taken = match (error, free) {
+            (Error::OutOfMemory { bytes, free: Some((left, _)) }, Some((before, _))) => {
+                before.saturating_sub(*left) as u128 + bytes
+            }
+            _ => 0,
+        };
+        Ok(estimate.max(taken))
     }
 }
 
@@ -234,7 +397,7 @@ fn reconstruct_ranks(
     let q = device.queue();
     let ((m, n), images, kmax) = (factors.dims, factors.images, factors.k);
     let mn = m * n;
-    let gray_back = options.keep == Keep::Gray8 && !float_back(options);
+    let gray_back = quantised_on_device(options);
     let count = options.ranks.len();
     let mut ranks = BatchRanks {
         outputs: Vec::with_capacity(count),
@@ -275,6 +438,12 @@ fn reconstruct_ranks(
 /// host with the CPU reference).
 fn float_back(options: &JobOptions) -> bool {
     options.keep == Keep::Float || options.check
+}
+
+/// Whether the reconstructions are quantised to 8-bit pixels on the device, as what comes back
+/// for PNGs (a quarter of the f32 bytes).
+pub(super) fn quantised_on_device(options: &JobOptions) -> bool {
+    options.keep == Keep::Gray8 && !float_back(options)
 }
 
 /// Each rank's reconstructions of the whole batch, copied back in one transfer as `options` asks

@@ -31,14 +31,20 @@ pub struct Screen {
     /// Once set (by a signal handler), hand out nothing more: the engines finish what they have
     /// and return.
     pub stop: Arc<AtomicBool>,
-    /// Told of each failed image once, in index order, from the engine thread that met it. An
-    /// error it returns (the failure could not be recorded) is handed to that engine instead, and
-    /// the queue stops.
+    /// Told of each failed image once, from the engine thread that met it: the queue's own in
+    /// index order, and those an engine could not do ([`ImageQueue::fail`]). An error it returns
+    /// (the failure could not be recorded) is handed to that engine instead, and the queue stops.
     pub failed: FailureHook,
+    /// Told, one line each, of what an engine did otherwise than asked ([`ImageQueue::note`]): a
+    /// batch split because it did not fit in the GPU's memory, an image factored on the CPU.
+    pub noted: NoteHook,
 }
 
 /// [`Screen::failed`].
 pub type FailureHook = Box<dyn Fn(FailedImage) -> Result<()> + Send + Sync>;
+
+/// [`Screen::noted`].
+pub type NoteHook = Box<dyn Fn(&str) + Send + Sync>;
 
 /// The job's images, decoded by producer threads and taken by one or more engines (one per GPU).
 /// Thread-safe; yields `None` once every image has been taken, or once it is stopped.
@@ -243,8 +249,7 @@ impl ImageQueue {
                 return None;
             }
             let failed = match (incoming.next()?, &self.screen) {
-                (Err(failed), None) => return Some(Err(failed.error)),
-                (Err(failed), Some(_)) => failed,
+                (Err(failed), _) => failed,
                 (Ok(image), Some(screen)) => {
                     match check_size(&image.name, image.pixels.dim(), screen.max_rank) {
                         Ok(()) => return Some(Ok(image)),
@@ -253,14 +258,30 @@ impl ImageQueue {
                 }
                 (Ok(image), None) => return Some(Ok(image)),
             };
-            let screen = self.screen.as_ref().expect("failures reach here only when screened");
-            let recorded = (screen.failed)(failed);
-            if screen.fail_fast || recorded.is_err() {
-                self.closed.store(true, Ordering::SeqCst);
-            }
-            if let Err(e) = recorded {
+            if let Err(e) = self.fail(failed) {
                 return Some(Err(e));
             }
+        }
+    }
+
+    /// Reports an image an engine took but could not do (it does not fit in the GPU's memory even
+    /// alone) as the queue reports those it screens out: to the screen, which records it and, with
+    /// `fail_fast`, stops the queue; unscreened, as the error returned, which ends the engine.
+    pub fn fail(&self, failed: FailedImage) -> Result<()> {
+        let Some(screen) = &self.screen else { return Err(failed.error) };
+        let recorded = (screen.failed)(failed);
+        if screen.fail_fast || recorded.is_err() {
+            self.closed.store(true, Ordering::SeqCst);
+        }
+        recorded
+    }
+
+    /// Tells the user what an engine did otherwise than asked: through the screen (the command
+    /// prints it past its progress bar), or on stderr unscreened.
+    pub fn note(&self, text: &str) {
+        match &self.screen {
+            Some(screen) => (screen.noted)(text),
+            None => eprintln!("note: {text}"),
         }
     }
 

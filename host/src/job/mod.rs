@@ -5,7 +5,8 @@
 //!   pool (or with images in memory), screening out images that cannot be taken;
 //! * [`cpu_engine`]: the CPU engine (faer, in parallel across images);
 //! * [`gpu_engine`]: the GPU engine (batches factored by `svd_factor`, reconstructed and measured
-//!   on the device, copied back into landing buffers);
+//!   on the device, copied back into landing buffers), its batches sized by the device's free
+//!   memory with [`footprint`] (what a batch takes of it);
 //! * [`driver`]: what runs the job — its sources and shards, the engine on the CPU, one GPU or
 //!   several, opened from [`driver::EngineOptions`], and the encoder threads;
 //! * [`outputs`]: what it writes (images, `.npy` files, mosaics, the report and its journal);
@@ -17,6 +18,7 @@
 
 pub mod cpu_engine;
 pub mod driver;
+pub mod footprint;
 pub mod gpu_engine;
 pub mod images;
 pub mod input_queue;
