@@ -1,10 +1,11 @@
 //! Cholesky QR's small step in one thread block per image, the matrix's triangle packed in shared
 //! memory (up to `b = 239` on an H100): the factorisation by panels of 32 columns, the trailing
-//! update in register tiles, then the inverse by block rows. One image's factorisation is bound
-//! by its `b` dependent steps, not its work: here a step costs two block barriers, and the
-//! `O(b³)` parts run as small register-tiled products, so one block does in tens of µs what the
-//! element-wise one-block kernel ([`cholesky_inverse`](super::cholesky_inverse)) and the blocked
-//! kernels over many blocks (a launch per panel stage) took about 0.55 ms for.
+//! update in register tiles, then the inverse by block rows, its triangular parts a warp per
+//! column with the values broadcast by shuffles. One image's factorisation is bound by its `b`
+//! dependent steps, not its work: here a step of the factorisation costs two block barriers and
+//! the inverse none, where the element-wise one-block kernel
+//! ([`cholesky_inverse`](super::cholesky_inverse)) and the blocked kernels over many blocks (a
+//! launch per panel stage) took about 0.55 ms at `b = 104 … 200` on an H100.
 //!
 //! With `W = L·Lᵀ` (`L` lower triangular, `R = Lᵀ`), `L` is held packed by rows: `(i, j)`, `i ≥ j`,
 //! at `i(i+1)/2 + j` ([`Packed`]), so a row's panel part is contiguous. `R⁻¹ = (L⁻¹)ᵀ`: element
@@ -12,7 +13,7 @@
 
 use super::constants::PIVOT_FLOOR;
 use super::tridiagonal::{Packed, Vector};
-use gpu_std::{kernel, math, shared, thread};
+use gpu_std::{kernel, math, shared, thread, warp};
 
 /// Columns per panel of the factorisation and rows per block row of the inverse.
 const PANEL: usize = 32;
@@ -121,19 +122,33 @@ pub unsafe fn cholesky_inverse_packed(w: &[f64], b: u32, rinv: &mut [f64]) {
             p0 = p1;
         }
 
-        // L⁻¹'s diagonal blocks, a column per thread by forward substitution, into R⁻¹'s rows.
-        let mut c = tid;
+        // L⁻¹'s diagonal blocks into R⁻¹'s rows, a warp per column c, a lane per row of c's block:
+        // forward substitution down the column, each value broadcast from the lane that finishes
+        // it, the sums in registers (reading back global memory just written serialised each step
+        // on its latency).
+        let mut c = warp_id;
         while c < bu {
-            let q1 = (c / PANEL * PANEL + PANEL).min(bu);
-            rinv.set_unchecked(c * bu + c, 1.0 / l.0.get(row(c) + c));
-            for i in c + 1..q1 {
-                let mut s = 0.0;
-                for m in c..i {
-                    s = math::fma(l.0.get(row(i) + m), rinv.get_unchecked(c * bu + m), s);
+            let (q0, q1) = (c / PANEL * PANEL, (c / PANEL * PANEL + PANEL).min(bu));
+            let i = q0 + lane;
+            let mine = i < q1 && i >= c;
+            // Σ L(i, m)·L⁻¹(m, c) over the rows m finished so far, and L⁻¹(i, c) once finished.
+            let (mut sum, mut value) = (0.0f64, 0.0f64);
+            for step in 0..PANEL {
+                let m = q0 + step;
+                let mut finished = 0.0;
+                if lane == step && mine {
+                    value = ((if m == c { 1.0 } else { 0.0 }) - sum) / l.0.get(row(m) + m);
+                    finished = value;
                 }
-                rinv.set_unchecked(c * bu + i, -s / l.0.get(row(i) + i));
+                let finished = warp::shfl_sync(u32::MAX, finished, step as u32);
+                if mine && i > m && m >= c {
+                    sum = math::fma(l.0.get(row(i) + m), finished, sum);
+                }
             }
-            c += nt;
+            if mine {
+                rinv.set_unchecked(c * bu + i, value);
+            }
+            c += warps;
         }
         thread::sync_threads();
 
@@ -167,18 +182,23 @@ pub unsafe fn cholesky_inverse_packed(w: &[f64], b: u32, rinv: &mut [f64]) {
                 t += nt as u32;
             }
             thread::sync_threads();
-            // Then each column c < q0: L⁻¹(i, c) = −Σ_{m ≤ i} L⁻¹(i, m)·T(m, c), from the last row
-            // up, so that the T(m, c) a row reads are not yet overwritten.
-            let mut c = tid;
+            // Then each column c < q0, a warp per column, a lane per row i of the block row:
+            // L⁻¹(i, c) = −Σ_{m ≤ i} L⁻¹(i, m)·T(m, c), the T(m, c) broadcast from their lanes.
+            let mut c = warp_id;
             while c < q0 {
-                for i in (q0..q1).rev() {
-                    let mut s = 0.0;
-                    for m in q0..=i {
-                        s = math::fma(rinv.get_unchecked(m * bu + i), rinv.get_unchecked(c * bu + m), s);
+                let i = q0 + lane;
+                let t = if i < q1 { rinv.get_unchecked(c * bu + i) } else { 0.0 };
+                let mut sum = 0.0f64;
+                for step in 0..PANEL {
+                    let t_m = warp::shfl_sync(u32::MAX, t, step as u32);
+                    if i < q1 && step <= lane {
+                        sum = math::fma(rinv.get_unchecked((q0 + step) * bu + i), t_m, sum);
                     }
-                    rinv.set_unchecked(c * bu + i, -s);
                 }
-                c += nt;
+                if i < q1 {
+                    rinv.set_unchecked(c * bu + i, -sum);
+                }
+                c += warps;
             }
             thread::sync_threads();
             q0 = q1;

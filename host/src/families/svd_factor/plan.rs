@@ -114,11 +114,11 @@ pub enum CholeskyMethod {
 
 impl CholeskyMethod {
     /// [`CholeskyMethod::Packed`] up to [`PACKED_CHOLESKY_MAX_B`] where its packed triangle fits
-    /// in one block's shared memory, [`CholeskyMethod::Blocked`] otherwise. Measured on an H100
+    /// in one block's shared memory, [`CholeskyMethod::Blocked`] otherwise. Measured
     /// (`docs/svd-gpu.md`): at `b = 104` the packed kernel took 64 × 256² at `k = 50` from 24.9 to
-    /// 22.2 ms against the one-block kernel, and 2048² at `k = 50` from 22.0 to 9.2 ms (with the
-    /// tridiagonal Ritz solver); at `b = 200` it is slower than the blocked one (4096² at
-    /// `k = 100`: 29.3 against 23.2 ms).
+    /// 22.2 ms against the one-block kernel (H100), and 2048² at `k = 50` to 7.1–7.2 ms against
+    /// 8.0 with the blocked one (H200, same call); at `b = 200` it is slower than the blocked one
+    /// (4096² at `k = 100`: 24.3–25.1 against 23.5–24.0 ms, H200, same call).
     pub fn for_problem(device: &Device, b: usize) -> Result<CholeskyMethod> {
         Ok(if b <= PACKED_CHOLESKY_MAX_B && packed_cholesky_fits(device, b)? {
             CholeskyMethod::Packed
