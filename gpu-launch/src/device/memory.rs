@@ -425,7 +425,20 @@ impl<T: Element> std::ops::DerefMut for HostBuffer<T> {
 }
 
 /// An array in device memory (or in host memory for the simulator), owned by the [`Device`] that
-/// made it.
+/// made it. Kernels take a buffer, or a view of a range of it, as a slice argument.
+///
+/// ```
+/// use gpu_launch::Device;
+/// # fn main() -> gpu_launch::Result<()> {
+/// let device = Device::simulator();
+/// let mut buffer = device.zeroed::<f64>(4)?;
+/// device.upload_into(&mut buffer, &[1.0, 2.0, 3.0, 4.0])?;
+/// // Elements 1 and 2, as a kernel argument or for a copy; a range past the end is an error.
+/// assert_eq!(buffer.view(1..3)?.len(), 2);
+/// assert!(buffer.view(2..5).is_err());
+/// assert_eq!(device.download(&buffer)?, vec![1.0, 2.0, 3.0, 4.0]);
+/// # Ok(()) }
+/// ```
 pub struct Buffer<T: Element> {
     pub(super) inner: BufferInner<T>,
     /// Its bytes of the simulator's sized memory, held for the drop that gives them back.

@@ -10,6 +10,19 @@ use std::time::Instant;
 
 /// An ordered queue of device work: a CUDA stream on a GPU. Work on different queues may overlap
 /// (copies on the copy engines, kernels on the SMs). In the simulator, work runs when queued.
+///
+/// ```
+/// use gpu_launch::Device;
+/// # fn main() -> gpu_launch::Result<()> {
+/// let device = Device::simulator();
+/// let side = device.new_queue()?;
+/// let mut counts = device.upload(&[7u32; 8])?;
+/// // Zeroed on the side queue; the device's own queue waits for it before using `counts`.
+/// device.zero_on(&side, counts.view_mut(..)?)?;
+/// device.queue_wait(device.queue(), device.mark_on(&side)?)?;
+/// assert_eq!(device.download(&counts)?, vec![0; 8]);
+/// # Ok(()) }
+/// ```
 pub struct Queue {
     pub(super) stream: Option<QueueStream>,
 }
