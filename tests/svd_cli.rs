@@ -35,18 +35,7 @@ const IMAGES: [(&str, usize, usize); 3] = [("a", 40, 30), ("b", 25, 50), ("c", 3
 /// `dir/images` with three 8-bit PNGs of different sizes (smooth patterns plus noise).
 fn image_folder(dir: &Path) -> PathBuf {
     let folder = dir.join("images");
-    std::fs::create_dir_all(&folder).unwrap();
-    for (seed, (name, w, h)) in IMAGES.into_iter().enumerate() {
-        let noise = common::random_vec(&mut common::rng(40 + seed as u64), w * h, 0.0, 0.2);
-        let pixels: Vec<u8> = (0..w * h)
-            .map(|p| {
-                let (x, y) = ((p % w) as f32 / w as f32, (p / w) as f32 / h as f32);
-                let v = 0.4 + 0.3 * (6.0 * x).sin() * (4.0 * y).cos() + noise[p];
-                (v.clamp(0.0, 1.0) * 255.0).round() as u8
-            })
-            .collect();
-        kernel_suite::image_io::save_gray8(&folder.join(format!("{name}.png")), &pixels, w, h).unwrap();
-    }
+    gray_pngs(&folder, &IMAGES, 40);
     folder
 }
 
@@ -721,16 +710,16 @@ fn several_gpus_give_one_gpus_results() {
     assert!(one4 == pngs("all4"), "the PNGs of one GPU and all differ");
 }
 
-/// `folder/<name>.png` for each `(name, width, height)`: 8-bit PNGs of seeded noise over a
-/// smooth pattern.
-fn gray_pngs(folder: &Path, images: &[(&str, usize, usize)]) {
+/// `folder/<name>.png` for each `(name, width, height)`: 8-bit PNGs of noise over a smooth
+/// pattern, image `i`'s noise seeded with `seed + i`.
+fn gray_pngs(folder: &Path, images: &[(&str, usize, usize)], seed: u64) {
     std::fs::create_dir_all(folder).unwrap();
-    for (seed, &(name, w, h)) in images.iter().enumerate() {
-        let noise = common::random_vec(&mut common::rng(300 + seed as u64), w * h, 0.0, 0.3);
+    for (i, &(name, w, h)) in images.iter().enumerate() {
+        let noise = common::random_vec(&mut common::rng(seed + i as u64), w * h, 0.0, 0.2);
         let pixels: Vec<u8> = (0..w * h)
             .map(|p| {
                 let (x, y) = ((p % w) as f32 / w as f32, (p / w) as f32 / h as f32);
-                let v = 0.3 + 0.3 * (5.0 * x).cos() * (3.0 * y).sin() + noise[p];
+                let v = 0.4 + 0.3 * (6.0 * x).sin() * (4.0 * y).cos() + noise[p];
                 (v.clamp(0.0, 1.0) * 255.0).round() as u8
             })
             .collect();
@@ -781,7 +770,7 @@ fn the_job_fits_its_batches_to_the_free_memory() {
     let dir = scratch("memory-fit");
     let names: Vec<String> = (0..8).map(|i| format!("img{i}")).collect();
     let images: Vec<(&str, usize, usize)> = names.iter().map(|n| (n.as_str(), 20, 24)).collect();
-    gray_pngs(&dir.join("images"), &images);
+    gray_pngs(&dir.join("images"), &images, 300);
     let args = |out| ["images", "--ranks", "2,5", "--npy", "--device", "sim", "--profile", "--out-dir", out];
     let (code, stdout, stderr) = svd_with_memory(&dir, None, &args("full"));
     assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
@@ -817,7 +806,7 @@ fn the_job_fits_its_batches_to_the_free_memory() {
 #[test]
 fn an_image_too_large_for_the_memory_fails_with_status_3_and_resume_finishes_it() {
     let dir = scratch("memory-too-large");
-    gray_pngs(&dir.join("images"), &[("a", 10, 12), ("b", 20, 24), ("c", 10, 12)]);
+    gray_pngs(&dir.join("images"), &[("a", 10, 12), ("b", 20, 24), ("c", 10, 12)], 300);
     let (small, large) = (footprint_2_5_npy(12, 10, 1), footprint_2_5_npy(24, 20, 1));
     let budget = large * 2 / 3;
     assert!(small < budget);
