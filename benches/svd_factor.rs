@@ -1,6 +1,6 @@
 //! GPU SVD benchmarks (GPU only): `cargo bench --bench svd_factor` (`-- --one-image`: only the
 //! single images' table; `-- --batches`: only the batches'; `-- --ritz`: only the Ritz
-//! eigensolvers' table).
+//! eigensolvers' table; `-- --cholesky`: only Cholesky QR's small step's table).
 //!
 //! Batches of the workloads (64 × 256², 16 × 1024², 8 × 2048², one 4096²) of procedural
 //! photo-like images, `k = 50` (256 for 4096²), and 16 × 1024² of white noise (a flat spectrum): the device time of the whole factorisation
@@ -30,6 +30,10 @@ fn measure() -> anyhow::Result<()> {
     // `--ritz`: only the table of the Ritz eigensolvers alone.
     if std::env::args().any(|a| a == "--ritz") {
         return ritz_solvers(&device);
+    }
+    // `--cholesky`: only the table of Cholesky QR's small step alone.
+    if std::env::args().any(|a| a == "--cholesky") {
+        return cholesky_steps(&device);
     }
     println!("\n## GPU SVD of a batch (device time, median of 5 after 1 warm-up)\n");
     let mut table = Table::new(&[
@@ -119,14 +123,14 @@ fn measure() -> anyhow::Result<()> {
         ]);
     }
     print!("{}", table.render());
-    // `--batches`: only the table above.
-    if std::env::args().any(|a| a == "--batches") {
-        return Ok(());
-    }
     if profile {
         if let Some(report) = device.profile_report()? {
             print!("{report}");
         }
+        return Ok(());
+    }
+    // `--batches`: only the table above.
+    if std::env::args().any(|a| a == "--batches") {
         return Ok(());
     }
     // The iteration's f64 products, FMA against tensor cores: the Gram matrix of one 4096² image,
@@ -222,6 +226,76 @@ fn measure() -> anyhow::Result<()> {
         }
     }
     print!("{}", table.render());
+    Ok(())
+}
+
+/// Cholesky QR's small step alone (`-- --cholesky`): `R⁻¹` of the Gram matrices of random
+/// `(2b + 9) × b` bases, by every [`CholeskyMethod`] whose work space fits, for one image at
+/// b = 64 … 239 and batches of 16 and 64: device time of the step (the blocked method's input
+/// restored before each run, outside the timing), median of 20 after 3 warm-ups, and the largest
+/// `|R⁻¹ − R⁻¹_packed|` relative to `max |R⁻¹|`.
+fn cholesky_steps(device: &Device) -> anyhow::Result<()> {
+    use rand::{Rng, SeedableRng};
+    println!("\n## Cholesky QR's small step alone (device time, median of 20 after 3 warm-ups)\n");
+    let mut table = Table::new(&["images × b", "method", "median ms", "min ms", "max |Δ| vs packed"]);
+    let cases: &[(usize, usize)] =
+        &[(1, 64), (1, 104), (1, 128), (1, 200), (1, 232), (1, 512), (16, 104), (16, 200), (64, 104)];
+    for &(images, b) in cases {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(b as u64);
+        let x = faer::Mat::<f64>::from_fn(2 * b + 9, b, |_, _| rng.random_range(-1.0..1.0));
+        let gram = x.transpose() * &x;
+        let host: Vec<f64> = (0..images * b * b).map(|e| gram[((e / b) % b, e % b)]).collect();
+        let source = device.upload(&host)?;
+        let mut plan = Plan::new(device, (b, b), images, b / 2)?;
+        anyhow::ensure!(plan.b == b, "plan's b = {} for {b}", plan.b);
+        let mut gram = device.upload(&host)?;
+        let mut rinv = device.alloc::<f64>(images * b * b)?;
+        let mut scratch = device.alloc::<f64>(images * kf::eigen_scratch(b as u32) as usize)?;
+        let mut packed: Option<Vec<f64>> = None;
+        let max_shared = device.max_shared_bytes_per_block()?;
+        for method in [CholeskyMethod::Packed, CholeskyMethod::Blocked, CholeskyMethod::OneBlock] {
+            let fits = match method {
+                CholeskyMethod::Packed => b as u32 <= kf::cholesky_packed_max_b(max_shared),
+                CholeskyMethod::OneBlock => plan.one_block_shared_bytes > 8,
+                CholeskyMethod::Blocked => true,
+            };
+            if !fits {
+                continue;
+            }
+            plan.cholesky = method;
+            let mut times = Vec::new();
+            for _ in 0..23 {
+                device.copy_view(device.queue(), source.view(..)?, gram.view_mut(..)?)?;
+                let t0 = device.mark()?;
+                // SAFETY: the buffers live until the download below waits for the queue.
+                unsafe {
+                    svd_factor::inverse_cholesky_factor(device, &plan, (&mut gram, &mut rinv, &mut scratch))?
+                };
+                let t1 = device.mark()?;
+                times.push(device.elapsed_ms(&t0, &t1)?);
+            }
+            let got = device.download(&rinv)?;
+            let scale = got.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-300);
+            let diff = packed
+                .as_ref()
+                .map_or(0.0, |p| p.iter().zip(&got).map(|(a, g)| (a - g).abs()).fold(0.0, f64::max) / scale);
+            if method == CholeskyMethod::Packed {
+                packed = Some(got);
+            }
+            let st = Stats::of(&times[3..]);
+            table.row(&[
+                format!("{images} × {b}"),
+                format!("{method:?}"),
+                format!("{:.4}", st.median_ms),
+                format!("{:.4}", st.min_ms),
+                format!("{diff:.1e}"),
+            ]);
+        }
+    }
+    print!("{}", table.render());
+    if let Some(report) = device.profile_report()? {
+        println!("\n{report}");
+    }
     Ok(())
 }
 

@@ -1,11 +1,20 @@
 //! Cholesky QR's small step in one thread block per image, the matrix's triangle packed in shared
-//! memory (up to `b = 239` on an H100): the factorisation by panels of 32 columns, the trailing
-//! update in register tiles, then the inverse by block rows, its triangular parts a warp per
-//! column with the values broadcast by shuffles. One image's factorisation is bound by its `b`
-//! dependent steps, not its work: here a step of the factorisation costs two block barriers and
-//! the inverse none, where the element-wise one-block kernel
-//! ([`cholesky_inverse`](super::cholesky_inverse)) and the blocked kernels over many blocks (a
-//! launch per panel stage) took about 0.55 ms at `b = 104 … 200` on an H100.
+//! memory (up to `b = 239` on an H100), factored and inverted there in place. One image's step is
+//! bound by its dependent steps, not its work, so each stage keeps its chain of dependent steps in
+//! registers and one warp, and the block meets at a barrier only between stages:
+//!
+//! - the factorisation by panels of 32 columns: the panel's diagonal block by one warp (a lane per
+//!   row, eight columns at a time in registers, values passed by shuffles), the rows below it a
+//!   thread per row ([`SOLVE`] columns at a time in registers), the trailing matrix in 4 × 4
+//!   register tiles: three barriers per panel;
+//! - the inverse `L⁻¹` in place by block columns from the last (LAPACK's `trtri`): per block
+//!   column the diagonal block's inverse (a warp per column, shuffles), then
+//!   `L⁻¹(below) = −L⁻¹(trailing)·L(below)·L⁻¹(diagonal)` in register tiles.
+//!
+//! Before, a block barrier per column's step of the factorisation and an inverse read back from
+//! global memory made this kernel slower than the blocked kernels over many blocks (0.47 ms at
+//! `b = 200` on an H200) and the element-wise one-block kernel ([`cholesky_inverse`](super::cholesky_inverse))
+//! slower still (0.58 ms at `b = 104`).
 //!
 //! With `W = L·Lᵀ` (`L` lower triangular, `R = Lᵀ`), `L` is held packed by rows: `(i, j)`, `i ≥ j`,
 //! at `i(i+1)/2 + j` ([`Packed`]), so a row's panel part is contiguous. `R⁻¹ = (L⁻¹)ᵀ`: element
@@ -15,10 +24,24 @@ use super::constants::PIVOT_FLOOR;
 use super::tridiagonal::{Packed, Vector};
 use gpu_std::{kernel, math, shared, thread, warp};
 
-/// Columns per panel of the factorisation and rows per block row of the inverse.
+/// Columns per panel of the factorisation and of a block column of the inverse.
 const PANEL: usize = 32;
 /// Rows and columns of each thread's register tile in the products.
 const TILE: usize = 4;
+/// Columns of a row solved together in registers (the unrolled loops stay this short).
+const SOLVE: usize = 8;
+const _: () = assert!(SOLVE == 8, "factor_diagonal_block's unrolled! lists 0..8");
+
+/// `$body` once for each of the listed values of `$a` (literals, so that registers indexed by
+/// `$a` stay registers), in order.
+macro_rules! unrolled {
+    ($a:ident in [$($value:literal),*] $body:block) => {
+        $({
+            let $a: usize = $value;
+            $body
+        })*
+    };
+}
 
 /// Largest `b` of [`cholesky_inverse_packed`] on a device whose blocks have `max_shared_bytes` of
 /// shared memory: the largest with [`cholesky_packed_shared_bytes`] within it.
@@ -31,7 +54,7 @@ pub const fn cholesky_packed_max_b(max_shared_bytes: u32) -> u32 {
 }
 
 /// Dynamic shared memory of [`cholesky_inverse_packed`], bytes: the packed triangle and the
-/// pivots' floors, `8·(b(b+1)/2 + b)`.
+/// pivots' floors (then their reciprocals), `8·(b(b+1)/2 + b)`.
 pub const fn cholesky_packed_shared_bytes(b: u32) -> u32 {
     8 * (b * (b + 1) / 2 + b)
 }
@@ -46,9 +69,6 @@ pub const fn cholesky_packed_shared_bytes(b: u32) -> u32 {
 /// # Safety
 /// The launch gives that shared memory, and each image's `b × b` of `w` and `rinv` lie inside
 /// the slices. Unchecked on the GPU; the simulator checks every access.
-// Loops over the register tiles index them by constant bounds: iterators left `acc` in local
-// memory (a 128-byte stack frame).
-#[allow(clippy::needless_range_loop)]
 #[kernel(launch_bounds(512, 1))]
 pub unsafe fn cholesky_inverse_packed(w: &[f64], b: u32, rinv: &mut [f64]) {
     let img = thread::block_idx_x() as usize;
@@ -56,30 +76,26 @@ pub unsafe fn cholesky_inverse_packed(w: &[f64], b: u32, rinv: &mut [f64]) {
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
     // SAFETY (whole body): the kernel's contract: the image's parts lie inside the slices and the
     // launch gives the shared memory. Between barriers each element is written by one thread, and
-    // read by others only after a barrier (global memory too: a block barrier orders the block's
-    // own global writes).
+    // read by others only after a barrier.
     unsafe {
         let w = w.sub_unchecked(img * bb, bb);
         let mut rinv = rinv.sub_unchecked(img * bb, bb);
         let n_packed = bu * (bu + 1) / 2;
         let l = Packed(Vector { p: shared::region::<f64>(0, n_packed).as_ptr(), len: n_packed });
-        let floors = Vector { p: shared::region::<f64>(8 * n_packed, bu).as_ptr(), len: bu };
+        // The pivots' floors; each replaced by its pivot's reciprocal once factored.
+        let pivots = Vector { p: shared::region::<f64>(8 * n_packed, bu).as_ptr(), len: bu };
         let row = |i: usize| i * (i + 1) / 2;
 
-        // W's upper triangle as L's lower one, a warp per row of W; R⁻¹'s lower triangle zero.
+        // W's upper triangle as L's lower one, a warp per row of W.
         let (lane, warp_id, warps) = (tid % 32, tid / 32, nt / 32);
         let mut r = warp_id;
         while r < bu {
-            let mut c = lane;
+            let mut c = r + lane;
             while c < bu {
-                if r <= c {
-                    let value = w.get_unchecked(r * bu + c);
-                    l.set(c, r, value);
-                    if r == c {
-                        floors.set(r, PIVOT_FLOOR * value);
-                    }
-                } else {
-                    rinv.set_unchecked(r * bu + c, 0.0);
+                let value = w.get_unchecked(r * bu + c);
+                l.set(c, r, value);
+                if r == c {
+                    pivots.set(r, PIVOT_FLOOR * value);
                 }
                 c += 32;
             }
@@ -90,163 +106,378 @@ pub unsafe fn cholesky_inverse_packed(w: &[f64], b: u32, rinv: &mut [f64]) {
         let mut p0 = 0;
         while p0 < bu {
             let p1 = (p0 + PANEL).min(bu);
-            factor_panel(l, floors, bu, (p0, p1), (tid, nt));
-            // The trailing matrix: L(i, c) −= Σ_q L(i, q)·L(c, q) over the panel's columns q, for
-            // p1 ≤ c ≤ i, a TILE × TILE tile of (i, c) per thread.
-            let tiles = (bu - p1).div_ceil(TILE) as u32;
-            let mut t = tid as u32;
-            while t < tiles * tiles {
-                let (ti, tc) = ((t / tiles) as usize, (t % tiles) as usize);
-                if ti >= tc {
-                    let (i0, c0) = (p1 + ti * TILE, p1 + tc * TILE);
-                    let mut acc = [0.0f64; TILE * TILE];
-                    let rows_i: [usize; TILE] = core::array::from_fn(|x| row((i0 + x).min(bu - 1)));
-                    let rows_c: [usize; TILE] = core::array::from_fn(|y| row((c0 + y).min(bu - 1)));
-                    for q in p0..p1 {
-                        let a: [f64; TILE] = core::array::from_fn(|x| l.0.get(rows_i[x] + q));
-                        let v: [f64; TILE] = core::array::from_fn(|y| l.0.get(rows_c[y] + q));
-                        for e in 0..TILE * TILE {
-                            acc[e] = math::fma(a[e / TILE], v[e % TILE], acc[e]);
-                        }
-                    }
-                    for e in 0..TILE * TILE {
-                        let (i, c) = (i0 + e / TILE, c0 + e % TILE);
-                        if i < bu && c <= i {
-                            l.0.set(row(i) + c, l.0.get(row(i) + c) - acc[e]);
-                        }
-                    }
-                }
-                t += nt as u32;
+            if warp_id == 0 {
+                factor_diagonal_block(l, pivots, (p0, p1), lane);
             }
+            thread::sync_threads();
+            solve_rows_below(l, pivots, bu, (p0, p1), (tid, nt));
+            thread::sync_threads();
+            update_trailing(l, bu, (p0, p1), (tid, nt));
             thread::sync_threads();
             p0 = p1;
         }
 
-        // L⁻¹'s diagonal blocks into R⁻¹'s rows, a warp per column c, a lane per row of c's block:
-        // forward substitution down the column, each value broadcast from the lane that finishes
-        // it, the sums in registers (reading back global memory just written serialised each step
-        // on its latency).
-        let mut c = warp_id;
-        while c < bu {
-            let (q0, q1) = (c / PANEL * PANEL, (c / PANEL * PANEL + PANEL).min(bu));
-            let i = q0 + lane;
-            let mine = i < q1 && i >= c;
-            // Σ L(i, m)·L⁻¹(m, c) over the rows m finished so far, and L⁻¹(i, c) once finished.
-            let (mut sum, mut value) = (0.0f64, 0.0f64);
-            for step in 0..PANEL {
-                let m = q0 + step;
-                let mut finished = 0.0;
-                if lane == step && mine {
-                    value = ((if m == c { 1.0 } else { 0.0 }) - sum) / l.0.get(row(m) + m);
-                    finished = value;
-                }
-                let finished = warp::shfl_sync(u32::MAX, finished, step as u32);
-                if mine && i > m && m >= c {
-                    sum = math::fma(l.0.get(row(i) + m), finished, sum);
-                }
+        // L⁻¹ in place, block column by block column from the last: the diagonal block's inverse
+        // X, then T = L⁻¹(below, below)·L(below, block), then L⁻¹(below, block) = −T·X.
+        let mut j0 = (bu - 1) / PANEL * PANEL;
+        loop {
+            let j1 = (j0 + PANEL).min(bu);
+            invert_diagonal_block(l, pivots, (j0, j1), (lane, warp_id, warps));
+            if j1 < bu {
+                multiply_below_by_trailing_inverse(l, bu, (j0, j1), (tid, nt));
+                multiply_below_by_diagonal_inverse(l, bu, (j0, j1), (tid, nt));
             }
-            if mine {
-                rinv.set_unchecked(c * bu + i, value);
+            if j0 == 0 {
+                break;
             }
-            c += warps;
+            j0 -= PANEL;
         }
-        thread::sync_threads();
 
-        // Block row by block row: L⁻¹(q, 0..q0) = −L⁻¹(q, q)·L(q, 0..q0)·L⁻¹(0..q0, 0..q0).
-        let mut q0 = PANEL;
-        while q0 < bu {
-            let q1 = (q0 + PANEL).min(bu);
-            // First T = L(q, 0..q0)·L⁻¹(0..q0, 0..q0), a tile of (i, c) per thread, into the
-            // places its result will take (R⁻¹'s rows c < q0, columns q0..q1). L⁻¹(m, c) is zero
-            // for m < c (R⁻¹'s zero lower triangle), so each sum may start at the tile's first c.
-            let (tiles_i, tiles_c) = ((q1 - q0).div_ceil(TILE) as u32, q0.div_ceil(TILE) as u32);
-            let mut t = tid as u32;
-            while t < tiles_i * tiles_c {
-                let (i0, c0) = (q0 + (t / tiles_c) as usize * TILE, (t % tiles_c) as usize * TILE);
-                let rows_i: [usize; TILE] = core::array::from_fn(|x| row((i0 + x).min(q1 - 1)));
+        // R⁻¹ = (L⁻¹)ᵀ, zero below the diagonal.
+        let mut e = tid;
+        while e < bb {
+            let (c, i) = (e / bu, e % bu);
+            rinv.set_unchecked(e, if i >= c { l.0.get(row(i) + c) } else { 0.0 });
+            e += nt;
+        }
+    }
+}
+
+/// Factors the diagonal block of the panel `p0..p1` in place, by one warp (`lane` of 32; the
+/// lanes past the panel take part in the shuffles only): a lane per row, the row's columns
+/// [`SOLVE`] at a time in registers, the pivot and each finished value passed by shuffles, the
+/// block's later columns updated by each group. Each pivot is floored at its `pivots` entry,
+/// which then takes the pivot's reciprocal.
+///
+/// # Safety
+/// `l` and `pivots` as in [`cholesky_inverse_packed`], in shared memory; the 32 lanes of one warp
+/// call it together.
+// The registers of a row's columns are indexed by constant bounds (iterators, or a whole panel's
+// columns at once, put them in local memory).
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn factor_diagonal_block(l: Packed, pivots: Vector, (p0, p1): (usize, usize), lane: usize) {
+    let row = |i: usize| i * (i + 1) / 2;
+    let width = p1 - p0;
+    let mine = lane < width;
+    let at = row(p0 + lane.min(width - 1)) + p0;
+    // SAFETY: the function's contract; (i, c) with c ≤ i < p1 lies in the triangle. Each element
+    // is written by its row's lane, and read by others after a warp barrier or by shuffles.
+    unsafe {
+        let mut s0 = 0;
+        while s0 < width {
+            let s1 = (s0 + SOLVE).min(width);
+            let mut x = [0.0f64; SOLVE];
+            for a in 0..SOLVE {
+                if mine && s0 + a < s1 && s0 + a <= lane {
+                    x[a] = l.0.get(at + s0 + a);
+                }
+            }
+            let mut reciprocal = 0.0;
+            // Unrolled by hand: LLVM keeps a loop with shuffles rolled, and `x` then in local memory.
+            unrolled!(a in [0, 1, 2, 3, 4, 5, 6, 7] {
+                let j = s0 + a;
+                if j < s1 {
+                    let diagonal = warp::shfl_sync(u32::MAX, x[a], j as u32);
+                    let pivot = math::sqrt(diagonal.max(pivots.get(p0 + j)).max(f64::MIN_POSITIVE));
+                    let inverse = 1.0 / pivot;
+                    if lane == j {
+                        x[a] = pivot;
+                        reciprocal = inverse;
+                    } else {
+                        x[a] *= inverse;
+                    }
+                    for c in 0..SOLVE {
+                        if c > a && s0 + c < s1 {
+                            let l_cj = warp::shfl_sync(u32::MAX, x[a], (s0 + c) as u32);
+                            if lane >= s0 + c {
+                                x[c] = math::fma(-x[a], l_cj, x[c]);
+                            }
+                        }
+                    }
+                }
+            });
+            warp::sync_warp(u32::MAX);
+            for a in 0..SOLVE {
+                if mine && s0 + a < s1 && s0 + a <= lane {
+                    l.0.set(at + s0 + a, x[a]);
+                }
+            }
+            if lane >= s0 && lane < s1 {
+                pivots.set(p0 + lane, reciprocal);
+            }
+            warp::sync_warp(u32::MAX);
+            // The block's later columns of this lane's row.
+            for c in s1..width {
+                if mine && c <= lane {
+                    let from = row(p0 + c) + p0 + s0;
+                    let mut sum = l.0.get(at + c);
+                    for a in 0..SOLVE {
+                        if s0 + a < s1 {
+                            sum = math::fma(-x[a], l.0.get(from + a), sum);
+                        }
+                    }
+                    l.0.set(at + c, sum);
+                }
+            }
+            warp::sync_warp(u32::MAX);
+            s0 = s1;
+        }
+    }
+}
+
+/// The panel `p0..p1`'s rows below its factored diagonal block, a thread per row (`(tid, nt)`):
+/// `L(i, panel) = W(i, panel)·L(panel, panel)⁻ᵀ`, [`SOLVE`] columns at a time in registers, each
+/// group then updating the row's later panel columns. `pivots` holds the reciprocal pivots.
+///
+/// # Safety
+/// As [`factor_diagonal_block`]; every thread of the block calls it.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn solve_rows_below(
+    l: Packed,
+    pivots: Vector,
+    bu: usize,
+    (p0, p1): (usize, usize),
+    (tid, nt): (usize, usize),
+) {
+    let row = |i: usize| i * (i + 1) / 2;
+    let width = p1 - p0;
+    // SAFETY: the function's contract; each thread writes only its own rows.
+    unsafe {
+        let mut i = p1 + tid;
+        while i < bu {
+            let at = row(i) + p0;
+            let mut q0 = 0;
+            while q0 < width {
+                let q1 = (q0 + SOLVE).min(width);
+                let mut x = [0.0f64; SOLVE];
+                for a in 0..SOLVE {
+                    if q0 + a < q1 {
+                        x[a] = l.0.get(at + q0 + a);
+                    }
+                }
+                for a in 0..SOLVE {
+                    if q0 + a < q1 {
+                        x[a] *= pivots.get(p0 + q0 + a);
+                        for c in 0..SOLVE {
+                            if c > a && q0 + c < q1 {
+                                x[c] = math::fma(-x[a], l.0.get(row(p0 + q0 + c) + p0 + q0 + a), x[c]);
+                            }
+                        }
+                    }
+                }
+                for a in 0..SOLVE {
+                    if q0 + a < q1 {
+                        l.0.set(at + q0 + a, x[a]);
+                    }
+                }
+                for c in q1..width {
+                    let from = row(p0 + c) + p0 + q0;
+                    let mut sum = l.0.get(at + c);
+                    for a in 0..SOLVE {
+                        if q0 + a < q1 {
+                            sum = math::fma(-x[a], l.0.get(from + a), sum);
+                        }
+                    }
+                    l.0.set(at + c, sum);
+                }
+                q0 = q1;
+            }
+            i += nt;
+        }
+    }
+}
+
+/// The trailing matrix after the panel `p0..p1`: `L(i, c) −= Σ_q L(i, q)·L(c, q)` over the
+/// panel's columns `q`, for `p1 ≤ c ≤ i`, a [`TILE`] × [`TILE`] tile of `(i, c)` per thread.
+///
+/// # Safety
+/// As [`factor_diagonal_block`]; every thread of the block calls it.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn update_trailing(l: Packed, bu: usize, (p0, p1): (usize, usize), (tid, nt): (usize, usize)) {
+    let row = |i: usize| i * (i + 1) / 2;
+    let tiles = (bu - p1).div_ceil(TILE) as u32;
+    // SAFETY: the function's contract; each tile's elements are written by its thread only.
+    unsafe {
+        let mut t = tid as u32;
+        while t < tiles * tiles {
+            let (ti, tc) = ((t / tiles) as usize, (t % tiles) as usize);
+            if ti >= tc {
+                let (i0, c0) = (p1 + ti * TILE, p1 + tc * TILE);
                 let mut acc = [0.0f64; TILE * TILE];
-                for m in c0..q0 {
-                    let a: [f64; TILE] = core::array::from_fn(|x| l.0.get(rows_i[x] + m));
-                    let v: [f64; TILE] =
-                        core::array::from_fn(|y| rinv.get_unchecked((c0 + y).min(q0 - 1) * bu + m));
+                let rows_i: [usize; TILE] = core::array::from_fn(|x| row((i0 + x).min(bu - 1)));
+                let rows_c: [usize; TILE] = core::array::from_fn(|y| row((c0 + y).min(bu - 1)));
+                for q in p0..p1 {
+                    let a: [f64; TILE] = core::array::from_fn(|x| l.0.get(rows_i[x] + q));
+                    let v: [f64; TILE] = core::array::from_fn(|y| l.0.get(rows_c[y] + q));
                     for e in 0..TILE * TILE {
                         acc[e] = math::fma(a[e / TILE], v[e % TILE], acc[e]);
                     }
                 }
                 for e in 0..TILE * TILE {
                     let (i, c) = (i0 + e / TILE, c0 + e % TILE);
-                    if i < q1 && c < q0 {
-                        rinv.set_unchecked(c * bu + i, acc[e]);
+                    if i < bu && c <= i {
+                        l.0.set(row(i) + c, l.0.get(row(i) + c) - acc[e]);
                     }
                 }
-                t += nt as u32;
             }
-            thread::sync_threads();
-            // Then each column c < q0, a warp per column, a lane per row i of the block row:
-            // L⁻¹(i, c) = −Σ_{m ≤ i} L⁻¹(i, m)·T(m, c), the T(m, c) broadcast from their lanes.
-            let mut c = warp_id;
-            while c < q0 {
-                let i = q0 + lane;
-                let t = if i < q1 { rinv.get_unchecked(c * bu + i) } else { 0.0 };
-                let mut sum = 0.0f64;
-                for step in 0..PANEL {
-                    let t_m = warp::shfl_sync(u32::MAX, t, step as u32);
-                    if i < q1 && step <= lane {
-                        sum = math::fma(rinv.get_unchecked((q0 + step) * bu + i), t_m, sum);
-                    }
-                }
-                if i < q1 {
-                    rinv.set_unchecked(c * bu + i, -sum);
-                }
-                c += warps;
-            }
-            thread::sync_threads();
-            q0 = q1;
+            t += nt as u32;
         }
     }
 }
 
-/// Factors the panel of columns `p0..p1` of the packed `L` in place, every thread of the block
-/// taking part (`(tid, nt)`): per column `j`, the floored pivot, column `j` below it divided by
-/// it, and the panel's later columns updated by column `j`'s outer product. Two barriers per
-/// column; the trailing matrix right of the panel is left to the caller.
+/// The diagonal block `j0..j1` of `L` replaced by its inverse `X`, a warp per column `c` and a
+/// lane per row `i`: forward substitution down the column, `X(i, c) = −(Σ_{c ≤ m < i} L(i, m)·X(m, c))/L(i, i)`,
+/// each finished value broadcast by a shuffle from its lane (`pivots`: the reciprocal pivots).
+/// Columns go in rounds of one per warp from the left, each round's values written after a
+/// barrier: a later round's columns read only `L`'s columns right of the earlier rounds'.
+/// Ends with a barrier.
 ///
 /// # Safety
-/// `l` holds `bu(bu+1)/2` values and `floors` `bu`, in shared memory; all threads of the block
-/// call it.
+/// As [`factor_diagonal_block`]; every thread of the block calls it.
 #[inline(always)]
-unsafe fn factor_panel(
+unsafe fn invert_diagonal_block(
     l: Packed,
-    floors: Vector,
+    pivots: Vector,
+    (j0, j1): (usize, usize),
+    (lane, warp_id, warps): (usize, usize, usize),
+) {
+    let row = |i: usize| i * (i + 1) / 2;
+    let width = j1 - j0;
+    // SAFETY: the function's contract; (i, c) with c ≤ i < j1 lies in the triangle.
+    unsafe {
+        let mut round = 0;
+        while round < width {
+            let c = round + warp_id;
+            let i = lane;
+            let mine = c < width && i < width && i >= c;
+            // Σ L(i, m)·X(m, c) over the rows m finished so far, and X(i, c) once finished.
+            let (mut sum, mut value) = (0.0f64, 0.0f64);
+            if c < width {
+                for m in 0..PANEL {
+                    let mut finished = 0.0;
+                    if lane == m && mine {
+                        value = ((if m == c { 1.0 } else { 0.0 }) - sum) * pivots.get(j0 + m);
+                        finished = value;
+                    }
+                    let finished = warp::shfl_sync(u32::MAX, finished, m as u32);
+                    if mine && i > m && m >= c {
+                        sum = math::fma(l.0.get(row(j0 + i) + j0 + m), finished, sum);
+                    }
+                }
+            }
+            thread::sync_threads();
+            if mine {
+                l.0.set(row(j0 + i) + j0 + c, value);
+            }
+            thread::sync_threads();
+            round += warps;
+        }
+    }
+}
+
+/// `T = L⁻¹(j1.., j1..)·L(j1.., j0..j1)` in place of `L(j1.., j0..j1)` (the trailing part is
+/// already inverted), a [`TILE`] × [`TILE`] tile of `(i, c)` per thread. Tiles go in rounds of one
+/// per thread from the bottom rows up, each round's values written after a barrier: a row's sum
+/// reads `L(m, ·)` only for `m ≤ i`, rows the earlier rounds did not write. Ends with a barrier.
+///
+/// # Safety
+/// As [`factor_diagonal_block`]; every thread of the block calls it.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn multiply_below_by_trailing_inverse(
+    l: Packed,
     bu: usize,
-    (p0, p1): (usize, usize),
+    (j0, j1): (usize, usize),
     (tid, nt): (usize, usize),
 ) {
     let row = |i: usize| i * (i + 1) / 2;
-    // SAFETY: the function's contract; (i, c) with c ≤ i < bu lies in the triangle.
+    let (tiles_i, tiles_c) = ((bu - j1).div_ceil(TILE), (j1 - j0).div_ceil(TILE));
+    let tiles = tiles_i * tiles_c;
+    // SAFETY: the function's contract; each tile's elements are written by its thread only.
     unsafe {
-        for j in p0..p1 {
-            let pivot = math::sqrt(l.0.get(row(j) + j).max(floors.get(j)).max(f64::MIN_POSITIVE));
-            let inv = 1.0 / pivot;
-            let mut i = j + 1 + tid;
-            while i < bu {
-                l.0.set(row(i) + j, l.0.get(row(i) + j) * inv);
-                i += nt;
-            }
-            thread::sync_threads();
-            if tid == 0 {
-                l.0.set(row(j) + j, pivot);
-            }
-            // A warp per row i > j, a lane per panel column c ≤ i after j (at most 31).
-            let c = j + 1 + tid % 32;
-            let mut i = j + 1 + tid / 32;
-            while i < bu {
-                if c < p1 && c <= i {
-                    l.0.set(row(i) + c, l.0.get(row(i) + c) - l.0.get(row(i) + j) * l.0.get(row(c) + j));
+        let mut round = 0;
+        while round < tiles {
+            let t = round + tid;
+            let (i0, c0) = (j1 + (tiles_i - 1 - t.min(tiles - 1) / tiles_c) * TILE, j0 + t % tiles_c * TILE);
+            let mut acc = [0.0f64; TILE * TILE];
+            if t < tiles {
+                let rows_i: [usize; TILE] = core::array::from_fn(|x| row((i0 + x).min(bu - 1)));
+                let last = (i0 + TILE).min(bu);
+                for m in j1..last {
+                    let a: [f64; TILE] =
+                        core::array::from_fn(|x| if m <= i0 + x { l.0.get(rows_i[x] + m) } else { 0.0 });
+                    let v: [f64; TILE] = core::array::from_fn(|y| l.0.get(row(m) + (c0 + y).min(j1 - 1)));
+                    for e in 0..TILE * TILE {
+                        acc[e] = math::fma(a[e / TILE], v[e % TILE], acc[e]);
+                    }
                 }
-                i += nt / 32;
             }
             thread::sync_threads();
+            if t < tiles {
+                for e in 0..TILE * TILE {
+                    let (i, c) = (i0 + e / TILE, c0 + e % TILE);
+                    if i < bu && c < j1 {
+                        l.0.set(row(i) + c, acc[e]);
+                    }
+                }
+            }
+            thread::sync_threads();
+            round += nt;
+        }
+    }
+}
+
+/// `L⁻¹(j1.., j0..j1) = −T·X` in place of `T` (`X` the diagonal block's inverse), a [`TILE`] ×
+/// [`TILE`] tile of `(i, c)` per thread: `−Σ_{c ≤ m} T(i, m)·X(m, c)`. Tiles go in rounds of one per
+/// thread, each round's values written after a barrier (a tile reads its rows' other columns).
+/// Ends with a barrier.
+///
+/// # Safety
+/// As [`factor_diagonal_block`]; every thread of the block calls it.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn multiply_below_by_diagonal_inverse(
+    l: Packed,
+    bu: usize,
+    (j0, j1): (usize, usize),
+    (tid, nt): (usize, usize),
+) {
+    let row = |i: usize| i * (i + 1) / 2;
+    let (tiles_i, tiles_c) = ((bu - j1).div_ceil(TILE), (j1 - j0).div_ceil(TILE));
+    let tiles = tiles_i * tiles_c;
+    // SAFETY: the function's contract; each tile's elements are written by its thread only, and
+    // a round's tiles cover whole rows (`nt` is a multiple of 32, `tiles_c` at most 8).
+    unsafe {
+        let mut round = 0;
+        while round < tiles {
+            let t = round + tid;
+            let (i0, c0) = (j1 + t.min(tiles - 1) / tiles_c * TILE, j0 + t % tiles_c * TILE);
+            let mut acc = [0.0f64; TILE * TILE];
+            if t < tiles {
+                let rows_i: [usize; TILE] = core::array::from_fn(|x| row((i0 + x).min(bu - 1)));
+                for m in c0..j1 {
+                    let a: [f64; TILE] = core::array::from_fn(|x| l.0.get(rows_i[x] + m));
+                    let v: [f64; TILE] =
+                        core::array::from_fn(|y| if c0 + y <= m { l.0.get(row(m) + c0 + y) } else { 0.0 });
+                    for e in 0..TILE * TILE {
+                        acc[e] = math::fma(a[e / TILE], v[e % TILE], acc[e]);
+                    }
+                }
+            }
+            thread::sync_threads();
+            if t < tiles {
+                for e in 0..TILE * TILE {
+                    let (i, c) = (i0 + e / TILE, c0 + e % TILE);
+                    if i < bu && c < j1 {
+                        l.0.set(row(i) + c, -acc[e]);
+                    }
+                }
+            }
+            thread::sync_threads();
+            round += nt;
         }
     }
 }

@@ -1,8 +1,9 @@
-//! Cholesky QR's small step for any `b`: per image, the inverse `R⁻¹` of the Cholesky factor of a
-//! `b × b` Gram matrix in panels over many blocks ([`blocked_cholesky_inverse`],
-//! `kernels::svd_factor::blocked_cholesky`). Where one block's shared memory holds the work space
-//! the plan takes [`kf::cholesky_inverse`] instead, one block per image.
+//! Cholesky QR's small step: per image, the inverse `R⁻¹` of the Cholesky factor of a `b × b` Gram
+//! matrix, by the plan's [`CholeskyMethod`] ([`inverse_cholesky_factor`]): the packed triangle in
+//! one block per image ([`kf::cholesky_inverse_packed`]) where it fits in shared memory, else in
+//! panels over many blocks ([`blocked_cholesky_inverse`], `kernels::svd_factor::blocked_cholesky`).
 
+use super::plan::{CholeskyMethod, Plan};
 use crate::launch::device::{Backend, Buffer, Device, Queue};
 use crate::launch::error::{Result, ensure};
 use gpu_std::sim::{Dim3, LaunchConfig};
@@ -14,6 +15,47 @@ pub fn cholesky_panel_rows(device: &Device) -> usize {
     match device.backend() {
         Backend::Gpu => kf::CHOLESKY_PANEL_MAX as usize,
         _ => 16,
+    }
+}
+
+/// Cholesky QR's small step by `plan.cholesky` for `plan.images` Gram matrices of `plan.b × plan.b`
+/// (row-major, upper triangle read) in `gram`: `R⁻¹` (upper triangular) into `rinv`. `scratch`
+/// holds [`kf::eigen_scratch`]`(b)` values per image; the blocked method overwrites `gram`'s upper
+/// triangle with `R`. Queued on the device's queue, no wait.
+///
+/// # Safety
+/// The buffers must live until the queue reaches the launches (as for [`Device::launch`]).
+pub unsafe fn inverse_cholesky_factor(
+    device: &Device,
+    plan: &Plan,
+    (gram, rinv, scratch): (&mut Buffer<f64>, &mut Buffer<f64>, &mut Buffer<f64>),
+) -> Result<()> {
+    let (b, images) = (plan.b, plan.images);
+    let len = images * b * b;
+    ensure(
+        gram.len() >= len
+            && rinv.len() >= len
+            && scratch.len() >= images * kf::eigen_scratch(b as u32) as usize,
+        || format!("Cholesky QR step of {images} matrices of {b} × {b}: buffers too small"),
+    )?;
+    // SAFETY: forwarded from the caller; each image's `b²` values lie inside the buffers (checked
+    // above), and the kernels take their launches from the plan.
+    unsafe {
+        match plan.cholesky {
+            CholeskyMethod::OneBlock => device.launch(
+                &kf::CHOLESKY_INVERSE,
+                plan.one_block_config(),
+                (&*gram, b as u32, scratch, rinv),
+            ),
+            CholeskyMethod::Packed => device.launch(
+                &kf::CHOLESKY_INVERSE_PACKED,
+                plan.packed_cholesky_config(),
+                (&*gram, b as u32, rinv),
+            ),
+            CholeskyMethod::Blocked => {
+                blocked_cholesky_inverse(device, device.queue(), (gram, rinv, scratch), b, images)
+            }
+        }
     }
 }
 

@@ -42,15 +42,15 @@ use factors::IterationCounts;
 use workspace::Workspace;
 
 pub use block_jacobi::BlockJacobi;
-pub use cholesky::{blocked_cholesky_inverse, cholesky_panel_rows};
+pub use cholesky::{blocked_cholesky_inverse, cholesky_panel_rows, inverse_cholesky_factor};
 pub use convergence::{MAX_ITERATIONS, TOLERANCE};
 pub use factors::{DeviceFactors, Triplets};
 pub use host_eigensolver::HostEigensolver;
 pub use one_block_jacobi::OneBlockJacobi;
 pub use passes::{finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums};
 pub use plan::{
-    CholeskyMethod, GramMethod, ONE_BLOCK_JACOBI_MAX_B, ONE_BLOCK_JACOBI_MIN_IMAGES, PACKED_CHOLESKY_MAX_B,
-    Plan, RitzMethod, WHOLE_GRAM_MAX_IMAGES, WHOLE_GRAM_MAX_R, subspace_size,
+    CholeskyMethod, GramMethod, ONE_BLOCK_JACOBI_MAX_B, ONE_BLOCK_JACOBI_MIN_IMAGES, Plan, RitzMethod,
+    WHOLE_GRAM_MAX_IMAGES, WHOLE_GRAM_MAX_R, subspace_size,
 };
 pub use ritz::{RitzPairs, RitzSolver};
 pub use tridiagonal_eigensolver::{TRIDIAGONAL_MAX_B, TridiagonalEigensolver, TridiagonalReduction};

@@ -113,23 +113,15 @@ pub enum CholeskyMethod {
 }
 
 impl CholeskyMethod {
-    /// [`CholeskyMethod::Packed`] up to [`PACKED_CHOLESKY_MAX_B`] where its packed triangle fits
-    /// in one block's shared memory, [`CholeskyMethod::Blocked`] otherwise. Measured
-    /// (`docs/svd-gpu.md`): at `b = 104` the packed kernel took 64 × 256² at `k = 50` from 24.9 to
-    /// 22.2 ms against the one-block kernel (H100), and 2048² at `k = 50` to 7.1–7.2 ms against
-    /// 8.0 with the blocked one (H200, same call); at `b = 200` it is slower than the blocked one
-    /// (4096² at `k = 100`: 24.3–25.1 against 23.5–24.0 ms, H200, same call).
+    /// [`CholeskyMethod::Packed`] where its packed triangle fits in one block's shared memory
+    /// (`b ≤ 239` on an H100), [`CholeskyMethod::Blocked`] otherwise. Measured
+    /// (`docs/benchmarks/cholesky.md`, H200, one call): the packed kernel 0.066–0.40 ms at
+    /// `b = 64 … 232` against the blocked one's 0.094–0.52, whole factorisations of 2048² at
+    /// `k = 50` 6.76 ms against 7.90 and 4096² at `k = 100` 20.6 against 23.4.
     pub fn for_problem(device: &Device, b: usize) -> Result<CholeskyMethod> {
-        Ok(if b <= PACKED_CHOLESKY_MAX_B && packed_cholesky_fits(device, b)? {
-            CholeskyMethod::Packed
-        } else {
-            CholeskyMethod::Blocked
-        })
+        Ok(if packed_cholesky_fits(device, b)? { CholeskyMethod::Packed } else { CholeskyMethod::Blocked })
     }
 }
-
-/// Largest `b` the plan gives the packed Cholesky ([`CholeskyMethod::for_problem`]).
-pub const PACKED_CHOLESKY_MAX_B: usize = 128;
 
 /// Whether [`kf::cholesky_inverse_packed`]'s packed triangle of `b × b` fits in one block's shared
 /// memory.
@@ -343,7 +335,7 @@ mod tests {
 
     /// The Ritz solver per size, as measured (`docs/benchmarks/eigensolvers.md`): one-block
     /// Jacobi where it fits for batches, the tridiagonal solver for a few images and up to its
-    /// largest `b`, block Jacobi beyond; the packed Cholesky up to its measured largest `b`.
+    /// largest `b`, block Jacobi beyond; the packed Cholesky wherever it fits.
     #[test]
     fn the_tridiagonal_solver_takes_every_subspace_past_one_block_up_to_its_largest() -> Result<()> {
         let device = Device::simulator();
@@ -357,8 +349,8 @@ mod tests {
         assert_eq!(RitzMethod::for_problem(&device, TRIDIAGONAL_MAX_B + 8, 1)?, RitzMethod::BlockJacobi);
         // The simulator's blocks have 227 KiB of shared memory, as an H100's.
         assert_eq!(kf::cholesky_packed_max_b(227 * 1024), 239);
-        assert_eq!(CholeskyMethod::for_problem(&device, PACKED_CHOLESKY_MAX_B)?, CholeskyMethod::Packed);
-        assert_eq!(CholeskyMethod::for_problem(&device, PACKED_CHOLESKY_MAX_B + 8)?, CholeskyMethod::Blocked);
+        assert_eq!(CholeskyMethod::for_problem(&device, 239)?, CholeskyMethod::Packed);
+        assert_eq!(CholeskyMethod::for_problem(&device, 240)?, CholeskyMethod::Blocked);
         Ok(())
     }
 }

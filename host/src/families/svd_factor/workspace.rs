@@ -9,12 +9,12 @@
 //! drops it early, and freeing device memory waits for the device's work.
 
 use super::chebyshev::{self, ChebyshevFilter};
-use super::cholesky::blocked_cholesky_inverse;
+use super::cholesky::inverse_cholesky_factor;
 use super::convergence::TOLERANCE;
 use super::factors::{DeviceFactors, IterationCounts};
 use super::gemm::{Gemms, operand as op};
 use super::passes::{finish_squared_sums, queue_squared_sums};
-use super::plan::{CholeskyMethod, Plan};
+use super::plan::Plan;
 use super::ritz::{RitzPairs, RitzSolver};
 use crate::launch::device::{Buffer, BufferView, BufferViewMut, Device, IntoKernelArgs};
 use crate::launch::error::Result;
@@ -230,29 +230,11 @@ impl<'a> Workspace<'a> {
         Ok(())
     }
 
-    /// `R⁻¹` of every image's Gram matrix `gram`'s Cholesky factor into `rinv`, by the plan's method
-    /// (the blocked one overwrites `gram`'s upper triangle with `R`).
+    /// `R⁻¹` of every image's Gram matrix `gram`'s Cholesky factor into `rinv`, by the plan's method.
     fn inverse_cholesky_factor(&mut self) -> Result<()> {
-        let (gram, rinv, scratch) = (&mut self.gram, &mut self.rinv, &mut self.scratch);
-        let (b, images) = (self.plan.b, self.plan.images);
-        match self.plan.cholesky {
-            CholeskyMethod::OneBlock => launch(
-                self.device,
-                &kf::CHOLESKY_INVERSE,
-                self.plan.one_block_config(),
-                (&*gram, b as u32, scratch, rinv),
-            ),
-            CholeskyMethod::Packed => launch(
-                self.device,
-                &kf::CHOLESKY_INVERSE_PACKED,
-                self.plan.packed_cholesky_config(),
-                (&*gram, b as u32, rinv),
-            ),
-            // SAFETY: the module's argument.
-            CholeskyMethod::Blocked => unsafe {
-                blocked_cholesky_inverse(self.device, self.device.queue(), (gram, rinv, scratch), b, images)
-            },
-        }
+        let buffers = (&mut self.gram, &mut self.rinv, &mut self.scratch);
+        // SAFETY: the module's argument: the workspace's buffers, sized from the plan.
+        unsafe { inverse_cholesky_factor(self.device, self.plan, buffers) }
     }
 
     /// `Y = G·Q`, into the right half of each row of `[Q Y]`.
