@@ -1,6 +1,7 @@
 //! GPU SVD benchmarks (GPU only): `cargo bench --bench svd_factor` (`-- --one-image`: only the
 //! single images' table; `-- --batches`: only the batches'; `-- --ritz`: only the Ritz
-//! eigensolvers' table; `-- --cholesky`: only Cholesky QR's small step's table).
+//! eigensolvers' table; `-- --cholesky`: only Cholesky QR's small step's table). Environment
+//! variables (below) force a solver or method, pick one workload, or print the kernels' profile.
 //!
 //! Batches of the workloads (64 × 256², 16 × 1024², 8 × 2048², one 4096²) of procedural
 //! photo-like images, `k = 50` (256 for 4096²), and 16 × 1024² of white noise (a flat spectrum): the device time of the whole factorisation
@@ -73,6 +74,9 @@ fn measure() -> anyhow::Result<()> {
         Some("blocked") => Some(CholeskyMethod::Blocked),
         Some(other) => anyhow::bail!("SVD_FACTOR_CHOLESKY={other}: one-block, packed or blocked"),
     };
+    // `SVD_FACTOR_NEAR_IDENTITY=0`: every Cholesky QR pass factors its Gram matrix, also one near
+    // the identity (no first-order shortcut).
+    let no_shortcut = std::env::var("SVD_FACTOR_NEAR_IDENTITY").is_ok_and(|v| v == "0");
     // The device time of `factor` by `method` (None: the plan's choice):
     // median and min of the runs after the first, the last run's factors and the first image.
     let time =
@@ -95,6 +99,9 @@ fn measure() -> anyhow::Result<()> {
                 };
                 if let Some(cholesky) = forced_cholesky {
                     plan.cholesky = cholesky;
+                }
+                if no_shortcut {
+                    plan.near_identity = 0.0;
                 }
                 let f = svd_factor::factor_with(&device, &a, &plan)?;
                 let t1 = device.mark()?;

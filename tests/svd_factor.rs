@@ -638,7 +638,7 @@ fn the_blocked_and_packed_choleskys_invert_the_factor_on_any_size() {
             let host: Vec<f64> = grams.iter().flat_map(to_vec).collect();
             let mut w = device.upload(&host).unwrap();
             let mut rinv = device.upload(&vec![f64::NAN; images * b * b]).unwrap();
-            let mut diagonal = device.upload(&vec![f64::NAN; images * b]).unwrap();
+            let mut diagonal = device.upload(&vec![f64::NAN; images * (b + 1)]).unwrap();
             let w_copy = device.upload(&host).unwrap();
             let mut packed = device.upload(&vec![f64::NAN; images * b * b]).unwrap();
             let packed_fits =
@@ -646,13 +646,14 @@ fn the_blocked_and_packed_choleskys_invert_the_factor_on_any_size() {
             // SAFETY: the buffers live until the downloads below wait for the queue.
             unsafe {
                 let buffers = (&mut w, &mut rinv, &mut diagonal);
-                blocked_cholesky_inverse(&device, device.queue(), buffers, b, images).unwrap();
+                blocked_cholesky_inverse(&device, device.queue(), buffers, (b, images), kf::NEAR_IDENTITY)
+                    .unwrap();
                 if packed_fits {
                     device
                         .launch(
                             &kf::CHOLESKY_INVERSE_PACKED,
                             packed_config(images, b, gpu),
-                            (&w_copy, b as u32, &mut packed),
+                            (&w_copy, b as u32, kf::NEAR_IDENTITY, &mut packed),
                         )
                         .unwrap();
                 }
@@ -712,9 +713,15 @@ fn the_blocked_and_packed_choleskys_invert_the_factor_on_any_size() {
         let w_copy = device.upload(&gram).unwrap();
         // SAFETY: as above.
         unsafe {
-            let mut diagonal = device.alloc::<f64>(b).unwrap();
-            blocked_cholesky_inverse(&device, device.queue(), (&mut w, &mut rinv, &mut diagonal), b, 1)
-                .unwrap();
+            let mut diagonal = device.alloc::<f64>(b + 1).unwrap();
+            blocked_cholesky_inverse(
+                &device,
+                device.queue(),
+                (&mut w, &mut rinv, &mut diagonal),
+                (b, 1),
+                kf::NEAR_IDENTITY,
+            )
+            .unwrap();
             device
                 .launch(
                     &kernels::svd_factor::CHOLESKY_INVERSE,
@@ -734,7 +741,7 @@ fn the_blocked_and_packed_choleskys_invert_the_factor_on_any_size() {
                 .launch(
                     &kf::CHOLESKY_INVERSE_PACKED,
                     packed_config(1, b, gpu),
-                    (&w_copy, b as u32, &mut packed),
+                    (&w_copy, b as u32, kf::NEAR_IDENTITY, &mut packed),
                 )
                 .unwrap()
         };
@@ -775,6 +782,72 @@ type GemmKernelTo<T> = gpu_std::KernelFn<(
 /// operands (every product and sum exact in f64, so both kernels must give the exact integers),
 /// then random ones (equal to rounding); odd sizes past one tile, transposed and strided
 /// operands, a batch of two with column scales, a symmetric product, and the f32 result.
+/// Cholesky QR's second pass: a Gram matrix within 1e-10 of the identity takes the first-order
+/// inverse `I − U` (no factorisation), one within 1e-6 the full factorisation, in one batch; both
+/// match faer's Cholesky factor's inverse to 1e-13, by every method the plan can choose.
+#[test]
+fn near_identity_gram_matrices_invert_to_faer_precision() {
+    use kernel_suite::svd_factor::{CholeskyMethod, Plan, inverse_cholesky_factor};
+    for device in common::devices("near_identity_gram_matrices_invert_to_faer_precision") {
+        let gpu = device.backend() == kernel_suite::Backend::Gpu;
+        let sizes: &[usize] = if gpu { &[5, 64, 200, 239, 512] } else { &[5, 37, 70] };
+        for &b in sizes {
+            let mut plan = Plan::new(&device, (b, b), 2, b / 2).unwrap();
+            assert_eq!(plan.b, b);
+            let mut rng = common::rng(b as u64);
+            let grams: Vec<faer::Mat<f64>> = [1e-10, 1e-6]
+                .iter()
+                .map(|&size| {
+                    let e = faer::Mat::<f64>::from_fn(b, b, |_, _| size * rng.random_range(-1.0..1.0));
+                    faer::Mat::<f64>::from_fn(b, b, |i, j| {
+                        f64::from(u8::from(i == j)) + 0.5 * (e[(i, j)] + e[(j, i)])
+                    })
+                })
+                .collect();
+            let host: Vec<f64> =
+                grams.iter().flat_map(|g| (0..b * b).map(move |e| g[(e / b, e % b)])).collect();
+            let methods = [CholeskyMethod::Packed, CholeskyMethod::Blocked];
+            for method in methods.into_iter().filter(|&m| {
+                m != CholeskyMethod::Packed
+                    || b as u32
+                        <= kernels::svd_factor::cholesky_packed_max_b(
+                            device.max_shared_bytes_per_block().unwrap(),
+                        )
+            }) {
+                plan.cholesky = method;
+                let mut w = device.upload(&host).unwrap();
+                let mut rinv = device.upload(&vec![f64::NAN; 2 * b * b]).unwrap();
+                let mut scratch =
+                    device.alloc::<f64>(2 * kernels::svd_factor::eigen_scratch(b as u32) as usize).unwrap();
+                // SAFETY: the buffers live until the download below waits for the queue.
+                unsafe {
+                    inverse_cholesky_factor(&device, &plan, (&mut w, &mut rinv, &mut scratch)).unwrap()
+                };
+                let got = device.download(&rinv).unwrap();
+                for (img, gram) in grams.iter().enumerate() {
+                    let r = gram.llt(faer::Side::Lower).unwrap().L().transpose().to_owned();
+                    let mut want = faer::Mat::<f64>::identity(b, b);
+                    faer::linalg::triangular_solve::solve_upper_triangular_in_place(
+                        r.as_ref(),
+                        want.as_mut(),
+                        faer::Par::Seq,
+                    );
+                    let got = &got[img * b * b..(img + 1) * b * b];
+                    for (e, &g) in got.iter().enumerate() {
+                        let (i, j) = (e / b, e % b);
+                        assert!(
+                            (g - want[(i, j)]).abs() <= 1e-13,
+                            "b = {b}, {method:?}, image {img} on {}: R⁻¹({i}, {j}) = {g:e}, want {:e}",
+                            device.describe(),
+                            want[(i, j)]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn the_tensor_core_gemm_matches_the_fma_gemm_and_exact_products() {
     use kernel_suite::{Dim3, LaunchConfig};

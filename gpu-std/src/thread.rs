@@ -159,17 +159,27 @@ fn named_barrier<const WAIT: bool>(id: u32, threads: u32) {
 pub fn spin_cycles(cycles: u64) {
     #[cfg(target_arch = "nvptx64")]
     {
-        let clock = || {
-            let now: u64;
-            // SAFETY: reading a special register has no preconditions.
-            unsafe { core::arch::asm!("mov.u64 {}, %clock64;", out(reg64) now, options(nomem, nostack)) };
-            now
-        };
-        let start = clock();
-        while clock().wrapping_sub(start) < cycles {}
+        let start = clock64();
+        while clock64().wrapping_sub(start) < cycles {}
     }
     #[cfg(not(target_arch = "nvptx64"))]
     let _ = cycles;
+}
+
+/// `clock64()`: this SM's cycle counter (`%clock64`), for timing the stages of a kernel from
+/// inside it (differences within one block; SMs' counters are not synchronised). Always 0 in the
+/// simulator, whose threads have no clock.
+#[inline(always)]
+pub fn clock64() -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let now: u64;
+        // SAFETY: reading a special register has no preconditions.
+        unsafe { core::arch::asm!("mov.u64 {}, %clock64;", out(reg64) now, options(nomem, nostack)) };
+        now
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    0
 }
 
 /// `__nanosleep`: suspends this thread for about `ns` nanoseconds (up to a millisecond; the

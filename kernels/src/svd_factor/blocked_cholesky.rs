@@ -17,16 +17,21 @@
 //! Then per column panel `j`, [`triangular_inverse_column`], a block per row panel and image:
 //! `X_ij = −(Σ_{i ≤ q < j} X_iq·R_qj)·X_jj` above the diagonal and zeros below, `X = R⁻¹`.
 //!
+//! First of all, [`cholesky_near_identity`] flags each image whose `W` is near the identity (as
+//! Cholesky QR's second pass usually finds it) and writes its `R⁻¹ = I − U` to first order
+//! ([`first_order_inverse`]); every later kernel returns at once for a flagged image.
+//!
 //! `b = 512` in panels of 64 takes 8 + 7 + 7 + 8 launches; every one serves all images. Each
 //! block's products go through the 64 × 64 output tile of the batched GEMM (256 threads, 4 × 4
 //! outputs each, stages of 16 along the inner dimension in shared memory).
 
 use super::constants::PIVOT_FLOOR;
 use super::gemm::{GEMM_LD, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, Stages};
+use super::packed_cholesky::first_order_inverse;
 use gpu_std::math;
 use gpu_std::shared::{self, DynamicShared};
-use gpu_std::slice::SliceMut;
-use gpu_std::{kernel, thread, warp};
+use gpu_std::slice::{Slice, SliceMut};
+use gpu_std::{block, kernel, thread, warp};
 
 /// Largest panel: one output tile.
 pub const CHOLESKY_PANEL_MAX: u32 = GEMM_TILE;
@@ -177,6 +182,53 @@ fn panel_span(b: u32, nb: u32, panel: u32) -> (u32, u32) {
     (start, nb.min(b - start))
 }
 
+/// Whether [`cholesky_near_identity`] flagged this block's image (`blockIdx.z`): its flag is
+/// `diagonal[images·b + z]`, after every image's `b` diagonal values.
+#[inline(always)]
+fn near_identity(diagonal: Slice<f64>, b: u32) -> bool {
+    let (z, images) = (thread::block_idx_z() as usize, thread::grid_dim_z() as usize);
+    diagonal[images * b as usize + z] != 0.0
+}
+
+/// Step 0 (module docs), one block per image (`blockIdx.z`), any whole number of warps: whether
+/// the image's `W` (upper triangle read) is near the identity (`b·max|W − I| ≤ near_identity`),
+/// as `diagonal[images·b + z]` (1 or 0; `diagonal` holds `images·(b + 1)` values), and where it
+/// is, `R⁻¹ = I − U` ([`first_order_inverse`]) into `rinv`. Layouts as [`cholesky_diagonal_block`].
+#[kernel]
+pub fn cholesky_near_identity(w: &[f64], rinv: &mut [f64], diagonal: &mut [f64], b: u32, near_identity: f64) {
+    let (z, images) = (thread::block_idx_z() as usize, thread::grid_dim_z() as usize);
+    let bu = b as usize;
+    let w = w.sub(z * bu * bu, bu * bu);
+    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
+    let (lane, warp_id, warps) = (tid % 32, tid / 32, nt / 32);
+    let mut distance = 0.0f64;
+    let mut r = warp_id;
+    while r < bu {
+        let mut c = r + lane;
+        while c < bu {
+            distance = distance.max((w[r * bu + c] - if r == c { 1.0 } else { 0.0 }).abs());
+            c += 32;
+        }
+        r += warps;
+    }
+    let near = block::sync_threads_and(distance * bu as f64 <= near_identity);
+    if near {
+        let mut rinv = rinv.sub(z * bu * bu, bu * bu);
+        let mut r = warp_id;
+        while r < bu {
+            let mut c = lane;
+            while c < bu {
+                rinv[r * bu + c] = first_order_inverse(r, c, if r <= c { w[r * bu + c] } else { 0.0 });
+                c += 32;
+            }
+            r += warps;
+        }
+    }
+    if tid == 0 {
+        diagonal[images * bu + z] = if near { 1.0 } else { 0.0 };
+    }
+}
+
 /// Step 1 of panel `panel` (module docs), one block per image (`blockIdx.z`), 256 threads,
 /// [`BLOCKED_CHOLESKY_SHARED_BYTES`]. `w` and `rinv` are `b × b` row-major per image, `b²`
 /// apart; `nb ≤ 64`. Reads rows `< panel·nb` of `R` and the panel's diagonal block of `W` from
@@ -191,6 +243,9 @@ pub fn cholesky_diagonal_block(
     nb: u32,
     panel: u32,
 ) {
+    if near_identity(diagonal.as_slice(), b) {
+        return;
+    }
     let z = thread::block_idx_z() as usize;
     let bu = b as usize;
     let w = w.sub(z * bu * bu, bu * bu);
@@ -382,7 +437,10 @@ unsafe fn invert_factor(space: &Space, len: u32) {
 /// (`blockIdx.x`) and image (`blockIdx.z`), 256 threads, [`BLOCKED_CHOLESKY_SHARED_BYTES`];
 /// layouts as [`cholesky_diagonal_block`], which must have run for this panel.
 #[kernel]
-pub fn cholesky_row_panel(w: &mut [f64], rinv: &[f64], b: u32, nb: u32, panel: u32) {
+pub fn cholesky_row_panel(w: &mut [f64], rinv: &[f64], diagonal: &[f64], b: u32, nb: u32, panel: u32) {
+    if near_identity(diagonal, b) {
+        return;
+    }
     let z = thread::block_idx_z() as usize;
     let bu = b as usize;
     let mut w = w.sub(z * bu * bu, bu * bu);
@@ -427,11 +485,11 @@ pub fn cholesky_row_panel(w: &mut [f64], rinv: &[f64], b: u32, nb: u32, panel: u
 /// (`blockIdx.y` rows, `blockIdx.x` columns of the trailing part) and image (`blockIdx.z`), 256
 /// threads, [`BLOCKED_CHOLESKY_SHARED_BYTES`]; after [`cholesky_row_panel`] for this panel.
 #[kernel]
-pub fn cholesky_trailing_update(w: &mut [f64], b: u32, nb: u32, panel: u32) {
+pub fn cholesky_trailing_update(w: &mut [f64], diagonal: &[f64], b: u32, nb: u32, panel: u32) {
     let (bi, bj) = (thread::block_idx_y(), thread::block_idx_x());
     let (start, len) = panel_span(b, nb, panel);
     let (row0, col0) = (start + len + bi * GEMM_TILE, start + len + bj * GEMM_TILE);
-    if bi > bj || col0 >= b {
+    if bi > bj || col0 >= b || near_identity(diagonal, b) {
         return;
     }
     let z = thread::block_idx_z() as usize;
@@ -467,7 +525,10 @@ pub fn cholesky_trailing_update(w: &mut [f64], b: u32, nb: u32, panel: u32) {
 /// triangle, every panel factored), `rinv` the diagonal blocks of `X` and its column panels left
 /// of this one; the blocks above this panel's diagonal block are computed, those below set to 0.
 #[kernel]
-pub fn triangular_inverse_column(w: &[f64], rinv: &mut [f64], b: u32, nb: u32, panel: u32) {
+pub fn triangular_inverse_column(w: &[f64], rinv: &mut [f64], diagonal: &[f64], b: u32, nb: u32, panel: u32) {
+    if near_identity(diagonal, b) {
+        return;
+    }
     let z = thread::block_idx_z() as usize;
     let bu = b as usize;
     let w = w.sub(z * bu * bu, bu * bu);

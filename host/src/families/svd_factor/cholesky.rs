@@ -9,6 +9,9 @@ use crate::launch::error::{Result, ensure};
 use gpu_std::sim::{Dim3, LaunchConfig};
 use kernels::svd_factor as kf;
 
+/// Threads of [`kf::cholesky_near_identity`]'s block per image: it reads the whole matrix.
+const NEAR_IDENTITY_THREADS: u32 = 1024;
+
 /// Panel rows of [`blocked_cholesky_inverse`]: 64 on a GPU (a panel is one GEMM tile); 16 in
 /// the simulator, so that its tests on small matrices take several panels.
 pub fn cholesky_panel_rows(device: &Device) -> usize {
@@ -50,11 +53,15 @@ pub unsafe fn inverse_cholesky_factor(
             CholeskyMethod::Packed => device.launch(
                 &kf::CHOLESKY_INVERSE_PACKED,
                 plan.packed_cholesky_config(),
-                (&*gram, b as u32, rinv),
+                (&*gram, b as u32, plan.near_identity, rinv),
             ),
-            CholeskyMethod::Blocked => {
-                blocked_cholesky_inverse(device, device.queue(), (gram, rinv, scratch), b, images)
-            }
+            CholeskyMethod::Blocked => blocked_cholesky_inverse(
+                device,
+                device.queue(),
+                (gram, rinv, scratch),
+                (b, images),
+                plan.near_identity,
+            ),
         }
     }
 }
@@ -62,9 +69,11 @@ pub unsafe fn inverse_cholesky_factor(
 /// Cholesky QR's small step for any `b`, on the device over many blocks
 /// (`kernels::svd_factor::blocked_cholesky`): per image, `rinv = R⁻¹` (`b × b`, row-major, upper
 /// triangular) for the Gram matrix `w = RᵀR` (`b × b`, row-major, upper triangle read), pivots
-/// floored as [`kf::cholesky_inverse`] floors them. `w`'s upper triangle is overwritten with `R`;
-/// `diagonal` (`b` per image) is work space. Queued on `queue`: `4·⌈b/nb⌉ − 2` launches
-/// ([`cholesky_panel_rows`]), each for every image, and no wait.
+/// floored as [`kf::cholesky_inverse`] floors them. `w`'s upper triangle is overwritten with `R`,
+/// except where `w` is within `near_identity/b` of the identity (then `R⁻¹` is `I − U` to first
+/// order and the other kernels skip the image: [`kf::cholesky_near_identity`]; 0 turns it off); `diagonal` (`images·(b + 1)` values)
+/// is work space. Queued on `queue`: `4·⌈b/nb⌉ − 1` launches ([`cholesky_panel_rows`]), each for
+/// every image, and no wait.
 ///
 /// # Safety
 /// The buffers must live until the queue reaches the launches (as for [`Device::launch_on`]).
@@ -72,12 +81,12 @@ pub unsafe fn blocked_cholesky_inverse(
     device: &Device,
     queue: &Queue,
     (w, rinv, diagonal): (&mut Buffer<f64>, &mut Buffer<f64>, &mut Buffer<f64>),
-    b: usize,
-    images: usize,
+    (b, images): (usize, usize),
+    near_identity: f64,
 ) -> Result<()> {
     let len = images * b * b;
     ensure(
-        b > 0 && images > 0 && w.len() >= len && rinv.len() >= len && diagonal.len() >= images * b,
+        b > 0 && images > 0 && w.len() >= len && rinv.len() >= len && diagonal.len() >= images * (b + 1),
         || {
             format!(
                 "blocked Cholesky of {images} matrices of {b} × {b}: buffers of {}, {} and {} values",
@@ -95,6 +104,15 @@ pub unsafe fn blocked_cholesky_inverse(
         shared_bytes: kf::BLOCKED_CHOLESKY_SHARED_BYTES,
     };
     let (b32, nb32) = (b as u32, nb as u32);
+    // SAFETY: as below.
+    unsafe {
+        device.launch_on(
+            queue,
+            &kf::CHOLESKY_NEAR_IDENTITY,
+            LaunchConfig { block: Dim3::x(NEAR_IDENTITY_THREADS), shared_bytes: 0, ..config(1) },
+            (&*w, &mut *rinv, &mut *diagonal, b32, near_identity),
+        )?;
+    }
     for panel in 0..panels {
         let right = b - (b.min((panel + 1) * nb));
         // SAFETY: forwarded from the caller; the kernels index through checked slices, each
@@ -112,7 +130,7 @@ pub unsafe fn blocked_cholesky_inverse(
                     queue,
                     &kf::CHOLESKY_ROW_PANEL,
                     config(tiles),
-                    (&mut *w, &*rinv, b32, nb32, panel as u32),
+                    (&mut *w, &*rinv, &*diagonal, b32, nb32, panel as u32),
                 )?;
                 let trailing = LaunchConfig {
                     grid: Dim3 { x: tiles as u32, y: tiles as u32, z: images as u32 },
@@ -122,7 +140,7 @@ pub unsafe fn blocked_cholesky_inverse(
                     queue,
                     &kf::CHOLESKY_TRAILING_UPDATE,
                     trailing,
-                    (&mut *w, b32, nb32, panel as u32),
+                    (&mut *w, &*diagonal, b32, nb32, panel as u32),
                 )?;
             }
         }
@@ -134,7 +152,7 @@ pub unsafe fn blocked_cholesky_inverse(
                 queue,
                 &kf::TRIANGULAR_INVERSE_COLUMN,
                 config(panels),
-                (&*w, &mut *rinv, b32, nb32, panel as u32),
+                (&*w, &mut *rinv, &*diagonal, b32, nb32, panel as u32),
             )?;
         }
     }

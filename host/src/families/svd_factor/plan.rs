@@ -176,6 +176,10 @@ pub struct Plan {
     pub block_jacobi_rows: usize,
     /// Panel rows of the blocked Cholesky.
     pub cholesky_panel_rows: usize,
+    /// Cholesky QR takes a Gram matrix `W` as near the identity, and inverts its factor to first
+    /// order, when `b·max|W − I|` is at most this ([`kf::NEAR_IDENTITY`]; 0 turns it off, for
+    /// benchmarks to compare).
+    pub near_identity: f64,
     /// Whether the GEMMs run on the f64 tensor cores (`mma.sync`): on a GPU. The simulator runs the
     /// FMA kernels, which agree to rounding.
     pub tensor_cores: bool,
@@ -244,6 +248,7 @@ impl Plan {
             per_image_threads: if gpu { 256 } else { 64 },
             block_jacobi_rows: BlockJacobi::block_rows(device, b),
             cholesky_panel_rows: cholesky_panel_rows(device),
+            near_identity: kf::NEAR_IDENTITY,
             tensor_cores: gpu,
         })
     }
