@@ -362,4 +362,25 @@ pub mod fast {
     approx!(
         /// `rsqrt.approx.ftz.f32`: 1/√x.
         rsqrt, "rsqrt.approx.ftz.f32", |x| 1.0 / x.sqrt());
+
+    /// `rsqrt.approx.ftz.f64`: 1/√x to about 2^-22 relative (the hardware's 32-bit seed), for a
+    /// Newton step or two to refine where a full-precision `1.0 / sqrt(x)` (two long dependent
+    /// sequences) would sit on a critical path.
+    #[inline(always)]
+    pub fn rsqrt_f64(x: f64) -> f64 {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let y: f64;
+            // SAFETY: a pure arithmetic instruction.
+            unsafe {
+                core::arch::asm!("rsqrt.approx.ftz.f64 {}, {};", out(reg64) y, in(reg64) x,
+                    options(pure, nomem, nostack));
+            }
+            y
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            1.0 / x.sqrt()
+        }
+    }
 }

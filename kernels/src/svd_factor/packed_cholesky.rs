@@ -64,6 +64,19 @@ pub const fn cholesky_packed_shared_bytes(b: u32) -> u32 {
     8 * (b * (b + 1) / 2 + b)
 }
 
+/// `1/√x` for a normal `x > 0` to about an ulp: the hardware's approximation refined by two Newton
+/// steps, `y ← y + y·(1 − x·y²)/2`, much shorter than `1.0 / math::sqrt(x)`, which each pivot of
+/// the factorisation waited on.
+#[inline(always)]
+fn reciprocal_sqrt(x: f64) -> f64 {
+    let mut y = math::fast::rsqrt_f64(x);
+    for _ in 0..2 {
+        let residual = math::fma(-(x * y), y, 1.0);
+        y = math::fma(0.5 * y, residual, y);
+    }
+    y
+}
+
 /// Element `(r, c)` of `R⁻¹` for a Gram matrix `W` near the identity, from `W(r, c)` (`r ≤ c`; any
 /// value below the diagonal): `I − U` with `U` the upper triangle of `W − I` halved on its
 /// diagonal, since `R = I + U + O(‖W − I‖²)`.
@@ -213,8 +226,9 @@ unsafe fn factor_diagonal_block(l: Packed, pivots: Vector, (p0, p1): (usize, usi
                 let j = s0 + a;
                 if j < s1 {
                     let diagonal = warp::shfl_sync(u32::MAX, x[a], j as u32);
-                    let pivot = math::sqrt(diagonal.max(pivots.get(p0 + j)).max(f64::MIN_POSITIVE));
-                    let inverse = 1.0 / pivot;
+                    let diagonal = diagonal.max(pivots.get(p0 + j)).max(f64::MIN_POSITIVE);
+                    let inverse = reciprocal_sqrt(diagonal);
+                    let pivot = diagonal * inverse;
                     if lane == j {
                         x[a] = pivot;
                         reciprocal = inverse;
@@ -324,7 +338,8 @@ unsafe fn solve_rows_below(
 }
 
 /// The trailing matrix after the panel `p0..p1`: `L(i, c) −= Σ_q L(i, q)·L(c, q)` over the
-/// panel's columns `q`, for `p1 ≤ c ≤ i`, a [`TILE`] × [`TILE`] tile of `(i, c)` per thread.
+/// panel's columns `q`, for `p1 ≤ c ≤ i`, a [`TILE`] × [`TILE`] tile of `(i, c)` per thread, only
+/// the tiles on and below the diagonal numbered (so no thread idles over one above it).
 ///
 /// # Safety
 /// As [`factor_diagonal_block`]; every thread of the block calls it.
@@ -335,10 +350,18 @@ unsafe fn update_trailing(l: Packed, bu: usize, (p0, p1): (usize, usize), (tid, 
     let tiles = (bu - p1).div_ceil(TILE) as u32;
     // SAFETY: the function's contract; each tile's elements are written by its thread only.
     unsafe {
+        // The tiles on and below the diagonal only, numbered by rows: tile t is (ti, tc) with
+        // t = ti(ti+1)/2 + tc, tc ≤ ti (the float root corrected by one either way).
         let mut t = tid as u32;
-        while t < tiles * tiles {
-            let (ti, tc) = ((t / tiles) as usize, (t % tiles) as usize);
-            if ti >= tc {
+        while t < tiles * (tiles + 1) / 2 {
+            let mut ti = ((math::sqrt(8.0 * t as f32 + 1.0) - 1.0) * 0.5) as u32;
+            if ti * (ti + 1) / 2 > t {
+                ti -= 1;
+            } else if (ti + 1) * (ti + 2) / 2 <= t {
+                ti += 1;
+            }
+            let (ti, tc) = (ti as usize, (t - ti * (ti + 1) / 2) as usize);
+            {
                 let (i0, c0) = (p1 + ti * TILE, p1 + tc * TILE);
                 let mut acc = [0.0f64; TILE * TILE];
                 let rows_i: [usize; TILE] = core::array::from_fn(|x| row((i0 + x).min(bu - 1)));
@@ -390,10 +413,11 @@ unsafe fn invert_diagonal_block(
             // Σ L(i, m)·X(m, c) over the rows m finished so far, and X(i, c) once finished.
             let (mut sum, mut value) = (0.0f64, 0.0f64);
             if c < width {
+                let reciprocal = if mine { pivots.get(j0 + i) } else { 0.0 };
                 for m in 0..PANEL {
                     let mut finished = 0.0;
                     if lane == m && mine {
-                        value = ((if m == c { 1.0 } else { 0.0 }) - sum) * pivots.get(j0 + m);
+                        value = ((if m == c { 1.0 } else { 0.0 }) - sum) * reciprocal;
                         finished = value;
                     }
                     let finished = warp::shfl_sync(u32::MAX, finished, m as u32);
