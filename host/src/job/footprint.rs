@@ -11,7 +11,7 @@
 use super::gpu_engine::quantised_on_device;
 use super::images::{JobImage, JobOptions, Pixels};
 use crate::families::svd::reconstruct::Variant;
-use crate::families::svd_factor::{Plan, RitzMethod};
+use crate::families::svd_factor::{Plan, RitzMethod, squared_sum_blocks};
 use crate::launch::device::{Backend, Device};
 use crate::launch::error::Result;
 use kernels::svd_factor as kf;
@@ -24,10 +24,6 @@ pub const GPU_HEADROOM: u128 = 64 << 20;
 /// The unit `cuMemAlloc` hands out a large buffer in (2 MiB pages): on a GPU every buffer is
 /// counted rounded up to it.
 const GPU_GRANULE: u128 = 2 << 20;
-
-/// Most partial sums per image of the squared-sum pass (`svd_factor::queue_squared_sums`: one
-/// per block, at most 64 blocks).
-const SQUARED_SUM_BLOCKS: usize = 64;
 
 /// At least the Chebyshev filter's most steps (`svd_factor`'s `chebyshev::MAX_DEGREE`, 16): its
 /// coefficients are three values per step and image.
@@ -110,7 +106,7 @@ impl<'a> Footprint<'a> {
             + f64s(images * r * deflated)
             + f64s(images * deflated)
             + f64s(images * deflated * b)
-            + f64s(images * SQUARED_SUM_BLOCKS)
+            + f64s(images * squared_sum_blocks(mn))
             + f64s(images * kf::eigen_scratch(b as u32) as usize)
             + 3 * f64s(images * b)
             + f64s(images * b * b)
@@ -122,7 +118,7 @@ impl<'a> Footprint<'a> {
         let factorisation = workspace + f64s(images * r * k) + factors;
         let per_rank = f32s(images * mn)
             + if self.bytes_back { buffer(images * mn, 1) } else { 0 }
-            + f64s(images * SQUARED_SUM_BLOCKS);
+            + f64s(images * squared_sum_blocks(mn));
         let temporaries = self.prepared_rank.map_or(0, |kp| f32s(images * m * kp) + f32s(images * n * kp));
         let reconstruction = factors + self.ranks as u128 * per_rank + temporaries;
         Ok(images_f64 + upload.max(factorisation).max(reconstruction))

@@ -47,7 +47,9 @@ pub use convergence::{MAX_ITERATIONS, TOLERANCE};
 pub use factors::{DeviceFactors, Triplets};
 pub use host_eigensolver::HostEigensolver;
 pub use one_block_jacobi::OneBlockJacobi;
-pub use passes::{finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums};
+pub use passes::{
+    finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums, squared_sum_blocks,
+};
 pub use plan::{
     CholeskyMethod, GramMethod, ONE_BLOCK_JACOBI_MAX_B, ONE_BLOCK_JACOBI_MIN_IMAGES, Plan, RitzMethod,
     WHOLE_GRAM_MAX_IMAGES, WHOLE_GRAM_MAX_R, subspace_size,

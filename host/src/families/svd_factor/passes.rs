@@ -8,6 +8,13 @@ use gpu_std::sim::{Dim3, LaunchConfig};
 use gpu_std::{KernelFn, Slice, SliceMut};
 use kernels::svd_factor as kf;
 
+/// Blocks (and partial sums) per image of [`queue_squared_sums`] over `count` values: a block per
+/// 4096 values, at most 512, so one large image still spreads over the GPU (at most 64 took
+/// 0.39 ms for one 4096² image, each thread's chain of loads a thousand long).
+pub fn squared_sum_blocks(count: usize) -> usize {
+    count.div_ceil(4096).clamp(1, 512)
+}
+
 /// Sums of squares per image (`Σ (a − x)²`, or `Σ a²` without `x`) over the `count` elements of
 /// each of `images` images (`count` apart), queued on `queue`: returns the partial-sum buffer
 /// (`images × blocks`) to add up on the host.
@@ -31,7 +38,7 @@ pub unsafe fn queue_squared_sums(
         })?;
     }
     const THREADS: u32 = 256;
-    let blocks = count.div_ceil(THREADS as usize * 16).clamp(1, 64);
+    let blocks = squared_sum_blocks(count);
     let mut partial = device.alloc::<f64>(images * blocks)?;
     let cfg = LaunchConfig {
         grid: Dim3 { x: blocks as u32, y: 1, z: images as u32 },
