@@ -372,6 +372,36 @@ fn the_queue_yields_images_in_index_order_and_batches_whole() {
     assert!(queue.next_batch(joins).is_none() && queue.next().is_none());
 }
 
+/// A batch lent by the queue and given back comes out again first, whole and in order; an engine
+/// that finds the queue empty waits while a batch is lent (it may come back) and takes what is
+/// given back, and the queue ends once no batch is lent.
+#[test]
+fn a_lent_batch_given_back_goes_to_the_next_engine() {
+    let queue = ImageQueue::from_images((0..5).map(|i| float(i, "x", random(i as u64, 2, 2))).collect());
+    let indices = |batch: &[JobImage]| batch.iter().map(|i| i.index).collect::<Vec<_>>();
+    let pairs = |_: &JobImage, batch: &[JobImage]| batch.len() < 2;
+    let (first, lease) = queue.lend_batch(pairs).unwrap().unwrap();
+    assert_eq!(indices(&first), [0, 1]);
+    let (second, done) = queue.lend_batch(pairs).unwrap().unwrap();
+    assert_eq!(indices(&second), [2, 3]);
+    lease.give_back(first);
+    let (again, lease) = queue.lend_batch(pairs).unwrap().unwrap();
+    assert_eq!(indices(&again), [0, 1]);
+    drop(done);
+    let (last, last_lease) = queue.lend_batch(pairs).unwrap().unwrap();
+    assert_eq!(indices(&last), [4]);
+    drop(last_lease);
+    // The queue is empty with `lease` out: another engine waits for it, and takes it back.
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| queue.lend_batch(pairs).map(|b| indices(&b.unwrap().0)));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!waiting.is_finished(), "an engine stopped while a batch was lent");
+        lease.give_back(again);
+        assert_eq!(waiting.join().unwrap(), Some(vec![0, 1]));
+    });
+    assert!(queue.lend_batch(pairs).is_none(), "nothing lent, nothing left");
+}
+
 /// A queue of images 0..10 where 2 and 6 failed to decode and 4 is too small for rank 3, screened
 /// with `fail_fast`; also returns the stop flag and the names of the failures reported.
 fn screened_queue(fail_fast: bool) -> (ImageQueue, Arc<AtomicBool>, Arc<Mutex<Vec<String>>>) {
@@ -708,7 +738,7 @@ fn run_gpu_on(
     options: &JobOptions,
     too_large: kernel_suite::job::gpu_engine::TooLarge,
 ) -> GpuRunSeen {
-    use kernel_suite::job::gpu_engine::run_gpu_staged;
+    use kernel_suite::job::gpu_engine::{Faults, run_gpu_staged};
     let (notes, failures) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
     let (noted, failed) = (Arc::clone(&notes), Arc::clone(&failures));
     let screen = Screen {
@@ -728,7 +758,8 @@ fn run_gpu_on(
         Ok(())
     };
     let spans =
-        run_gpu_staged(device, &mut device.staging().unwrap(), &queue, (options, too_large), &sink).unwrap();
+        run_gpu_staged(device, &mut device.staging().unwrap(), &queue, (options, Faults::alone(too_large)), &sink)
+            .unwrap();
     drop(queue);
     let mut results = results.into_inner().unwrap();
     results.sort_by_key(|r| r.index);
