@@ -402,6 +402,34 @@ fn a_lent_batch_given_back_goes_to_the_next_engine() {
     assert!(queue.lend_batch(pairs).is_none(), "nothing lent, nothing left");
 }
 
+/// Images given back while the producers still run come out again before the images not yet
+/// handed out, and the queue then goes on from where it was (it does not wait again for an image
+/// another engine holds).
+#[test]
+fn images_given_back_while_decoding_goes_on_come_first() {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    // Image 6 too: a batch looks one image past its last.
+    for index in 0..7 {
+        sender.send(Ok(float(index, "x", random(index as u64, 2, 2)))).unwrap();
+    }
+    let queue = Arc::new(ImageQueue::new(receiver));
+    let (done, taken) = std::sync::mpsc::channel();
+    let engine = Arc::clone(&queue);
+    std::thread::spawn(move || {
+        let pairs = |_: &JobImage, batch: &[JobImage]| batch.len() < 2;
+        let indices = |batch: &[JobImage]| batch.iter().map(|i| i.index).collect::<Vec<_>>();
+        let (first, lease) = engine.lend_batch(pairs).unwrap().unwrap();
+        let (second, _held) = engine.lend_batch(pairs).unwrap().unwrap();
+        lease.give_back(first);
+        let (again, _) = engine.lend_batch(pairs).unwrap().unwrap();
+        let (third, _) = engine.lend_batch(pairs).unwrap().unwrap();
+        done.send([indices(&second), indices(&again), indices(&third)]).unwrap();
+    });
+    let seen = taken.recv_timeout(std::time::Duration::from_secs(10)).expect("the queue handed the batches out");
+    assert_eq!(seen, [vec![2, 3], vec![0, 1], vec![4, 5]]);
+    drop(sender);
+}
+
 /// A queue of images 0..10 where 2 and 6 failed to decode and 4 is too small for rank 3, screened
 /// with `fail_fast`; also returns the stop flag and the names of the failures reported.
 fn screened_queue(fail_fast: bool) -> (ImageQueue, Arc<AtomicBool>, Arc<Mutex<Vec<String>>>) {
@@ -1033,4 +1061,47 @@ fn the_job_fits_a_gpu_whose_memory_is_mostly_taken() {
         "{stderr}"
     );
     assert_eq!(std::fs::read_dir(dir.join("starved")).map_or(0, |files| files.count()), 0);
+}
+
+/// With 600 MiB of the GPU's memory left free (the test holds the rest, as another process
+/// would), `svd` on one 1024² image at rank 50 starts and finishes it `ok`: the context's stack
+/// limit is cut to the kernels' largest stack frame before the module loads. Its `--profile` says
+/// what the start-up took (printed here for the record). `SKIPPED` without a GPU.
+#[test]
+fn one_1024_image_starts_and_finishes_with_600_mib_free() {
+    use kernel_suite::device::{ModuleImage, stack_bytes_needed};
+    const TEST: &str = "one_1024_image_starts_and_finishes_with_600_mib_free";
+    let Some(device) = common::gpu_or_skip(TEST) else { return };
+    device.set_poison_allocations(false);
+    const MIB: usize = 1 << 20;
+    let dir = scratch("gpu-600");
+    let images = dir.join("images");
+    std::fs::create_dir_all(&images).unwrap();
+    let pixels = kernel_suite::workload::procedural_image(3, 1024, 1024);
+    kernel_suite::image_io::save_gray8(&images.join("img.png"), pixels.as_slice().unwrap(), 1024, 1024).unwrap();
+    let (free, _) = device.free_memory().expect("a GPU says what is free");
+    let hog = device.alloc::<u8>(free.saturating_sub(600 * MIB)).unwrap();
+    let left = device.free_memory().unwrap().0;
+    let args = ["images", "--ranks", "50", "--device", "gpu", "--out-dir", "out", "--profile"];
+    let out = std::process::Command::new(common::bin("svd", env!("CARGO_BIN_EXE_svd")))
+        .current_dir(&dir)
+        .args(args)
+        .output()
+        .unwrap();
+    drop(hog);
+    let (stdout, stderr) = (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap());
+    assert_eq!(out.status.code(), Some(0), "{} MiB left\nstdout: {stdout}\nstderr: {stderr}", left / MIB);
+    assert!(stdout.contains("summary: 1 of 1 image(s) done, 0 failed"), "{stdout}");
+    let report = std::fs::read_to_string(dir.join("out/report.csv")).unwrap();
+    assert_eq!(report.lines().filter(|l| l.contains(",ok,")).count(), 1, "{report}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("GPU memory at start-up: "))
+        .unwrap_or_else(|| panic!("no start-up memory in the profile:\n{stderr}"));
+    eprintln!("{TEST}: {} MiB left; {line}", left / MIB);
+    if let Some(stack) = stack_bytes_needed(&kernel_suite::KERNELS, ModuleImage::Cubin)
+        && device.describe().contains("embedded cubin")
+    {
+        assert!(line.contains(&format!(" → {stack} B per thread: ")), "{line}: the kernels need {stack} B");
+    }
 }

@@ -160,3 +160,72 @@ impl<T> OnThisThread<T> {
         self.0
     }
 }
+
+/// Runs `work` on the items `0..count` (a batch's images) in parts that fit the device's free
+/// memory, as the `svd` job's engine does: all at once, and where a part runs out of device memory
+/// ([`Error::is_out_of_memory`]: another library, PyTorch's cache, holds the rest), again as its
+/// first half, and no later part larger; an item that does not fit alone ends it with its error
+/// (an `OutOfMemoryError` in Python). The parts' results, in order.
+pub fn in_fitting_parts<T>(
+    count: usize,
+    mut work: impl FnMut(std::ops::Range<usize>) -> gpu_launch::Result<Vec<T>>,
+) -> gpu_launch::Result<Vec<T>> {
+    let mut results = Vec::with_capacity(count);
+    let (mut start, mut most) = (0, count.max(1));
+    while start < count {
+        let end = count.min(start + most);
+        match work(start..end) {
+            Ok(part) => {
+                results.extend(part);
+                start = end;
+            }
+            Err(e) if e.is_out_of_memory() && end - start > 1 => most = (end - start).div_ceil(2),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_fitting_parts;
+    use gpu_launch::Error;
+
+    /// Work on at most `fits` items at once, recording each part it was given.
+    fn parts_of(count: usize, fits: usize) -> (gpu_launch::Result<Vec<usize>>, Vec<(usize, usize)>) {
+        let mut tried = Vec::new();
+        let result = in_fitting_parts(count, |range| {
+            tried.push((range.start, range.end));
+            if range.len() > fits {
+                return Err(Error::OutOfMemory { bytes: range.len() as u128, free: None });
+            }
+            Ok(range.map(|i| 10 * i).collect())
+        });
+        (result, tried)
+    }
+
+    /// A part that runs out of memory is tried again as its first half, and later parts are no
+    /// larger; the results come back whole and in order.
+    #[test]
+    fn parts_halve_until_they_fit() {
+        let (result, tried) = parts_of(7, 2);
+        assert_eq!(result.unwrap(), [0, 10, 20, 30, 40, 50, 60]);
+        assert_eq!(tried, [(0, 7), (0, 4), (0, 2), (2, 4), (4, 6), (6, 7)]);
+        let (result, tried) = parts_of(3, 3);
+        assert_eq!((result.unwrap().len(), tried), (3, vec![(0, 3)]));
+    }
+
+    /// An item that does not fit alone ends the work with its error; other errors end it at once.
+    #[test]
+    fn an_item_too_large_alone_is_its_error() {
+        let (result, tried) = parts_of(3, 0);
+        assert!(result.unwrap_err().is_out_of_memory());
+        assert_eq!(tried, [(0, 3), (0, 2), (0, 1)]);
+        let mut calls = 0;
+        let other = in_fitting_parts::<u8>(4, |_| {
+            calls += 1;
+            Err(Error::InvalidInput("bad".into()))
+        });
+        assert_eq!((other.unwrap_err().to_string(), calls), ("invalid input: bad".to_string(), 1));
+    }
+}

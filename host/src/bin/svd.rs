@@ -252,7 +252,7 @@ fn engine_options_of(args: &Args) -> anyhow::Result<EngineOptions> {
         },
         gpu,
         gpus: args.gpus.as_deref().map(GpuList::parse).transpose()?,
-        gpu_options: GpuOptions { max_registers, force_ptx: ptx },
+        gpu_options: GpuOptions { max_registers, force_ptx: ptx, measure_context: profile },
         profile,
     })
 }

@@ -85,12 +85,17 @@ struct InOrder {
     next: usize,
     /// Images (and failures) that arrived before their turn.
     early: BTreeMap<usize, Decoded>,
+    /// Images handed out and returned ([`InOrder::put_back`]): before every image from `next` on.
+    returned: BTreeMap<usize, JobImage>,
     /// With [`decode_into_queue`]'s producers: how far ahead of `next` they may decode.
     window: Option<Arc<Window>>,
 }
 
 impl InOrder {
     fn next(&mut self) -> Option<Decoded> {
+        if let Some((_, image)) = self.returned.pop_first() {
+            return Some(Ok(image));
+        }
         loop {
             if let Some(item) = self.early.remove(&self.next) {
                 self.advance(self.next + 1);
@@ -114,10 +119,11 @@ impl InOrder {
         }
     }
 
-    /// Returns `image` to the front of the queue.
+    /// Returns `image`, handed out earlier, to the front of the queue (images returned come out
+    /// again in index order, before the images not yet handed out; the decoders' window stays
+    /// where it is).
     fn put_back(&mut self, image: JobImage) {
-        self.advance(self.next.min(image.index));
-        self.early.insert(image.index, Ok(image));
+        self.returned.insert(image.index, image);
     }
 
     fn advance(&mut self, next: usize) {
@@ -187,7 +193,8 @@ type DecodeTimes = Arc<Mutex<HashMap<usize, f64>>>;
 impl ImageQueue {
     /// Wraps the receiving end of the producers' channel.
     pub fn new(receiver: Receiver<Decoded>) -> Self {
-        let incoming = InOrder { receiver, next: 0, early: BTreeMap::new(), window: None };
+        let incoming =
+            InOrder { receiver, next: 0, early: BTreeMap::new(), returned: BTreeMap::new(), window: None };
         ImageQueue {
             incoming: Mutex::new(incoming),
             decode_ms: DecodeTimes::default(),
