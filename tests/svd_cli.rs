@@ -866,7 +866,6 @@ fn an_image_too_large_for_the_memory_fails_with_status_3_and_resume_finishes_it(
     }
 }
 
-
 /// On several devices (two simulated ones, `--device sim --gpus 0,1`), a device that fails during
 /// the job (`KERNEL_SUITE_FAIL_GPU=1:1`: device 1 at its first batch) gives its batch back and
 /// the other does it: every image `ok` once in the report, with the results of an undisturbed run
@@ -921,7 +920,8 @@ fn a_failing_gpu_hands_its_batch_over(dir: &Path, device: &str) {
     };
     let (code, stdout, stderr) = svd_with_env(dir, &[], &args("calm", ""));
     assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
-    let (code, stdout, stderr) = svd_with_env(dir, &[("KERNEL_SUITE_FAIL_GPU", "1:1")], &args("failed", "0,1"));
+    let (code, stdout, stderr) =
+        svd_with_env(dir, &[("KERNEL_SUITE_FAIL_GPU", "1:1")], &args("failed", "0,1"));
     assert_eq!(code, 4, "stdout: {stdout}\nstderr: {stderr}");
     assert!(stdout.contains("summary: 16 of 16 image(s) done, 0 failed"), "{stdout}");
     let notes: Vec<&str> = stderr.lines().filter(|l| l.starts_with("note: GPU")).collect();
@@ -933,7 +933,10 @@ fn a_failing_gpu_hands_its_batch_over(dir: &Path, device: &str) {
         )]
     );
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
-    assert_eq!(errors, [format!("error: GPU 1 failed during the job ({INJECTED}); the other GPUs did its images")]);
+    assert_eq!(
+        errors,
+        [format!("error: GPU 1 failed during the job ({INJECTED}); the other GPUs did its images")]
+    );
     assert!(stderr.contains("GPU 0 timeline: 8 batch(es), 16 image(s)"), "{stderr}");
     assert!(!stderr.contains("GPU 1 timeline"), "{stderr}");
     let rows = csv_rows(&dir.join("failed/report.csv"));

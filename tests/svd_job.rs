@@ -425,7 +425,8 @@ fn images_given_back_while_decoding_goes_on_come_first() {
         let (third, _) = engine.lend_batch(pairs).unwrap().unwrap();
         done.send([indices(&second), indices(&again), indices(&third)]).unwrap();
     });
-    let seen = taken.recv_timeout(std::time::Duration::from_secs(10)).expect("the queue handed the batches out");
+    let seen =
+        taken.recv_timeout(std::time::Duration::from_secs(10)).expect("the queue handed the batches out");
     assert_eq!(seen, [vec![2, 3], vec![0, 1], vec![4, 5]]);
     drop(sender);
 }
@@ -785,9 +786,14 @@ fn run_gpu_on(
         results.lock().unwrap().push(r);
         Ok(())
     };
-    let spans =
-        run_gpu_staged(device, &mut device.staging().unwrap(), &queue, (options, Faults::alone(too_large)), &sink)
-            .unwrap();
+    let spans = run_gpu_staged(
+        device,
+        &mut device.staging().unwrap(),
+        &queue,
+        (options, Faults::alone(too_large)),
+        &sink,
+    )
+    .unwrap();
     drop(queue);
     let mut results = results.into_inner().unwrap();
     results.sort_by_key(|r| r.index);
@@ -1078,7 +1084,8 @@ fn one_1024_image_starts_and_finishes_with_600_mib_free() {
     let images = dir.join("images");
     std::fs::create_dir_all(&images).unwrap();
     let pixels = kernel_suite::workload::procedural_image(3, 1024, 1024);
-    kernel_suite::image_io::save_gray8(&images.join("img.png"), pixels.as_slice().unwrap(), 1024, 1024).unwrap();
+    kernel_suite::image_io::save_gray8(&images.join("img.png"), pixels.as_slice().unwrap(), 1024, 1024)
+        .unwrap();
     let (free, _) = device.free_memory().expect("a GPU says what is free");
     let hog = device.alloc::<u8>(free.saturating_sub(600 * MIB)).unwrap();
     let left = device.free_memory().unwrap().0;

@@ -246,12 +246,12 @@ impl<'py> Call<'py> {
         }
         let device = match self.requested {
             Requested::Gpu => gpu_at(0).map_err(CudaError::new_err)?,
-            Requested::Simulator => simulator(),
+            Requested::Simulator => simulator()?,
             Requested::Auto => match gpu_at(0) {
                 Ok(gpu) => gpu,
                 Err(why) => {
                     warn(self.py, &format!("no GPU ({why}): running the kernel in the simulator"))?;
-                    simulator()
+                    simulator()?
                 }
             },
         };

@@ -44,9 +44,28 @@ pub fn gpu_at(ordinal: u32) -> Result<&'static Device, String> {
     Ok(device)
 }
 
-/// This thread's simulator.
-pub fn simulator() -> &'static Device {
-    SIMULATOR.with(|s| *s.get_or_init(|| Box::leak(Box::new(Device::simulator()))))
+/// For tests: the simulator's device memory, bytes, as for the `svd` command's `--device sim`; a
+/// call that needs more runs in parts that fit, or fails with `OutOfMemoryError`, as on a GPU
+/// with that much free.
+pub const SIM_MEMORY_ENV: &str = "KERNEL_SUITE_SIM_MEMORY";
+
+/// This thread's simulator, with the memory of [`SIM_MEMORY_ENV`] where it is set.
+pub fn simulator() -> PyResult<&'static Device> {
+    SIMULATOR.with(|s| {
+        if let Some(device) = s.get() {
+            return Ok(*device);
+        }
+        let device = match std::env::var(SIM_MEMORY_ENV) {
+            Ok(text) => {
+                let bytes = text.trim().parse().map_err(|_| {
+                    PyValueError::new_err(format!("{SIM_MEMORY_ENV}={text:?}: expected a number of bytes"))
+                })?;
+                Device::simulator_with_memory(bytes, true)
+            }
+            Err(_) => Device::simulator(),
+        };
+        Ok(*s.get_or_init(|| Box::leak(Box::new(device))))
+    })
 }
 
 /// Where a call on host arrays runs.
@@ -64,7 +83,7 @@ pub enum Target {
 pub fn target(py: Python<'_>, device: Option<&str>) -> PyResult<Target> {
     match device {
         Some("gpu") => gpu_at(0).map(Target::Gpu).map_err(CudaError::new_err),
-        Some("sim") => Ok(Target::Simulator(simulator())),
+        Some("sim") => Ok(Target::Simulator(simulator()?)),
         Some("cpu") => Ok(Target::Cpu),
         None => match gpu_at(0) {
             Ok(d) => Ok(Target::Gpu(d)),
@@ -90,7 +109,7 @@ pub(crate) fn warn(py: Python<'_>, message: &str) -> PyResult<()> {
 pub fn device_for(memory: Memory, device: Option<&str>) -> PyResult<&'static Device> {
     match (memory, device) {
         (Memory::Gpu(ordinal), None | Some("gpu")) => gpu_at(ordinal).map_err(CudaError::new_err),
-        (Memory::Host, Some("sim")) => Ok(simulator()),
+        (Memory::Host, Some("sim")) => simulator(),
         (memory, device) => Err(PyValueError::new_err(format!(
             "arrays in {memory} with device={device:?}: GPU arrays run on their GPU (device=None or \"gpu\"); \
              host arrays run in the simulator in place with device=\"sim\" (NumPy arrays also on \"gpu\" or \"cpu\", \

@@ -97,10 +97,12 @@ pub fn to_py(e: Error) -> PyErr {
         Error::InvalidInput(message) => PyValueError::new_err(message),
         e @ Error::Numerical(_) => NumericalError::new_err(e.to_string()),
         e @ Error::File { .. } => PyOSError::new_err(e.to_string()),
-        e if e.is_out_of_memory() || matches!(e, Error::DoesNotFit { .. }) => Python::attach(|py| match out_of_memory_error(py) {
-            Ok(class) => PyErr::from_type(class.clone(), e.to_string()),
-            Err(failed) => failed,
-        }),
+        e if e.is_out_of_memory() || matches!(e, Error::DoesNotFit { .. }) => {
+            Python::attach(|py| match out_of_memory_error(py) {
+                Ok(class) => PyErr::from_type(class.clone(), e.to_string()),
+                Err(failed) => failed,
+            })
+        }
         other => CudaError::new_err(other.to_string()),
     }
 }
@@ -140,7 +142,8 @@ mod tests {
                  another GPU may"
             );
             // A driver call that failed for memory, and work that does not fit at its smallest.
-            let driver = Error::CudaCode { call: "cuMemAllocAsync", code: 2, name: "CUDA_ERROR_OUT_OF_MEMORY".into() };
+            let driver =
+                Error::CudaCode { call: "cuMemAllocAsync", code: 2, name: "CUDA_ERROR_OUT_OF_MEMORY".into() };
             let whole = Error::DoesNotFit {
                 what: "a batch of 1 image of 4096×4096".into(),
                 needed: 2 << 30,

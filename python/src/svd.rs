@@ -116,8 +116,16 @@ pub fn _svd_into(
                 let pixels = images.view().view(first * m * n..part.end * m * n)?;
                 let f = svd_factor::factor_pixels(target, &queue, pixels, (m, n), images_in_part, k)?;
                 let q = target.queue();
-                target.copy_view(q, f.u.view(..)?, u.view_mut().view_mut(first * m * k..part.end * m * k)?)?;
-                target.copy_view(q, f.vt.view(..)?, vt.view_mut().view_mut(first * k * n..part.end * k * n)?)?;
+                target.copy_view(
+                    q,
+                    f.u.view(..)?,
+                    u.view_mut().view_mut(first * m * k..part.end * m * k)?,
+                )?;
+                target.copy_view(
+                    q,
+                    f.vt.view(..)?,
+                    vt.view_mut().view_mut(first * k * n..part.end * k * n)?,
+                )?;
                 let values = target.upload(&f.singular_values.concat())?;
                 target.copy_view(q, values.view(..)?, s.view_mut().view_mut(first * k..part.end * k)?)?;
                 target.synchronize()?;

@@ -283,7 +283,8 @@ impl Device {
         })?;
         let context_ms = context_ms + ms(t);
         let cubin_fits = compute_capability.0 * 10 + compute_capability.1 == kernels.cubin_arch;
-        let cubin = kernels.cubin.filter(|_| cubin_fits && !options.force_ptx && options.max_registers.is_none());
+        let cubin =
+            kernels.cubin.filter(|_| cubin_fits && !options.force_ptx && options.max_registers.is_none());
         let image = if cubin.is_some() { ModuleImage::Cubin } else { ModuleImage::Ptx };
         // The driver reserves the stack limit for every thread the GPU holds: cut to what the
         // kernels need before the module loads (it grows again by itself for a launch that needs
@@ -299,7 +300,9 @@ impl Device {
         let t = Instant::now();
         let load = Phase::new("module load");
         let (module, image_bytes) = match cubin {
-            Some(cubin) => (Module::from_cubin(cubin, &[]).map_err(cuda("cuModuleLoadData (cubin)"))?, cubin.len()),
+            Some(cubin) => {
+                (Module::from_cubin(cubin, &[]).map_err(cuda("cuModuleLoadData (cubin)"))?, cubin.len())
+            }
             None => {
                 let jit: Vec<ModuleJitOption> =
                     options.max_registers.map(ModuleJitOption::MaxRegisters).into_iter().collect();

@@ -77,13 +77,22 @@ impl fmt::Display for StartupMemory {
         } else {
             format!("{} taken", mib(-freed as f64))
         };
-        write!(f, ", stack limit {} → {} B per thread: {change}", self.default_stack_bytes, self.stack_bytes)?;
+        write!(
+            f,
+            ", stack limit {} → {} B per thread: {change}",
+            self.default_stack_bytes, self.stack_bytes
+        )?;
         let loading = match self.lazy_loading {
             Some(true) => "lazy loading",
             Some(false) => "eager loading",
             None => "loading mode unknown",
         };
-        write!(f, ", module {} (image of {}, {loading})", mib(self.module_bytes() as f64), mib(self.image_bytes as f64))?;
+        write!(
+            f,
+            ", module {} (image of {}, {loading})",
+            mib(self.module_bytes() as f64),
+            mib(self.image_bytes as f64)
+        )?;
         write!(
             f,
             "; {:.0} MiB of {:.0} MiB free after start-up",
@@ -183,7 +192,8 @@ impl Nvml {
     pub(super) fn open(device: cust::sys::CUdevice) -> Option<Nvml> {
         let mut bus_id = [0 as c_char; 32];
         // SAFETY: the call writes a NUL-terminated id of at most the length given.
-        let id = unsafe { cust::sys::cuDeviceGetPCIBusId(bus_id.as_mut_ptr(), bus_id.len() as c_int, device) };
+        let id =
+            unsafe { cust::sys::cuDeviceGetPCIBusId(bus_id.as_mut_ptr(), bus_id.len() as c_int, device) };
         if id != cust::sys::CUresult::CUDA_SUCCESS {
             return None;
         }
@@ -197,9 +207,10 @@ impl Nvml {
             let init: unsafe extern "C" fn() -> c_int = std::mem::transmute(symbol(c"nvmlInit_v2")?);
             let by_bus: unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> c_int =
                 std::mem::transmute(symbol(c"nvmlDeviceGetHandleByPciBusId_v2")?);
-            let free_of = std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void, *mut NvmlMemory) -> c_int>(
-                symbol(c"nvmlDeviceGetMemoryInfo")?,
-            );
+            let free_of = std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, *mut NvmlMemory) -> c_int,
+            >(symbol(c"nvmlDeviceGetMemoryInfo")?);
             let shutdown: unsafe extern "C" fn() -> c_int = std::mem::transmute(symbol(c"nvmlShutdown")?);
             if init() != 0 {
                 return None;
@@ -218,7 +229,9 @@ impl Nvml {
         let mut memory = NvmlMemory::default();
         // SAFETY: a handle NVML gave; the call writes `memory`.
         let status = unsafe { (self.free_of)(self.device, &mut memory) };
-        (status == 0).then_some(memory.free as usize).filter(|_| memory.total > 0 && memory.used <= memory.total)
+        (status == 0)
+            .then_some(memory.free as usize)
+            .filter(|_| memory.total > 0 && memory.used <= memory.total)
     }
 }
 

@@ -514,7 +514,12 @@ fn print_timing(totals: &Totals, timing: &Timing) {
 
 /// The summary line, and the exit status: stopped by a signal (128 + the signal), a GPU of several
 /// failed during the job ([`GPU_FAILED`]), some images failed ([`PARTIAL`]), or every image done.
-fn exit_status(args: &Args, job: &Job, (totals, failed_gpus): (&Totals, &[GpuFailure]), signal: &Signals) -> ExitCode {
+fn exit_status(
+    args: &Args,
+    job: &Job,
+    (totals, failed_gpus): (&Totals, &[GpuFailure]),
+    signal: &Signals,
+) -> ExitCode {
     let (computed, failed, resumed, images) = (totals.done, totals.failed, job.resumed, job.images);
     let done = computed + resumed;
     let earlier = if resumed > 0 { format!(" ({resumed} by an earlier run)") } else { String::new() };
@@ -541,7 +546,9 @@ fn exit_status(args: &Args, job: &Job, (totals, failed_gpus): (&Totals, &[GpuFai
         ""
     };
     if failed > 0 {
-        eprintln!("error: {failed} of {images} image(s) failed{stopped}; the {done} done are in {report_path}");
+        eprintln!(
+            "error: {failed} of {images} image(s) failed{stopped}; the {done} done are in {report_path}"
+        );
     }
     ExitCode::from(if failed_gpus.is_empty() { PARTIAL } else { GPU_FAILED })
 }

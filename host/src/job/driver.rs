@@ -585,10 +585,8 @@ impl<'a> RunState<'a> {
     ) {
         let gpu = options.gpu;
         self.started(device.startup().map(|startup| StartupReport { gpu, startup }));
-        let faults = Faults::injected(gpu).map(|fail_at_batch| Faults {
-            fail_at_batch,
-            ..Faults::alone(Engine::too_large(options))
-        });
+        let faults = Faults::injected(gpu)
+            .map(|fail_at_batch| Faults { fail_at_batch, ..Faults::alone(Engine::too_large(options)) });
         let batches = faults.and_then(|faults| {
             let mut staging = device.staging()?;
             run_gpu_staged(device, &mut staging, self.queue, (job, faults), &self.sink(sender))
@@ -764,12 +762,9 @@ fn open_device(gpu: u32, options: &EngineOptions) -> error::Result<Device> {
 fn simulator() -> error::Result<Device> {
     match std::env::var(SIM_MEMORY_ENV) {
         Ok(text) => {
-            let bytes = text
-                .trim()
-                .parse()
-                .map_err(|_| {
-                    error::Error::InvalidInput(format!("{SIM_MEMORY_ENV}={text:?}: expected a number of bytes"))
-                })?;
+            let bytes = text.trim().parse().map_err(|_| {
+                error::Error::InvalidInput(format!("{SIM_MEMORY_ENV}={text:?}: expected a number of bytes"))
+            })?;
             Ok(Device::simulator_with_memory(bytes, true))
         }
         Err(_) => Ok(Device::simulator()),

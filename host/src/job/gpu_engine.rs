@@ -228,7 +228,13 @@ impl<'a> GpuEngine<'a> {
             let result = if std::mem::take(&mut self.fail_now) {
                 upload_batch(self.device, &part, self.staging).and_then(|_| Err(injected_failure()))
             } else {
-                run_batch(self.device, &part, self.options, (&mut *self.staging, &mut self.landing), self.sink)
+                run_batch(
+                    self.device,
+                    &part,
+                    self.options,
+                    (&mut *self.staging, &mut self.landing),
+                    self.sink,
+                )
             };
             let error = match result {
                 Ok(steps) => {
@@ -354,7 +360,10 @@ pub fn is_device_failure(error: &Error) -> bool {
     !error.is_out_of_memory()
         && matches!(
             error,
-            Error::Cuda { .. } | Error::CudaCode { .. } | Error::Kernel { .. } | Error::SimulatedKernel { .. }
+            Error::Cuda { .. }
+                | Error::CudaCode { .. }
+                | Error::Kernel { .. }
+                | Error::SimulatedKernel { .. }
         )
 }
 

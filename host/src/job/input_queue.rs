@@ -279,7 +279,8 @@ impl ImageQueue {
     }
 
     fn stopped(&self) -> bool {
-        self.closed.load(Ordering::SeqCst) || self.screen.as_ref().is_some_and(|s| s.stop.load(Ordering::SeqCst))
+        self.closed.load(Ordering::SeqCst)
+            || self.screen.as_ref().is_some_and(|s| s.stop.load(Ordering::SeqCst))
     }
 
     /// A lease ends: its batch is done, or given back.
