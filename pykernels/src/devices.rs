@@ -182,7 +182,7 @@ impl<T> OnThisThread<T> {
 
 /// Runs `work` on the items `0..count` (a batch's images) in parts that fit the device's free
 /// memory, as the `svd` job's engine does: all at once, and where a part runs out of device memory
-/// ([`Error::is_out_of_memory`]: another library, PyTorch's cache, holds the rest), again as its
+/// ([`gpu_launch::Error::is_out_of_memory`]: another library, PyTorch's cache, holds the rest), again as its
 /// first half, and no later part larger; an item that does not fit alone ends it with its error
 /// (an `OutOfMemoryError` in Python). The parts' results, in order.
 pub fn in_fitting_parts<T>(

@@ -145,7 +145,8 @@ pub fn run_gpu_staged(
             check_image(image, options)?;
         }
         engine.fail_now = faults.fail_at_batch == Some(taken_batches);
-        if let Err(Unfinished { error, images }) = engine.run_fitting(batch, (asked, taken)) {
+        if let Err(unfinished) = engine.run_fitting(batch, (asked, taken)) {
+            let Unfinished { error, images } = *unfinished;
             if faults.hand_back && !images.is_empty() {
                 lease.give_back(images);
             }
@@ -162,9 +163,9 @@ struct Unfinished {
     images: Vec<JobImage>,
 }
 
-impl From<Error> for Unfinished {
+impl From<Error> for Box<Unfinished> {
     fn from(error: Error) -> Self {
-        Unfinished { error, images: Vec::new() }
+        Box::new(Unfinished { error, images: Vec::new() })
     }
 }
 
@@ -220,7 +221,7 @@ impl<'a> GpuEngine<'a> {
         &mut self,
         batch: Vec<JobImage>,
         (asked, taken): (Instant, Instant),
-    ) -> std::result::Result<(), Unfinished> {
+    ) -> std::result::Result<(), Box<Unfinished>> {
         // The parts still to run, the next last.
         let mut parts = vec![batch];
         while let Some(mut part) = parts.pop() {
@@ -251,7 +252,7 @@ impl<'a> GpuEngine<'a> {
                 Err(error) if is_device_failure(&error) => {
                     parts.push(part);
                     let images = parts.into_iter().rev().flatten().collect();
-                    return Err(Unfinished { error, images });
+                    return Err(Box::new(Unfinished { error, images }));
                 }
                 Err(e) => return Err(e.into()),
             };
