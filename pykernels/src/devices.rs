@@ -28,20 +28,63 @@ thread_local! {
     static SIMULATOR: OnceCell<&'static Device> = const { OnceCell::new() };
 }
 
-/// GPU `ordinal`, its context current on this thread, or why it cannot be used.
-pub fn gpu_at(ordinal: u32) -> Result<&'static Device, String> {
+/// GPU `ordinal`, its context current on this thread, or why it cannot be used. A GPU too full to
+/// open (another library holds its memory) is tried again at the next call; other failures are
+/// kept.
+pub fn gpu_at(ordinal: u32) -> Result<&'static Device, Unusable> {
     let device = GPUS.with(|g| {
-        g.borrow_mut()
-            .entry(ordinal)
-            .or_insert_with(|| {
-                let kernels =
-                    KERNELS.get().ok_or("the extension registered no kernels (pykernels::register)")?;
-                Device::gpu(ordinal, kernels).map(|d| &*Box::leak(Box::new(d))).map_err(|e| e.to_string())
-            })
-            .clone()
+        if let Some(opened) = g.borrow().get(&ordinal) {
+            return opened.clone().map_err(|message| Unusable { message, out_of_memory: false });
+        }
+        let kernels = KERNELS.get().ok_or_else(|| Unusable {
+            message: "the extension registered no kernels (pykernels::register)".into(),
+            out_of_memory: false,
+        })?;
+        match Device::gpu(ordinal, kernels) {
+            Ok(device) => {
+                let device: &'static Device = Box::leak(Box::new(device));
+                g.borrow_mut().insert(ordinal, Ok(device));
+                Ok(device)
+            }
+            Err(e) if e.is_out_of_memory() => Err(Unusable { message: e.to_string(), out_of_memory: true }),
+            Err(e) => {
+                g.borrow_mut().insert(ordinal, Err(e.to_string()));
+                Err(Unusable { message: e.to_string(), out_of_memory: false })
+            }
+        }
     })?;
-    device.make_current().map_err(|e| e.to_string())?;
+    device
+        .make_current()
+        .map_err(|e| Unusable { out_of_memory: e.is_out_of_memory(), message: e.to_string() })?;
     Ok(device)
+}
+
+/// Why a GPU cannot be used: in Python an `OutOfMemoryError` where its memory is too full to open
+/// it, else a [`CudaError`].
+#[derive(Debug, Clone)]
+pub struct Unusable {
+    /// What failed.
+    pub message: String,
+    /// Whether it failed for memory.
+    pub out_of_memory: bool,
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<Unusable> for PyErr {
+    fn from(unusable: Unusable) -> PyErr {
+        if !unusable.out_of_memory {
+            return CudaError::new_err(unusable.message);
+        }
+        Python::attach(|py| match crate::out_of_memory_error(py) {
+            Ok(class) => PyErr::from_type(class.clone(), unusable.message),
+            Err(failed) => failed,
+        })
+    }
 }
 
 /// For tests: the simulator's device memory, bytes, as for the `svd` command's `--device sim`; a
@@ -82,7 +125,7 @@ pub enum Target {
 /// CPU reference with a warning), for a binding with a CPU reference.
 pub fn target(py: Python<'_>, device: Option<&str>) -> PyResult<Target> {
     match device {
-        Some("gpu") => gpu_at(0).map(Target::Gpu).map_err(CudaError::new_err),
+        Some("gpu") => Ok(Target::Gpu(gpu_at(0)?)),
         Some("sim") => Ok(Target::Simulator(simulator()?)),
         Some("cpu") => Ok(Target::Cpu),
         None => match gpu_at(0) {
@@ -108,7 +151,7 @@ pub(crate) fn warn(py: Python<'_>, message: &str) -> PyResult<()> {
 /// for host arrays with `device="sim"`.
 pub fn device_for(memory: Memory, device: Option<&str>) -> PyResult<&'static Device> {
     match (memory, device) {
-        (Memory::Gpu(ordinal), None | Some("gpu")) => gpu_at(ordinal).map_err(CudaError::new_err),
+        (Memory::Gpu(ordinal), None | Some("gpu")) => Ok(gpu_at(ordinal)?),
         (Memory::Host, Some("sim")) => simulator(),
         (memory, device) => Err(PyValueError::new_err(format!(
             "arrays in {memory} with device={device:?}: GPU arrays run on their GPU (device=None or \"gpu\"); \
@@ -207,8 +250,26 @@ pub fn in_fitting_parts<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::in_fitting_parts;
+    use super::{Unusable, in_fitting_parts};
+    use crate::CudaError;
     use gpu_launch::Error;
+    use pyo3::exceptions::PyMemoryError;
+    use pyo3::prelude::*;
+
+    /// A GPU too full to open is an `OutOfMemoryError` in Python (a `CudaError` and a
+    /// `MemoryError`), another failure to open it a `CudaError` alone; both with the message.
+    #[test]
+    fn a_gpu_too_full_to_open_is_out_of_memory() {
+        Python::initialize();
+        Python::attach(|py| {
+            let message = "cuModuleLoadData (cubin) failed: out of memory";
+            let full = PyErr::from(Unusable { message: message.into(), out_of_memory: true });
+            assert!(full.is_instance_of::<CudaError>(py) && full.is_instance_of::<PyMemoryError>(py));
+            assert_eq!(full.value(py).to_string(), message);
+            let broken = PyErr::from(Unusable { message: "no GPU".into(), out_of_memory: false });
+            assert!(broken.is_instance_of::<CudaError>(py) && !broken.is_instance_of::<PyMemoryError>(py));
+        });
+    }
 
     /// Work on at most `fits` items at once, recording each part it was given.
     fn parts_of(count: usize, fits: usize) -> (gpu_launch::Result<Vec<usize>>, Vec<(usize, usize)>) {
