@@ -241,3 +241,80 @@ impl Drop for Nvml {
         unsafe { (self.shutdown)() };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{StartupMemory, stack_bytes_needed};
+    use crate::device::ModuleImage;
+    use crate::module::{EmbeddedKernels, KernelResources};
+
+    const MIB: usize = 1 << 20;
+
+    /// Each step's share is the drop in free memory across it; the stack limit's may be a gain.
+    #[test]
+    fn the_line_gives_each_steps_memory() {
+        let memory = StartupMemory {
+            total: 81_000 * MIB,
+            context_nvml: Some((80_000 * MIB, 79_500 * MIB)),
+            after_context: 79_490 * MIB,
+            after_stack: 79_680 * MIB,
+            after_module: 79_678 * MIB,
+            image_bytes: 3 * MIB + MIB / 2,
+            lazy_loading: Some(true),
+            default_stack_bytes: 1024,
+            stack_bytes: 304,
+            shared_context: false,
+        };
+        assert_eq!((memory.context_bytes(), memory.module_bytes()), (Some(500 * MIB), 2 * MIB));
+        assert_eq!(memory.stack_freed_bytes(), 190 * MIB as i128);
+        assert_eq!(
+            memory.to_string(),
+            "context 500.0 MiB, stack limit 1024 → 304 B per thread: 190.0 MiB given back, module 2.0 MiB \
+             (image of 3.5 MiB, lazy loading); 79678 MiB of 81000 MiB free after start-up"
+        );
+        let shared = StartupMemory {
+            context_nvml: None,
+            after_stack: 79_489 * MIB,
+            lazy_loading: None,
+            shared_context: true,
+            ..memory
+        };
+        assert_eq!(
+            shared.to_string(),
+            "context shared with another library of the process, stack limit 1024 → 304 B per thread: 1.0 MiB \
+             taken, module 0.0 MiB (image of 3.5 MiB, loading mode unknown); 79678 MiB of 81000 MiB free after \
+             start-up"
+        );
+    }
+
+    /// The stack limit is the largest frame of the cubin's kernels, rounded up to 16 bytes; none
+    /// for the PTX, whose frames the JIT decides, or without a `ptxas` report.
+    #[test]
+    fn the_stack_is_the_largest_frame_of_the_cubin() {
+        let kernel = |name, stack_bytes| KernelResources {
+            name,
+            registers: 32,
+            stack_bytes,
+            spill_store_bytes: 0,
+            spill_load_bytes: 0,
+            static_shared_bytes: 0,
+        };
+        static RESOURCES: [KernelResources; 0] = [];
+        let resources = Box::leak(Box::new([kernel("a", 0), kernel("b", 296), kernel("c", 40)]));
+        let kernels = |ptxas_resources: &'static [KernelResources]| EmbeddedKernels {
+            ptx: "",
+            ptx_target: "sm_80",
+            min_compute_capability: 80,
+            cubin: None,
+            cubin_arch: 90,
+            declared_kernels: &[],
+            hopper_kernels: &[],
+            ptxas_resources,
+        };
+        assert_eq!(stack_bytes_needed(&kernels(resources), ModuleImage::Cubin), Some(304));
+        assert_eq!(stack_bytes_needed(&kernels(resources), ModuleImage::Ptx), None);
+        assert_eq!(stack_bytes_needed(&kernels(&RESOURCES), ModuleImage::Cubin), None);
+        let frameless = Box::leak(Box::new([kernel("a", 0)]));
+        assert_eq!(stack_bytes_needed(&kernels(frameless), ModuleImage::Cubin), Some(16));
+    }
+}
