@@ -54,9 +54,9 @@ Batches fit the GPU's free memory: one that runs out of it all the same is run a
 
 Exit status: 0 every image done; 1 the job could not run or a file could not be written (one error \
 line); 3 some images failed (the others are done, as the report says); 4 a GPU of several (--gpus) \
-failed during the job and the others did its images (the report lists every image done); 130 or 143 stopped by SIGINT \
-(Ctrl-C) or SIGTERM: the images under way are finished, the report lists every complete image, and \
---resume does the rest (a second signal exits at once).
+failed during the job and the others did its images (the report lists every image done); 130 or 143 \
+stopped by SIGINT (Ctrl-C) or SIGTERM: the images under way are finished, the report lists every \
+complete image, and --resume does the rest (a second signal exits at once).
 
 Job arrays split a folder with no coordinator: every task runs the same command with its own shard, e.g. \
 in a Slurm array (#SBATCH --array=0-15)

@@ -344,11 +344,11 @@ impl GpuRun {
 
 impl Engine {
     /// Opens what runs the job: [`EngineDevice::Cpu`] the CPU engine; `Simulator` the simulator
-    /// (with the memory of [`SIM_MEMORY_ENV`] where set; one per index of `gpus`); `Gpu`/`Auto` the GPU of
-    /// [`EngineOptions::gpu`], or those of [`EngineOptions::gpus`] (with `Auto`, falling back to
-    /// the CPU when there is none, or one GPU's memory is too full to start it). A GPU too full to
-    /// start is an error that says so. Also returns the time spent counting the GPUs for `gpus`
-    /// (it starts the driver), ms.
+    /// (with the memory of [`SIM_MEMORY_ENV`] where set; one per index of `gpus`); `Gpu`/`Auto`
+    /// the GPU of [`EngineOptions::gpu`], or those of [`EngineOptions::gpus`] (with `Auto`,
+    /// falling back to the CPU when there is none, or one GPU's memory is too full to start it). A
+    /// GPU too full to start is an error that says so. Also returns the time spent counting the
+    /// GPUs for `gpus` (it starts the driver), ms.
     pub fn open(options: &EngineOptions) -> anyhow::Result<(Engine, f64)> {
         let choice = options.device;
         match (&options.gpus, choice) {
