@@ -752,14 +752,9 @@ fn footprint_2_5_npy(rows: usize, cols: usize, images: usize) -> u128 {
 /// Runs `svd` in `dir` with the simulator's memory set to `memory` bytes (unlimited for `None`):
 /// its exit status, stdout and stderr.
 fn svd_with_memory(dir: &Path, memory: Option<u128>, args: &[&str]) -> (i32, String, String) {
-    let mut command = std::process::Command::new(common::bin("svd", env!("CARGO_BIN_EXE_svd")));
-    command.current_dir(dir).args(args);
-    if let Some(bytes) = memory {
-        command.env("KERNEL_SUITE_SIM_MEMORY", bytes.to_string());
-    }
-    let out = command.output().unwrap();
-    let code = out.status.code().expect("an exit status, not a signal");
-    (code, String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    let bytes = memory.map(|bytes| bytes.to_string());
+    let env: Vec<(&str, &str)> = bytes.iter().map(|b| ("KERNEL_SUITE_SIM_MEMORY", b.as_str())).collect();
+    svd_with_env(dir, &env, args)
 }
 
 /// With device memory for two of its eight images (`KERNEL_SUITE_SIM_MEMORY`, the simulator's
@@ -869,4 +864,95 @@ fn an_image_too_large_for_the_memory_fails_with_status_3_and_resume_finishes_it(
     for file in ["b-k2.npy", "b-k5.png", "b-s.npy"] {
         assert!(dir.join("out").join(file).is_file(), "{file}");
     }
+}
+
+/// On several devices (two simulated ones, `--device sim --gpus 0,1`), a device that fails during
+/// the job (`KERNEL_SUITE_FAIL_GPU=1:1`: device 1 at its first batch) gives its batch back and
+/// the other does it: every image `ok` once in the report, with the results of an undisturbed run
+/// batched alike, a note and an `error:` line naming the GPU, exit status 4. Alone, a device that
+/// fails ends the job with one `error:` line and exit status 1.
+#[test]
+fn a_gpu_that_fails_hands_its_batch_to_the_others_and_the_exit_status_says_so() {
+    let dir = scratch("gpu-fails");
+    a_failing_gpu_hands_its_batch_over(&dir, "sim");
+    let args = ["images", "--ranks", "2,5", "--device", "sim", "--out-dir", "alone"];
+    let (code, stdout, stderr) = svd_with_env(&dir, &[("KERNEL_SUITE_FAIL_GPU", "0:1")], &args);
+    assert_eq!(code, 1, "stdout: {stdout}\nstderr: {stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors, [format!("error: {INJECTED}")], "{stderr}");
+    let (code, _, stderr) = svd_with_env(&dir, &[("KERNEL_SUITE_FAIL_GPU", "1")], &args);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("KERNEL_SUITE_FAIL_GPU=\"1\": expected GPU:BATCH, e.g. 1:2"), "{stderr}");
+}
+
+/// [`a_gpu_that_fails_hands_its_batch_to_the_others_and_the_exit_status_says_so`] on two GPUs:
+/// GPU 1 fails at its first batch, GPU 0 does every image. Needs two GPUs: with fewer, a SKIPPED
+/// line.
+#[test]
+fn a_gpu_that_fails_hands_its_batch_to_the_other_gpu() {
+    use std::io::Write as _;
+    let test = "a_gpu_that_fails_hands_its_batch_to_the_other_gpu";
+    match kernel_suite::device::gpu_count() {
+        Ok(count) if count >= 2 => {}
+        Ok(count) => return drop(writeln!(std::io::stderr(), "SKIPPED {test}: {count} GPU, two needed")),
+        Err(e) if !common::gpu_required() => return drop(writeln!(std::io::stderr(), "SKIPPED {test}: {e}")),
+        Err(e) => panic!("{test}: the GPU is required: {e}"),
+    }
+    a_failing_gpu_hands_its_batch_over(&scratch("gpu-fails-gpu"), "gpu");
+}
+
+/// The failure `KERNEL_SUITE_FAIL_GPU` injects, as reported.
+const INJECTED: &str =
+    "a kernel launch (injected by KERNEL_SUITE_FAIL_GPU) failed: CUDA error 719 (CUDA_ERROR_LAUNCH_FAILED)";
+
+/// Sixteen images in batches of two on devices 0 and 1 of `device` (`sim` or `gpu`), device 1
+/// failing at its first batch: exit status 4, every image `ok` once with the results of device 0
+/// alone, one note and one `error:` line naming GPU 1, and device 0's timeline of every batch.
+fn a_failing_gpu_hands_its_batch_over(dir: &Path, device: &str) {
+    let names: Vec<String> = (0..16).map(|i| format!("img{i:02}")).collect();
+    let images: Vec<(&str, usize, usize)> = names.iter().map(|n| (n.as_str(), 20, 24)).collect();
+    gray_pngs(&dir.join("images"), &images, 500);
+    let args = |out: &'static str, gpus: &'static str| {
+        let common = ["images", "--ranks", "2,5", "--batch-images", "2", "--profile", "--device", device];
+        let mut args: Vec<&str> = common.into_iter().chain(["--out-dir", out]).collect();
+        args.extend(if gpus.is_empty() { ["--gpu", "0"] } else { ["--gpus", gpus] });
+        args
+    };
+    let (code, stdout, stderr) = svd_with_env(dir, &[], &args("calm", ""));
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let (code, stdout, stderr) =
+        svd_with_env(dir, &[("KERNEL_SUITE_FAIL_GPU", "1:1")], &args("failed", "0,1"));
+    assert_eq!(code, 4, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("summary: 16 of 16 image(s) done, 0 failed"), "{stdout}");
+    let notes: Vec<&str> = stderr.lines().filter(|l| l.starts_with("note: GPU")).collect();
+    assert_eq!(
+        notes,
+        [format!(
+            "note: GPU 1 failed ({INJECTED}); its unfinished images went back to the queue, and the other GPUs \
+             do them"
+        )]
+    );
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(
+        errors,
+        [format!("error: GPU 1 failed during the job ({INJECTED}); the other GPUs did its images")]
+    );
+    assert!(stderr.contains("GPU 0 timeline: 8 batch(es), 16 image(s)"), "{stderr}");
+    assert!(!stderr.contains("GPU 1 timeline"), "{stderr}");
+    let rows = csv_rows(&dir.join("failed/report.csv"));
+    let keys: Vec<(&str, &str)> = rows.iter().map(|r| (r[0].as_str(), r[3].as_str())).collect();
+    let expected: Vec<(&str, &str)> =
+        names.iter().flat_map(|n| [(n.as_str(), "2"), (n.as_str(), "5")]).collect();
+    assert_eq!(keys, expected, "every image and rank once, in order");
+    assert!(rows.iter().all(|r| r[9] == "ok"), "{rows:?}");
+    assert_eq!(report_rows(&dir.join("failed/report.csv")), report_rows(&dir.join("calm/report.csv")));
+}
+
+/// Runs `svd` in `dir` with `env` set: its exit status, stdout and stderr.
+fn svd_with_env(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+    let mut command = std::process::Command::new(common::bin("svd", env!("CARGO_BIN_EXE_svd")));
+    command.current_dir(dir).args(args).envs(env.iter().copied());
+    let out = command.output().unwrap();
+    let code = out.status.code().expect("an exit status, not a signal");
+    (code, String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
 }

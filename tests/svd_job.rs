@@ -372,6 +372,65 @@ fn the_queue_yields_images_in_index_order_and_batches_whole() {
     assert!(queue.next_batch(joins).is_none() && queue.next().is_none());
 }
 
+/// A batch lent by the queue and given back comes out again first, whole and in order; an engine
+/// that finds the queue empty waits while a batch is lent (it may come back) and takes what is
+/// given back, and the queue ends once no batch is lent.
+#[test]
+fn a_lent_batch_given_back_goes_to_the_next_engine() {
+    let queue = ImageQueue::from_images((0..5).map(|i| float(i, "x", random(i as u64, 2, 2))).collect());
+    let indices = |batch: &[JobImage]| batch.iter().map(|i| i.index).collect::<Vec<_>>();
+    let pairs = |_: &JobImage, batch: &[JobImage]| batch.len() < 2;
+    let (first, lease) = queue.lend_batch(pairs).unwrap().unwrap();
+    assert_eq!(indices(&first), [0, 1]);
+    let (second, done) = queue.lend_batch(pairs).unwrap().unwrap();
+    assert_eq!(indices(&second), [2, 3]);
+    lease.give_back(first);
+    let (again, lease) = queue.lend_batch(pairs).unwrap().unwrap();
+    assert_eq!(indices(&again), [0, 1]);
+    drop(done);
+    let (last, last_lease) = queue.lend_batch(pairs).unwrap().unwrap();
+    assert_eq!(indices(&last), [4]);
+    drop(last_lease);
+    // The queue is empty with `lease` out: another engine waits for it, and takes it back.
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| queue.lend_batch(pairs).map(|b| indices(&b.unwrap().0)));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!waiting.is_finished(), "an engine stopped while a batch was lent");
+        lease.give_back(again);
+        assert_eq!(waiting.join().unwrap(), Some(vec![0, 1]));
+    });
+    assert!(queue.lend_batch(pairs).is_none(), "nothing lent, nothing left");
+}
+
+/// Images given back while the producers still run come out again before the images not yet
+/// handed out, and the queue then goes on from where it was (it does not wait again for an image
+/// another engine holds).
+#[test]
+fn images_given_back_while_decoding_goes_on_come_first() {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    // Image 6 too: a batch looks one image past its last.
+    for index in 0..7 {
+        sender.send(Ok(float(index, "x", random(index as u64, 2, 2)))).unwrap();
+    }
+    let queue = Arc::new(ImageQueue::new(receiver));
+    let (done, taken) = std::sync::mpsc::channel();
+    let engine = Arc::clone(&queue);
+    std::thread::spawn(move || {
+        let pairs = |_: &JobImage, batch: &[JobImage]| batch.len() < 2;
+        let indices = |batch: &[JobImage]| batch.iter().map(|i| i.index).collect::<Vec<_>>();
+        let (first, lease) = engine.lend_batch(pairs).unwrap().unwrap();
+        let (second, _held) = engine.lend_batch(pairs).unwrap().unwrap();
+        lease.give_back(first);
+        let (again, _) = engine.lend_batch(pairs).unwrap().unwrap();
+        let (third, _) = engine.lend_batch(pairs).unwrap().unwrap();
+        done.send([indices(&second), indices(&again), indices(&third)]).unwrap();
+    });
+    let seen =
+        taken.recv_timeout(std::time::Duration::from_secs(10)).expect("the queue handed the batches out");
+    assert_eq!(seen, [vec![2, 3], vec![0, 1], vec![4, 5]]);
+    drop(sender);
+}
+
 /// A queue of images 0..10 where 2 and 6 failed to decode and 4 is too small for rank 3, screened
 /// with `fail_fast`; also returns the stop flag and the names of the failures reported.
 fn screened_queue(fail_fast: bool) -> (ImageQueue, Arc<AtomicBool>, Arc<Mutex<Vec<String>>>) {
@@ -708,7 +767,7 @@ fn run_gpu_on(
     options: &JobOptions,
     too_large: kernel_suite::job::gpu_engine::TooLarge,
 ) -> GpuRunSeen {
-    use kernel_suite::job::gpu_engine::run_gpu_staged;
+    use kernel_suite::job::gpu_engine::{Faults, run_gpu_staged};
     let (notes, failures) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
     let (noted, failed) = (Arc::clone(&notes), Arc::clone(&failures));
     let screen = Screen {
@@ -727,8 +786,14 @@ fn run_gpu_on(
         results.lock().unwrap().push(r);
         Ok(())
     };
-    let spans =
-        run_gpu_staged(device, &mut device.staging().unwrap(), &queue, (options, too_large), &sink).unwrap();
+    let spans = run_gpu_staged(
+        device,
+        &mut device.staging().unwrap(),
+        &queue,
+        (options, Faults::alone(too_large)),
+        &sink,
+    )
+    .unwrap();
     drop(queue);
     let mut results = results.into_inner().unwrap();
     results.sort_by_key(|r| r.index);
@@ -1002,4 +1067,48 @@ fn the_job_fits_a_gpu_whose_memory_is_mostly_taken() {
         "{stderr}"
     );
     assert_eq!(std::fs::read_dir(dir.join("starved")).map_or(0, |files| files.count()), 0);
+}
+
+/// With 600 MiB of the GPU's memory left free (the test holds the rest, as another process
+/// would), `svd` on one 1024² image at rank 50 starts and finishes it `ok`: the context's stack
+/// limit is cut to the kernels' largest stack frame before the module loads. Its `--profile` says
+/// what the start-up took (printed here for the record). `SKIPPED` without a GPU.
+#[test]
+fn one_1024_image_starts_and_finishes_with_600_mib_free() {
+    use kernel_suite::device::{ModuleImage, stack_bytes_needed};
+    const TEST: &str = "one_1024_image_starts_and_finishes_with_600_mib_free";
+    let Some(device) = common::gpu_or_skip(TEST) else { return };
+    device.set_poison_allocations(false);
+    const MIB: usize = 1 << 20;
+    let dir = scratch("gpu-600");
+    let images = dir.join("images");
+    std::fs::create_dir_all(&images).unwrap();
+    let pixels = kernel_suite::workload::procedural_image(3, 1024, 1024);
+    kernel_suite::image_io::save_gray8(&images.join("img.png"), pixels.as_slice().unwrap(), 1024, 1024)
+        .unwrap();
+    let (free, _) = device.free_memory().expect("a GPU says what is free");
+    let hog = device.alloc::<u8>(free.saturating_sub(600 * MIB)).unwrap();
+    let left = device.free_memory().unwrap().0;
+    let args = ["images", "--ranks", "50", "--device", "gpu", "--out-dir", "out", "--profile"];
+    let out = std::process::Command::new(common::bin("svd", env!("CARGO_BIN_EXE_svd")))
+        .current_dir(&dir)
+        .args(args)
+        .output()
+        .unwrap();
+    drop(hog);
+    let (stdout, stderr) = (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap());
+    assert_eq!(out.status.code(), Some(0), "{} MiB left\nstdout: {stdout}\nstderr: {stderr}", left / MIB);
+    assert!(stdout.contains("summary: 1 of 1 image(s) done, 0 failed"), "{stdout}");
+    let report = std::fs::read_to_string(dir.join("out/report.csv")).unwrap();
+    assert_eq!(report.lines().filter(|l| l.contains(",ok,")).count(), 1, "{report}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("GPU memory at start-up: "))
+        .unwrap_or_else(|| panic!("no start-up memory in the profile:\n{stderr}"));
+    eprintln!("{TEST}: {} MiB left; {line}", left / MIB);
+    if let Some(stack) = stack_bytes_needed(&kernel_suite::KERNELS, ModuleImage::Cubin)
+        && device.describe().contains("embedded cubin")
+    {
+        assert!(line.contains(&format!(" → {stack} B per thread: ")), "{line}: the kernels need {stack} B");
+    }
 }

@@ -50,7 +50,7 @@ pub mod profile;
 
 pub use device::{
     Backend, Buffer, BufferView, BufferViewMut, CopyTotals, Device, Element, GpuOptions, HostBuffer,
-    IntoKernelArgs, KernelArg, Mark, Queue, Staging, Startup, gpu_count, gpu_of_address,
+    IntoKernelArgs, KernelArg, Mark, Queue, Staging, Startup, StartupMemory, gpu_count, gpu_of_address,
 };
 pub use error::{Error, Result};
 pub use gpu_std::sim::{Dim3, LaunchConfig};

@@ -7,6 +7,7 @@
 //! [`Device::enable_profiling`](crate::Device::enable_profiling), so an unprofiled run pays no extra
 //! events or synchronisation. The kernel suite's binaries expose it as `--profile`.
 
+use crate::device::StartupMemory;
 use crate::error::{Result, cuda};
 use cust::device::DeviceAttribute;
 use cust::event::{Event, EventFlags};
@@ -95,15 +96,17 @@ pub(crate) struct Recorder {
     kernels: RefCell<BTreeMap<&'static str, KernelInfo>>,
     host: RefCell<Vec<HostCost>>,
     peaks: Peaks,
+    memory: StartupMemory,
 }
 
 impl Recorder {
-    pub(crate) fn new(peaks: Peaks, startup: Vec<HostCost>) -> Recorder {
+    pub(crate) fn new(peaks: Peaks, startup: Vec<HostCost>, memory: StartupMemory) -> Recorder {
         Recorder {
             records: RefCell::default(),
             kernels: RefCell::default(),
             host: RefCell::new(startup),
             peaks,
+            memory,
         }
     }
 
@@ -205,6 +208,7 @@ impl Recorder {
             kernels: self.kernels.borrow().iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             host: self.host.borrow().clone(),
             peaks: self.peaks,
+            memory: self.memory,
         })
     }
 }
@@ -268,9 +272,15 @@ pub struct Report {
     kernels: Vec<(String, KernelInfo)>,
     host: Vec<HostCost>,
     peaks: Peaks,
+    memory: StartupMemory,
 }
 
 impl Report {
+    /// What opening the GPU took of its memory.
+    pub fn startup_memory(&self) -> &StartupMemory {
+        &self.memory
+    }
+
     /// Total milliseconds and number of calls recorded under `name` (a kernel, or
     /// `[CUDA memcpy HtoD]` / `[CUDA memcpy DtoH]`).
     pub fn activity(&self, name: &str) -> Option<(f64, u32)> {
@@ -352,6 +362,7 @@ impl fmt::Display for Report {
         for c in &self.host {
             writeln!(f, "  {:>10.3} ms  {:>4} call(s)  {}", c.ms, c.calls, c.what)?;
         }
+        writeln!(f, "GPU memory at start-up: {}", self.memory)?;
         writeln!(
             f,
             "Kernels (device peaks from its attributes: {:.0} GB/s DRAM, {:.1} TFLOP/s FP32):",

@@ -9,7 +9,6 @@
 //! alignment, not empty, written arrays apart from every other array; shapes with
 //! [`Input::expect_shape`] or when an output is made.
 
-use crate::CudaError;
 use crate::arrays::{ArrayElement, ForeignArray, Memory, Pending};
 use crate::devices::{detached, different_devices, gpu_at, simulator, warn};
 use crate::library::{caller_stream, empty_like, stream_handle};
@@ -229,7 +228,7 @@ impl<'py> Call<'py> {
                     "device=\"sim\" runs host arrays (NumPy); GPU arrays run on their GPU (device=None or \"gpu\")",
                 ));
             }
-            let device = gpu_at(ordinal).map_err(CudaError::new_err)?;
+            let device = gpu_at(ordinal)?;
             let stream = match self.stream {
                 Some(stream) => stream,
                 None => caller_stream(None, &[object])?,
@@ -245,13 +244,13 @@ impl<'py> Call<'py> {
             ));
         }
         let device = match self.requested {
-            Requested::Gpu => gpu_at(0).map_err(CudaError::new_err)?,
-            Requested::Simulator => simulator(),
+            Requested::Gpu => gpu_at(0)?,
+            Requested::Simulator => simulator()?,
             Requested::Auto => match gpu_at(0) {
                 Ok(gpu) => gpu,
                 Err(why) => {
                     warn(self.py, &format!("no GPU ({why}): running the kernel in the simulator"))?;
-                    simulator()
+                    simulator()?
                 }
             },
         };
@@ -391,6 +390,7 @@ fn shape_text(shape: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CudaError;
     use gpu_launch::LaunchConfig;
     use gpu_std::{kernel, thread};
     use pyo3::types::PyDict;

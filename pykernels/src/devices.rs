@@ -28,25 +28,87 @@ thread_local! {
     static SIMULATOR: OnceCell<&'static Device> = const { OnceCell::new() };
 }
 
-/// GPU `ordinal`, its context current on this thread, or why it cannot be used.
-pub fn gpu_at(ordinal: u32) -> Result<&'static Device, String> {
+/// GPU `ordinal`, its context current on this thread, or why it cannot be used. A GPU too full to
+/// open (another library holds its memory) is tried again at the next call; other failures are
+/// kept.
+pub fn gpu_at(ordinal: u32) -> Result<&'static Device, Unusable> {
     let device = GPUS.with(|g| {
-        g.borrow_mut()
-            .entry(ordinal)
-            .or_insert_with(|| {
-                let kernels =
-                    KERNELS.get().ok_or("the extension registered no kernels (pykernels::register)")?;
-                Device::gpu(ordinal, kernels).map(|d| &*Box::leak(Box::new(d))).map_err(|e| e.to_string())
-            })
-            .clone()
+        if let Some(opened) = g.borrow().get(&ordinal) {
+            return opened.clone().map_err(|message| Unusable { message, out_of_memory: false });
+        }
+        let kernels = KERNELS.get().ok_or_else(|| Unusable {
+            message: "the extension registered no kernels (pykernels::register)".into(),
+            out_of_memory: false,
+        })?;
+        match Device::gpu(ordinal, kernels) {
+            Ok(device) => {
+                let device: &'static Device = Box::leak(Box::new(device));
+                g.borrow_mut().insert(ordinal, Ok(device));
+                Ok(device)
+            }
+            Err(e) if e.is_out_of_memory() => Err(Unusable { message: e.to_string(), out_of_memory: true }),
+            Err(e) => {
+                g.borrow_mut().insert(ordinal, Err(e.to_string()));
+                Err(Unusable { message: e.to_string(), out_of_memory: false })
+            }
+        }
     })?;
-    device.make_current().map_err(|e| e.to_string())?;
+    device
+        .make_current()
+        .map_err(|e| Unusable { out_of_memory: e.is_out_of_memory(), message: e.to_string() })?;
     Ok(device)
 }
 
-/// This thread's simulator.
-pub fn simulator() -> &'static Device {
-    SIMULATOR.with(|s| *s.get_or_init(|| Box::leak(Box::new(Device::simulator()))))
+/// Why a GPU cannot be used: in Python an `OutOfMemoryError` where its memory is too full to open
+/// it, else a [`CudaError`].
+#[derive(Debug, Clone)]
+pub struct Unusable {
+    /// What failed.
+    pub message: String,
+    /// Whether it failed for memory.
+    pub out_of_memory: bool,
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<Unusable> for PyErr {
+    fn from(unusable: Unusable) -> PyErr {
+        if !unusable.out_of_memory {
+            return CudaError::new_err(unusable.message);
+        }
+        Python::attach(|py| match crate::out_of_memory_error(py) {
+            Ok(class) => PyErr::from_type(class.clone(), unusable.message),
+            Err(failed) => failed,
+        })
+    }
+}
+
+/// For tests: the simulator's device memory, bytes, as for the `svd` command's `--device sim`; a
+/// call that needs more runs in parts that fit, or fails with `OutOfMemoryError`, as on a GPU
+/// with that much free.
+pub const SIM_MEMORY_ENV: &str = "KERNEL_SUITE_SIM_MEMORY";
+
+/// This thread's simulator, with the memory of [`SIM_MEMORY_ENV`] where it is set.
+pub fn simulator() -> PyResult<&'static Device> {
+    SIMULATOR.with(|s| {
+        if let Some(device) = s.get() {
+            return Ok(*device);
+        }
+        let device = match std::env::var(SIM_MEMORY_ENV) {
+            Ok(text) => {
+                let bytes = text.trim().parse().map_err(|_| {
+                    PyValueError::new_err(format!("{SIM_MEMORY_ENV}={text:?}: expected a number of bytes"))
+                })?;
+                Device::simulator_with_memory(bytes, true)
+            }
+            Err(_) => Device::simulator(),
+        };
+        Ok(*s.get_or_init(|| Box::leak(Box::new(device))))
+    })
 }
 
 /// Where a call on host arrays runs.
@@ -63,8 +125,8 @@ pub enum Target {
 /// CPU reference with a warning), for a binding with a CPU reference.
 pub fn target(py: Python<'_>, device: Option<&str>) -> PyResult<Target> {
     match device {
-        Some("gpu") => gpu_at(0).map(Target::Gpu).map_err(CudaError::new_err),
-        Some("sim") => Ok(Target::Simulator(simulator())),
+        Some("gpu") => Ok(Target::Gpu(gpu_at(0)?)),
+        Some("sim") => Ok(Target::Simulator(simulator()?)),
         Some("cpu") => Ok(Target::Cpu),
         None => match gpu_at(0) {
             Ok(d) => Ok(Target::Gpu(d)),
@@ -89,8 +151,8 @@ pub(crate) fn warn(py: Python<'_>, message: &str) -> PyResult<()> {
 /// for host arrays with `device="sim"`.
 pub fn device_for(memory: Memory, device: Option<&str>) -> PyResult<&'static Device> {
     match (memory, device) {
-        (Memory::Gpu(ordinal), None | Some("gpu")) => gpu_at(ordinal).map_err(CudaError::new_err),
-        (Memory::Host, Some("sim")) => Ok(simulator()),
+        (Memory::Gpu(ordinal), None | Some("gpu")) => Ok(gpu_at(ordinal)?),
+        (Memory::Host, Some("sim")) => simulator(),
         (memory, device) => Err(PyValueError::new_err(format!(
             "arrays in {memory} with device={device:?}: GPU arrays run on their GPU (device=None or \"gpu\"); \
              host arrays run in the simulator in place with device=\"sim\" (NumPy arrays also on \"gpu\" or \"cpu\", \
@@ -158,5 +220,92 @@ unsafe impl<T> Send for OnThisThread<T> {}
 impl<T> OnThisThread<T> {
     fn get(self) -> T {
         self.0
+    }
+}
+
+/// Runs `work` on the items `0..count` (a batch's images) in parts that fit the device's free
+/// memory, as the `svd` job's engine does: all at once, and where a part runs out of device memory
+/// ([`gpu_launch::Error::is_out_of_memory`]: another library, PyTorch's cache, holds the rest), again as its
+/// first half, and no later part larger; an item that does not fit alone ends it with its error
+/// (an `OutOfMemoryError` in Python). The parts' results, in order.
+pub fn in_fitting_parts<T>(
+    count: usize,
+    mut work: impl FnMut(std::ops::Range<usize>) -> gpu_launch::Result<Vec<T>>,
+) -> gpu_launch::Result<Vec<T>> {
+    let mut results = Vec::with_capacity(count);
+    let (mut start, mut most) = (0, count.max(1));
+    while start < count {
+        let end = count.min(start + most);
+        match work(start..end) {
+            Ok(part) => {
+                results.extend(part);
+                start = end;
+            }
+            Err(e) if e.is_out_of_memory() && end - start > 1 => most = (end - start).div_ceil(2),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Unusable, in_fitting_parts};
+    use crate::CudaError;
+    use gpu_launch::Error;
+    use pyo3::exceptions::PyMemoryError;
+    use pyo3::prelude::*;
+
+    /// A GPU too full to open is an `OutOfMemoryError` in Python (a `CudaError` and a
+    /// `MemoryError`), another failure to open it a `CudaError` alone; both with the message.
+    #[test]
+    fn a_gpu_too_full_to_open_is_out_of_memory() {
+        Python::initialize();
+        Python::attach(|py| {
+            let message = "cuModuleLoadData (cubin) failed: out of memory";
+            let full = PyErr::from(Unusable { message: message.into(), out_of_memory: true });
+            assert!(full.is_instance_of::<CudaError>(py) && full.is_instance_of::<PyMemoryError>(py));
+            assert_eq!(full.value(py).to_string(), message);
+            let broken = PyErr::from(Unusable { message: "no GPU".into(), out_of_memory: false });
+            assert!(broken.is_instance_of::<CudaError>(py) && !broken.is_instance_of::<PyMemoryError>(py));
+        });
+    }
+
+    /// Work on at most `fits` items at once, recording each part it was given.
+    fn parts_of(count: usize, fits: usize) -> (gpu_launch::Result<Vec<usize>>, Vec<(usize, usize)>) {
+        let mut tried = Vec::new();
+        let result = in_fitting_parts(count, |range| {
+            tried.push((range.start, range.end));
+            if range.len() > fits {
+                return Err(Error::OutOfMemory { bytes: range.len() as u128, free: None });
+            }
+            Ok(range.map(|i| 10 * i).collect())
+        });
+        (result, tried)
+    }
+
+    /// A part that runs out of memory is tried again as its first half, and later parts are no
+    /// larger; the results come back whole and in order.
+    #[test]
+    fn parts_halve_until_they_fit() {
+        let (result, tried) = parts_of(7, 2);
+        assert_eq!(result.unwrap(), [0, 10, 20, 30, 40, 50, 60]);
+        assert_eq!(tried, [(0, 7), (0, 4), (0, 2), (2, 4), (4, 6), (6, 7)]);
+        let (result, tried) = parts_of(3, 3);
+        assert_eq!((result.unwrap().len(), tried), (3, vec![(0, 3)]));
+    }
+
+    /// An item that does not fit alone ends the work with its error; other errors end it at once.
+    #[test]
+    fn an_item_too_large_alone_is_its_error() {
+        let (result, tried) = parts_of(3, 0);
+        assert!(result.unwrap_err().is_out_of_memory());
+        assert_eq!(tried, [(0, 3), (0, 2), (0, 1)]);
+        let mut calls = 0;
+        let other = in_fitting_parts::<u8>(4, |_| {
+            calls += 1;
+            Err(Error::InvalidInput("bad".into()))
+        });
+        assert_eq!((other.unwrap_err().to_string(), calls), ("invalid input: bad".to_string(), 1));
     }
 }

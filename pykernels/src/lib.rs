@@ -89,17 +89,20 @@ fn out_of_memory_error(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
 
 /// The host library's error as a Python exception: `ValueError` for invalid input,
 /// [`NumericalError`] for a method that failed on valid input, `OSError` for files,
-/// `OutOfMemoryError` for a buffer that does not fit, [`CudaError`] for the rest (the driver, the
-/// GPU, a kernel).
+/// `OutOfMemoryError` for a shortage of device memory (a buffer that does not fit, a driver call
+/// or launch that failed for memory, work that does not fit even at its smallest), [`CudaError`]
+/// for the rest (the driver, the GPU, a kernel).
 pub fn to_py(e: Error) -> PyErr {
     match e {
         Error::InvalidInput(message) => PyValueError::new_err(message),
         e @ Error::Numerical(_) => NumericalError::new_err(e.to_string()),
         e @ Error::File { .. } => PyOSError::new_err(e.to_string()),
-        e @ Error::OutOfMemory { .. } => Python::attach(|py| match out_of_memory_error(py) {
-            Ok(class) => PyErr::from_type(class.clone(), e.to_string()),
-            Err(failed) => failed,
-        }),
+        e if e.is_out_of_memory() || matches!(e, Error::DoesNotFit { .. }) => {
+            Python::attach(|py| match out_of_memory_error(py) {
+                Ok(class) => PyErr::from_type(class.clone(), e.to_string()),
+                Err(failed) => failed,
+            })
+        }
         other => CudaError::new_err(other.to_string()),
     }
 }
@@ -122,7 +125,8 @@ pub fn register(m: &Bound<'_, PyModule>, kernels: &'static EmbeddedKernels) -> P
 mod tests {
     use super::*;
 
-    /// A buffer that does not fit is an `OutOfMemoryError`, which `except CudaError` and
+    /// A buffer that does not fit, a driver call that failed for memory and work that does not fit
+    /// at its smallest are each an `OutOfMemoryError`, which `except CudaError` and
     /// `except MemoryError` both catch, with the host library's message; other CUDA failures are
     /// no `MemoryError`.
     #[test]
@@ -137,6 +141,27 @@ mod tests {
                 "out of memory: a buffer of 3072 MiB does not fit (1024 of 81920 MiB free); a smaller batch or \
                  another GPU may"
             );
+            // A driver call that failed for memory, and work that does not fit at its smallest.
+            let driver =
+                Error::CudaCode { call: "cuMemAllocAsync", code: 2, name: "CUDA_ERROR_OUT_OF_MEMORY".into() };
+            let whole = Error::DoesNotFit {
+                what: "a batch of 1 image of 4096×4096".into(),
+                needed: 2 << 30,
+                free: Some((100 << 20, 80 << 30)),
+                help: "free memory on this GPU".into(),
+            };
+            for (err, text) in [
+                (driver, "cuMemAllocAsync failed: CUDA error 2 (CUDA_ERROR_OUT_OF_MEMORY)"),
+                (
+                    whole,
+                    "a batch of 1 image of 4096×4096 needs about 2048 MiB of GPU memory, 100 MiB free of 81920 MiB; \
+                     free memory on this GPU",
+                ),
+            ] {
+                let err = to_py(err);
+                assert!(err.get_type(py).is(out_of_memory_error(py).unwrap()), "{err}");
+                assert_eq!(err.value(py).to_string(), text);
+            }
             let other = to_py(Error::NoGpu("no device".into()));
             assert!(other.is_instance_of::<CudaError>(py) && !other.is_instance_of::<PyMemoryError>(py));
         });

@@ -6,7 +6,7 @@ use kernel_suite::svd_factor::{self, Triplets};
 use ndarray::{Array2, Array3, Array4, ArrayView2, Axis, s};
 use numpy::{IntoPyArray, PyArray2, PyArray3, PyArray4, PyReadonlyArray2, PyReadonlyArray3};
 use pykernels::Dtype;
-use pykernels::devices::{Target, check_output, detached, import_all, target};
+use pykernels::devices::{Target, check_output, detached, import_all, in_fitting_parts, target};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rayon::prelude::*;
@@ -42,7 +42,9 @@ pub fn _svd<'py>(
     let triplets = detached(py, || {
         let views: Vec<ArrayView2<f32>> = images.outer_iter().collect();
         match target {
-            Target::Gpu(d) | Target::Simulator(d) => svd_factor::truncated_svd(d, &views, k),
+            Target::Gpu(d) | Target::Simulator(d) => {
+                in_fitting_parts(views.len(), |part| svd_factor::truncated_svd(d, &views[part], k))
+            }
             Target::Cpu => views.par_iter().map(|image| cpu_triplets(*image, k)).collect(),
         }
     })?;
@@ -105,17 +107,32 @@ pub fn _svd_into(
     check_output(s, &[images, vt])?;
     check_output(vt, &[images])?;
     detached(py, || {
-        // SAFETY: float32/float64 arrays of the checked shapes in the target's memory, not
-        // overlapping one another.
-        unsafe {
-            let f = svd_factor::factor_pixels(target, &queue, images.view(), (m, n), count, k)?;
-            let q = target.queue();
-            target.copy_view(q, f.u.view(..)?, u.view_mut())?;
-            target.copy_view(q, f.vt.view(..)?, vt.view_mut())?;
-            let values = target.upload(&f.singular_values.concat())?;
-            target.copy_view(q, values.view(..)?, s.view_mut())?;
-            target.synchronize()
-        }
+        // In parts that fit the GPU's free memory (the caller's library may hold most of it).
+        in_fitting_parts(count, |part| {
+            let (first, images_in_part) = (part.start, part.len());
+            // SAFETY: float32/float64 arrays of the checked shapes in the target's memory, not
+            // overlapping one another; each part reads and writes its own images.
+            unsafe {
+                let pixels = images.view().view(first * m * n..part.end * m * n)?;
+                let f = svd_factor::factor_pixels(target, &queue, pixels, (m, n), images_in_part, k)?;
+                let q = target.queue();
+                target.copy_view(
+                    q,
+                    f.u.view(..)?,
+                    u.view_mut().view_mut(first * m * k..part.end * m * k)?,
+                )?;
+                target.copy_view(
+                    q,
+                    f.vt.view(..)?,
+                    vt.view_mut().view_mut(first * k * n..part.end * k * n)?,
+                )?;
+                let values = target.upload(&f.singular_values.concat())?;
+                target.copy_view(q, values.view(..)?, s.view_mut().view_mut(first * k..part.end * k)?)?;
+                target.synchronize()?;
+            }
+            Ok(Vec::<()>::new())
+        })
+        .map(drop)
     })
 }
 

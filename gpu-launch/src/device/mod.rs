@@ -40,6 +40,7 @@ mod launch;
 mod memory;
 mod queue;
 mod staging;
+mod startup;
 
 pub use launch::{IntoKernelArgs, KernelArg};
 use memory::SimulatedMemory;
@@ -47,6 +48,7 @@ pub use memory::{Buffer, BufferView, BufferViewMut, CopyTotals, HostBuffer};
 pub use queue::{Mark, Queue};
 use queue::{QueueStream, new_stream};
 pub use staging::{STAGING_CHUNK_BYTES, Staging};
+pub use startup::{StartupMemory, stack_bytes_needed};
 
 use crate::error::{Error, Result, cuda, raw};
 use crate::module::EmbeddedKernels;
@@ -140,6 +142,9 @@ pub struct GpuOptions {
     pub max_registers: Option<u32>,
     /// Load the PTX (JIT-compiled by the driver) even when the embedded cubin matches the GPU.
     pub force_ptx: bool,
+    /// Measure what the context takes of the GPU's memory ([`StartupMemory::context_nvml`]) with
+    /// NVML, whose own start-up costs tens of milliseconds: for profiles.
+    pub measure_context: bool,
 }
 
 /// Host-side costs of opening a GPU, milliseconds (wall clock).
@@ -154,6 +159,8 @@ pub struct Startup {
     /// Which image was loaded.
     #[serde(skip)]
     pub image: ModuleImage,
+    /// What the start-up took of the GPU's memory, step by step.
+    pub memory: StartupMemory,
 }
 
 /// An NVTX range around a host-side phase, so that an Nsight Systems timeline shows "module load",
@@ -245,8 +252,19 @@ impl Device {
                 need % 10
             )));
         }
+        // Another library of this process (PyTorch, CuPy) may use the primary context already:
+        // its stack limit is then theirs too, and left as it is.
+        let shared_context = startup::primary_context_active(device.as_raw())?;
+        let nvml = if options.measure_context { startup::Nvml::open(device.as_raw()) } else { None };
+        let free_before_context = nvml.as_ref().and_then(startup::Nvml::free);
         let t = Instant::now();
         let context = Context::new(device).map_err(cuda("cuDevicePrimaryCtxRetain"))?;
+        let context_ms = ms(t);
+        let context_nvml = free_before_context.zip(nvml.as_ref().and_then(startup::Nvml::free));
+        drop(nvml);
+        let (after_context, total) = startup::free_memory()?;
+        let default_stack_bytes = startup::stack_limit()?;
+        let t = Instant::now();
         // The pool of `alloc_temporary` keeps freed memory for the next call (by default it gives
         // it back to the system at every synchronization).
         let mut pool: cust::sys::CUmemoryPool = std::ptr::null_mut();
@@ -263,26 +281,52 @@ impl Device {
                 &keep_all as *const u64 as *mut std::ffi::c_void,
             )
         })?;
-        let context_ms = ms(t);
+        let context_ms = context_ms + ms(t);
+        let cubin_fits = compute_capability.0 * 10 + compute_capability.1 == kernels.cubin_arch;
+        let cubin =
+            kernels.cubin.filter(|_| cubin_fits && !options.force_ptx && options.max_registers.is_none());
+        let image = if cubin.is_some() { ModuleImage::Cubin } else { ModuleImage::Ptx };
+        // The driver reserves the stack limit for every thread the GPU holds: cut to what the
+        // kernels need before the module loads (it grows again by itself for a launch that needs
+        // more), unless the context is shared.
+        let stack_bytes = match stack_bytes_needed(kernels, image).filter(|_| !shared_context) {
+            Some(bytes) => {
+                startup::set_stack_limit(bytes)?;
+                startup::stack_limit()?
+            }
+            None => default_stack_bytes,
+        };
+        let after_stack = startup::free_memory()?.0;
         let t = Instant::now();
         let load = Phase::new("module load");
-        let cubin_fits = compute_capability.0 * 10 + compute_capability.1 == kernels.cubin_arch;
-        let (module, image) = match kernels.cubin {
-            Some(cubin) if cubin_fits && !options.force_ptx && options.max_registers.is_none() => (
-                Module::from_cubin(cubin, &[]).map_err(cuda("cuModuleLoadData (cubin)"))?,
-                ModuleImage::Cubin,
-            ),
-            _ => {
+        let (module, image_bytes) = match cubin {
+            Some(cubin) => {
+                (Module::from_cubin(cubin, &[]).map_err(cuda("cuModuleLoadData (cubin)"))?, cubin.len())
+            }
+            None => {
                 let jit: Vec<ModuleJitOption> =
                     options.max_registers.map(ModuleJitOption::MaxRegisters).into_iter().collect();
                 (
                     Module::from_ptx(kernels.ptx, &jit).map_err(cuda("cuModuleLoadDataEx (PTX JIT)"))?,
-                    ModuleImage::Ptx,
+                    kernels.ptx.len(),
                 )
             }
         };
         drop(load);
-        let startup = Startup { init_ms, context_ms, module_load_ms: ms(t), image };
+        let module_load_ms = ms(t);
+        let memory = StartupMemory {
+            total,
+            context_nvml,
+            after_context,
+            after_stack,
+            after_module: startup::free_memory()?.0,
+            image_bytes,
+            lazy_loading: startup::lazy_loading(),
+            default_stack_bytes,
+            stack_bytes,
+            shared_context,
+        };
+        let startup = Startup { init_ms, context_ms, module_load_ms, image, memory };
         let queue = Queue { stream: Some(QueueStream::owned(new_stream()?)) };
         let gpu = Gpu { module, context, device, name, compute_capability, startup };
         Ok(Self::with(queue, Inner::Gpu(Box::new(gpu))))
@@ -355,7 +399,8 @@ impl Device {
                 },
                 HostCost { what: load.into(), calls: 1, ms: s.module_load_ms },
             ];
-            let _ = self.profiler.set(Box::new(Recorder::new(Peaks::of(&g.device)?, startup)));
+            let recorder = Recorder::new(Peaks::of(&g.device)?, startup, s.memory);
+            let _ = self.profiler.set(Box::new(recorder));
         }
         Ok(true)
     }

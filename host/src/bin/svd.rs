@@ -14,7 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kernel_suite::cli::{self, DeviceArgs, DeviceChoice, Target};
 use kernel_suite::image_io;
 use kernel_suite::job::driver::{
-    Engine, EngineDevice, EngineOptions, GpuList, JobRun, PHANTOM, Shard, Source, StartupReport,
+    Engine, EngineDevice, EngineOptions, GpuFailure, GpuList, JobRun, PHANTOM, Shard, Source, StartupReport,
 };
 use kernel_suite::job::gpu_engine::BATCH_IMAGES;
 use kernel_suite::job::images::{JobOptions, Keep, StageTimes, check_size};
@@ -53,9 +53,10 @@ every other image is done (with --device auto, an image too large for the GPU is
 Batches fit the GPU's free memory: one that runs out of it all the same is run again in halves, with a note.
 
 Exit status: 0 every image done; 1 the job could not run or a file could not be written (one error \
-line); 3 some images failed (the others are done, as the report says); 130 or 143 stopped by SIGINT \
-(Ctrl-C) or SIGTERM: the images under way are finished, the report lists every complete image, and \
---resume does the rest (a second signal exits at once).
+line); 3 some images failed (the others are done, as the report says); 4 a GPU of several (--gpus) \
+failed during the job and the others did its images (the report lists every image done); 130 or 143 \
+stopped by SIGINT (Ctrl-C) or SIGTERM: the images under way are finished, the report lists every \
+complete image, and --resume does the rest (a second signal exits at once).
 
 Job arrays split a folder with no coordinator: every task runs the same command with its own shard, e.g. \
 in a Slurm array (#SBATCH --array=0-15)
@@ -160,6 +161,10 @@ struct JobReport<'a> {
 /// stopped by an error, as rsync's "partial transfer".
 const PARTIAL: u8 = 3;
 
+/// Exit status when a GPU of several failed during the job and the others did its images: the job
+/// is done as the report says, but a GPU needs looking at.
+const GPU_FAILED: u8 = 4;
+
 fn main() -> ExitCode {
     let command_start = Instant::now();
     let mut status = None;
@@ -210,7 +215,7 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     if let Engine::One(device) = engine {
         args.device.print_profile(&Target::Kernels(device))?;
     }
-    Ok(exit_status(&args, &job, &totals, &signal))
+    Ok(exit_status(&args, &job, (&totals, &run.failed_gpus), &signal))
 }
 
 /// What to compute for every image, from `--ranks` (sorted, repeats dropped), `--check`,
@@ -247,7 +252,7 @@ fn engine_options_of(args: &Args) -> anyhow::Result<EngineOptions> {
         },
         gpu,
         gpus: args.gpus.as_deref().map(GpuList::parse).transpose()?,
-        gpu_options: GpuOptions { max_registers, force_ptx: ptx },
+        gpu_options: GpuOptions { max_registers, force_ptx: ptx, measure_context: profile },
         profile,
     })
 }
@@ -507,9 +512,14 @@ fn print_timing(totals: &Totals, timing: &Timing) {
     }
 }
 
-/// The summary line, and the exit status: stopped by a signal (128 + the signal), some images
-/// failed ([`PARTIAL`]), or every image done.
-fn exit_status(args: &Args, job: &Job, totals: &Totals, signal: &Signals) -> ExitCode {
+/// The summary line, and the exit status: stopped by a signal (128 + the signal), a GPU of several
+/// failed during the job ([`GPU_FAILED`]), some images failed ([`PARTIAL`]), or every image done.
+fn exit_status(
+    args: &Args,
+    job: &Job,
+    (totals, failed_gpus): (&Totals, &[GpuFailure]),
+    signal: &Signals,
+) -> ExitCode {
     let (computed, failed, resumed, images) = (totals.done, totals.failed, job.resumed, job.images);
     let done = computed + resumed;
     let earlier = if resumed > 0 { format!(" ({resumed} by an earlier run)") } else { String::new() };
@@ -524,7 +534,10 @@ fn exit_status(args: &Args, job: &Job, totals: &Totals, signal: &Signals) -> Exi
         );
         return ExitCode::from(128 + received as u8);
     }
-    if failed == 0 {
+    for GpuFailure { gpu, error } in failed_gpus {
+        eprintln!("error: GPU {gpu} failed during the job ({error}); the other GPUs did its images");
+    }
+    if failed == 0 && failed_gpus.is_empty() {
         return ExitCode::SUCCESS;
     }
     let stopped = if args.fail_fast && computed + failed < job.source.len() {
@@ -532,8 +545,12 @@ fn exit_status(args: &Args, job: &Job, totals: &Totals, signal: &Signals) -> Exi
     } else {
         ""
     };
-    eprintln!("error: {failed} of {images} image(s) failed{stopped}; the {done} done are in {report_path}");
-    ExitCode::from(PARTIAL)
+    if failed > 0 {
+        eprintln!(
+            "error: {failed} of {images} image(s) failed{stopped}; the {done} done are in {report_path}"
+        );
+    }
+    ExitCode::from(if failed_gpus.is_empty() { PARTIAL } else { GPU_FAILED })
 }
 
 struct Signals {

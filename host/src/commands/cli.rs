@@ -110,7 +110,7 @@ impl DeviceArgs {
     }
 
     fn gpu_options(&self) -> GpuOptions {
-        GpuOptions { max_registers: self.max_registers, force_ptx: self.ptx }
+        GpuOptions { max_registers: self.max_registers, force_ptx: self.ptx, measure_context: self.profile }
     }
 
     fn open(&self) -> Result<Target> {

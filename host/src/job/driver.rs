@@ -6,7 +6,7 @@
 //! reports; everything between is here.
 
 use super::cpu_engine::run_cpu;
-use super::gpu_engine::{BatchSpan, TooLarge, run_gpu_staged};
+use super::gpu_engine::{BatchSpan, Faults, TooLarge, is_device_failure, run_gpu_staged};
 use super::images::{ImageResult, JobImage, JobOptions, Pixels};
 use super::input_queue::{ImageQueue, decode_file, decode_into_queue, image_name};
 use super::lock::{into_inner, lock, wait};
@@ -217,7 +217,8 @@ pub struct EngineOptions {
     pub device: EngineDevice,
     /// The GPU (or simulator) of a one-device engine.
     pub gpu: u32,
-    /// Several GPUs instead (`Some` needs [`EngineDevice::Gpu`] or [`EngineDevice::Auto`]).
+    /// Several GPUs instead (`Some` needs [`EngineDevice::Gpu`] or [`EngineDevice::Auto`], or
+    /// indices with [`EngineDevice::Simulator`]: a simulated device each, for tests).
     pub gpus: Option<GpuList>,
     /// How each GPU opens.
     pub gpu_options: GpuOptions,
@@ -231,7 +232,8 @@ pub enum Engine {
     Cpu,
     /// The GPU engine on one device (a GPU or the simulator), on the calling thread.
     One(Device),
-    /// The GPU engine on several GPUs, one thread each, all taking images from one queue.
+    /// The GPU engine on several GPUs (or simulated devices), one thread each, all taking images
+    /// from one queue.
     Many(Vec<u32>),
 }
 
@@ -259,8 +261,21 @@ pub struct JobRun {
     /// devices of several GPUs are closed (a context's teardown, like its start-up, is no part
     /// of the job; one GPU's device outlives the run).
     pub job_end: Instant,
-    /// Each GPU's part of the job, by GPU index (none on the CPU).
+    /// Each GPU's part of the job, by GPU index (none on the CPU); a GPU that failed has none.
     pub gpus: Vec<GpuRun>,
+    /// The GPUs that failed while other GPUs went on with the job (they took its unfinished
+    /// images), by GPU index.
+    pub failed_gpus: Vec<GpuFailure>,
+}
+
+/// A GPU of several that failed during the job: its unfinished batch went back to the queue, and
+/// the others did it.
+#[derive(Debug, Clone)]
+pub struct GpuFailure {
+    /// The GPU's index.
+    pub gpu: u32,
+    /// What failed, in one line.
+    pub error: String,
 }
 
 /// One GPU's part of a job.
@@ -329,19 +344,24 @@ impl GpuRun {
 
 impl Engine {
     /// Opens what runs the job: [`EngineDevice::Cpu`] the CPU engine; `Simulator` the simulator
-    /// (with the memory of [`SIM_MEMORY_ENV`] where set); `Gpu`/`Auto` the GPU of
-    /// [`EngineOptions::gpu`], or those of [`EngineOptions::gpus`] (with `Auto`, falling back to
-    /// the CPU when there is none, or one GPU's memory is too full to start it). A GPU too full to
-    /// start is an error that says so. Also returns the time spent counting the GPUs for `gpus`
-    /// (it starts the driver), ms.
+    /// (with the memory of [`SIM_MEMORY_ENV`] where set; one per index of `gpus`); `Gpu`/`Auto`
+    /// the GPU of [`EngineOptions::gpu`], or those of [`EngineOptions::gpus`] (with `Auto`,
+    /// falling back to the CPU when there is none, or one GPU's memory is too full to start it). A
+    /// GPU too full to start is an error that says so. Also returns the time spent counting the
+    /// GPUs for `gpus` (it starts the driver), ms.
     pub fn open(options: &EngineOptions) -> anyhow::Result<(Engine, f64)> {
         let choice = options.device;
-        if options.gpus.is_some() && matches!(choice, EngineDevice::Cpu | EngineDevice::Simulator) {
-            bail!("--gpus needs --device gpu or auto");
+        match (&options.gpus, choice) {
+            (Some(_), EngineDevice::Cpu) => bail!("--gpus needs --device gpu or auto"),
+            (Some(GpuList::All), EngineDevice::Simulator) => {
+                bail!("--device sim takes --gpus as indices (a simulated device each), e.g. --gpus 0,1")
+            }
+            _ => {}
         }
         let start = Instant::now();
         let ordinals = match &options.gpus {
             None => vec![options.gpu],
+            Some(GpuList::Some(ordinals)) if choice == EngineDevice::Simulator => ordinals.clone(),
             Some(list) => {
                 let count = match gpu_count() {
                     Ok(count) => count,
@@ -481,6 +501,10 @@ struct RunState<'a> {
     /// When each engine, and each encoder that wrote an image, finished.
     ends: Mutex<Vec<Instant>>,
     gpu_runs: Mutex<Vec<GpuRun>>,
+    /// GPUs of several still running the job.
+    running: Mutex<usize>,
+    /// GPUs of several that failed while others went on.
+    failed_gpus: Mutex<Vec<GpuFailure>>,
     /// Encoders still running: several GPUs' engines close their devices only once none is, so
     /// that the contexts' teardown (hundreds of milliseconds of driver work) does not compete
     /// with the last images' encoding.
@@ -496,6 +520,8 @@ impl<'a> RunState<'a> {
             starts: Mutex::new(Vec::new()),
             ends: Mutex::new(Vec::new()),
             gpu_runs: Mutex::new(Vec::new()),
+            running: Mutex::new(0),
+            failed_gpus: Mutex::new(Vec::new()),
             encoding_left: (Mutex::new(encoders), Condvar::new()),
         }
     }
@@ -559,9 +585,11 @@ impl<'a> RunState<'a> {
     ) {
         let gpu = options.gpu;
         self.started(device.startup().map(|startup| StartupReport { gpu, startup }));
-        let too_large = Engine::too_large(options);
-        let batches = device.staging().and_then(|mut staging| {
-            run_gpu_staged(device, &mut staging, self.queue, (job, too_large), &self.sink(sender))
+        let faults = Faults::injected(gpu)
+            .map(|fail_at_batch| Faults { fail_at_batch, ..Faults::alone(Engine::too_large(options)) });
+        let batches = faults.and_then(|faults| {
+            let mut staging = device.staging()?;
+            run_gpu_staged(device, &mut staging, self.queue, (job, faults), &self.sink(sender))
         });
         match batches {
             Ok(batches) => lock(&self.gpu_runs).push(GpuRun { gpu, batches, profile: None }),
@@ -571,7 +599,9 @@ impl<'a> RunState<'a> {
     }
 
     /// The GPU engine on several GPUs, one thread each, all taking images from one queue. The
-    /// job starts once every GPU is open: a GPU that opened late would find the work taken.
+    /// job starts once every GPU is open: a GPU that opened late would find the work taken. A GPU
+    /// that fails during the job gives its unfinished batch back to the queue and stops, and the
+    /// others go on ([`RunState::gpu_failed`]).
     fn on_gpus(
         &self,
         ordinals: &[u32],
@@ -580,11 +610,15 @@ impl<'a> RunState<'a> {
         sender: SyncSender<ImageResult>,
     ) {
         let all_open = Barrier::new(ordinals.len());
+        *lock(&self.running) = ordinals.len();
         std::thread::scope(|gpus| {
             for &gpu in ordinals {
                 let (all_open, sink) = (&all_open, self.sink(sender.clone()));
-                gpus.spawn(move || {
-                    if let Err(e) = self.on_gpu(gpu, options, job, all_open, sink) {
+                gpus.spawn(move || match self.on_gpu(gpu, options, job, all_open, sink) {
+                    Ok(()) => *lock(&self.running) -= 1,
+                    Err(Stop::Gpu(e)) => self.gpu_failed(gpu, e),
+                    Err(Stop::Job(e)) => {
+                        *lock(&self.running) -= 1;
                         self.failure.record(e);
                     }
                 });
@@ -593,9 +627,26 @@ impl<'a> RunState<'a> {
         });
     }
 
+    /// A GPU of [`RunState::on_gpus`] failed with `error` after giving its unfinished batch back:
+    /// the other GPUs still running take it, with a note; the last GPU's failure ends the job.
+    fn gpu_failed(&self, gpu: u32, error: error::Error) {
+        let mut running = lock(&self.running);
+        *running -= 1;
+        if *running == 0 {
+            self.failure.record(anyhow!("GPU {gpu}: {error}"));
+            return;
+        }
+        drop(running);
+        self.queue.note(&format!(
+            "GPU {gpu} failed ({error}); its unfinished images went back to the queue, and the other GPUs do them"
+        ));
+        lock(&self.failed_gpus).push(GpuFailure { gpu, error: error.to_string() });
+    }
+
     /// One GPU's thread of [`RunState::on_gpus`]: opens the GPU (a device belongs to the thread
-    /// that opened it), waits for the others, runs the engine, and once the encoders are done too
-    /// closes the device.
+    /// that opened it; a simulated device with `--device sim`), waits for the others, runs the
+    /// engine, and once the encoders are done too closes the device. A failure of the device during
+    /// the job is [`Stop::Gpu`], its unfinished batch given back to the queue.
     fn on_gpu(
         &self,
         gpu: u32,
@@ -603,8 +654,8 @@ impl<'a> RunState<'a> {
         job: &JobOptions,
         all_open: &Barrier,
         sink: impl Fn(ImageResult) -> error::Result<()> + Sync,
-    ) -> anyhow::Result<()> {
-        let opened = Device::gpu_with(gpu, &crate::KERNELS, options.gpu_options).and_then(|d| {
+    ) -> Result<(), Stop> {
+        let opened = open_device(gpu, options).and_then(|d| {
             if options.profile {
                 d.enable_profiling()?;
             }
@@ -612,16 +663,23 @@ impl<'a> RunState<'a> {
             Ok((d, staging))
         });
         all_open.wait();
-        let (opened, mut staging) = opened.map_err(|e| start_failure(gpu, e))?;
+        let (opened, mut staging) = opened.map_err(|e| Stop::Job(start_failure(gpu, e)))?;
         println!("GPU {gpu}: {}", opened.describe());
         self.started(opened.startup().map(|startup| StartupReport { gpu, startup }));
-        let too_large = Engine::too_large(options);
-        let batches = run_gpu_staged(&opened, &mut staging, self.queue, (job, too_large), &sink)
-            .with_context(|| format!("GPU {gpu}"))?;
+        let faults = Faults {
+            too_large: Engine::too_large(options),
+            hand_back: true,
+            fail_at_batch: Faults::injected(gpu).map_err(|e| Stop::Job(e.into()))?,
+        };
+        let batches = match run_gpu_staged(&opened, &mut staging, self.queue, (job, faults), &sink) {
+            Ok(batches) => batches,
+            Err(e) if is_device_failure(&e) => return Err(Stop::Gpu(e)),
+            Err(e) => return Err(Stop::Job(anyhow::Error::from(e).context(format!("GPU {gpu}")))),
+        };
         self.ended(Instant::now());
         drop(sink);
         self.encoding_done();
-        let profile = opened.profile_report()?;
+        let profile = opened.profile_report().map_err(|e| Stop::Job(e.into()))?;
         lock(&self.gpu_runs).push(GpuRun { gpu, batches, profile });
         Ok(())
     }
@@ -635,7 +693,9 @@ impl<'a> RunState<'a> {
         startup.sort_by_key(|s| s.gpu);
         let mut gpus = into_inner(self.gpu_runs);
         gpus.sort_by_key(|g| g.gpu);
-        Ok(JobRun { startup, job_start, job_end, gpus })
+        let mut failed_gpus = into_inner(self.failed_gpus);
+        failed_gpus.sort_by_key(|g| g.gpu);
+        Ok(JobRun { startup, job_start, job_end, gpus, failed_gpus })
     }
 }
 
@@ -682,14 +742,29 @@ impl Encoder<'_> {
 /// what is left of it and runs out of it as a GPU with that much memory free does.
 pub const SIM_MEMORY_ENV: &str = "KERNEL_SUITE_SIM_MEMORY";
 
+/// Why one GPU's thread of several stopped before its end.
+enum Stop {
+    /// The device failed during the job, after giving its unfinished batch back to the queue.
+    Gpu(error::Error),
+    /// The job cannot go on (the GPU did not open, an output could not be written, …).
+    Job(anyhow::Error),
+}
+
+/// GPU `gpu` of several, or with `--device sim` a simulated device in its place.
+fn open_device(gpu: u32, options: &EngineOptions) -> error::Result<Device> {
+    if options.device == EngineDevice::Simulator {
+        return simulator();
+    }
+    Device::gpu_with(gpu, &crate::KERNELS, options.gpu_options)
+}
+
 /// The simulator, with the memory of [`SIM_MEMORY_ENV`] where it is set.
-fn simulator() -> anyhow::Result<Device> {
+fn simulator() -> error::Result<Device> {
     match std::env::var(SIM_MEMORY_ENV) {
         Ok(text) => {
-            let bytes = text
-                .trim()
-                .parse()
-                .map_err(|_| anyhow!("{SIM_MEMORY_ENV}={text:?}: expected a number of bytes"))?;
+            let bytes = text.trim().parse().map_err(|_| {
+                error::Error::InvalidInput(format!("{SIM_MEMORY_ENV}={text:?}: expected a number of bytes"))
+            })?;
             Ok(Device::simulator_with_memory(bytes, true))
         }
         Err(_) => Ok(Device::simulator()),

@@ -9,7 +9,7 @@ use super::images::{
     FailedImage, ImageResult, JobImage, JobOptions, Keep, Pixels, RankResult, Reconstruction, Sink,
     StageTimes, check_image, check_options,
 };
-use super::input_queue::ImageQueue;
+use super::input_queue::{ImageQueue, Lease};
 use crate::families::svd::finite::check_finite;
 use crate::families::svd::metrics::{eckart_young_bound, relative, relative_error};
 use crate::families::svd::reconstruct::{BatchShape, launch_quantize_gray8, launch_reconstruct_batch};
@@ -42,6 +42,44 @@ pub enum TooLarge {
     Cpu,
 }
 
+/// For tests: `GPU:BATCH` makes the job's GPU (or simulated device) `GPU` fail at its `BATCH`-th
+/// batch (counted from 1), after the batch's upload, as a kernel launch that fails does
+/// ([`Faults::fail_at_batch`]).
+pub const FAIL_GPU_ENV: &str = "KERNEL_SUITE_FAIL_GPU";
+
+/// What [`run_gpu_staged`] does when something goes wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Faults {
+    /// What to do with an image that does not fit in the device's memory even alone.
+    pub too_large: TooLarge,
+    /// On a failure of the device (other than running out of memory, which halves the batch),
+    /// give the batch's unfinished images back to the queue before returning the error, for the
+    /// engines of other GPUs to take ([`ImageQueue::lend_batch`]).
+    pub hand_back: bool,
+    /// For tests ([`FAIL_GPU_ENV`]): the device fails at this batch of the engine, counted from 1,
+    /// after uploading it.
+    pub fail_at_batch: Option<usize>,
+}
+
+impl Faults {
+    /// One device alone: a failure of the device ends the engine with nothing handed back.
+    pub fn alone(too_large: TooLarge) -> Faults {
+        Faults { too_large, hand_back: false, fail_at_batch: None }
+    }
+
+    /// The batch at which GPU `gpu` fails by [`FAIL_GPU_ENV`] (`GPU:BATCH`), if the variable names
+    /// it; an error for a value that is not `GPU:BATCH` with `BATCH` ≥ 1.
+    pub fn injected(gpu: u32) -> Result<Option<usize>> {
+        let Ok(text) = std::env::var(FAIL_GPU_ENV) else { return Ok(None) };
+        let bad = || Error::InvalidInput(format!("{FAIL_GPU_ENV}={text:?}: expected GPU:BATCH, e.g. 1:2"));
+        let (target, batch) = text.split_once(':').ok_or_else(bad)?;
+        let target: u32 = target.trim().parse().map_err(|_| bad())?;
+        let batch: usize = batch.trim().parse().map_err(|_| bad())?;
+        ensure(batch >= 1, || bad().to_string())?;
+        Ok((target == gpu).then_some(batch))
+    }
+}
+
 /// The GPU engine of the `svd` job: takes decoded images from `queue`, groups consecutive images
 /// of one shape and pixel type into batches, and per batch uploads the pixels as they came (bytes
 /// for 8-bit images) through pinned staging, converts them on the device, factors every image
@@ -70,17 +108,19 @@ pub fn run_gpu(
     options: &JobOptions,
     sink: Sink,
 ) -> Result<Vec<BatchSpan>> {
-    run_gpu_staged(device, &mut device.staging()?, queue, (options, TooLarge::Fail), sink)
+    run_gpu_staged(device, &mut device.staging()?, queue, (options, Faults::alone(TooLarge::Fail)), sink)
 }
 
 /// [`run_gpu`] with the device's staging made beforehand (page-locking it takes milliseconds, which
 /// several GPUs' engines spend before the job starts, while their contexts open), and what to do
-/// with an image too large for the GPU.
+/// when something goes wrong ([`Faults`]): with [`Faults::hand_back`], a device that fails gives
+/// the images of its batch that were not handed to `sink` back to the queue, whose other engines
+/// take them, and returns its error.
 pub fn run_gpu_staged(
     device: &Device,
     staging: &mut Staging,
     queue: &ImageQueue,
-    (options, too_large): (&JobOptions, TooLarge),
+    (options, faults): (&JobOptions, Faults),
     sink: Sink,
 ) -> Result<Vec<BatchSpan>> {
     check_options(options)?;
@@ -88,22 +128,44 @@ pub fn run_gpu_staged(
         device,
         queue,
         options,
-        too_large,
+        too_large: faults.too_large,
         sink,
         staging,
         landing: Landing::default(),
         most: BATCH_IMAGES.min(options.batch_images),
         spans: Vec::new(),
+        fail_now: false,
     };
-    loop {
+    for taken_batches in 1.. {
         let asked = Instant::now();
-        let Some(batch) = engine.next_batch() else { return Ok(engine.spans) };
-        let batch = batch?;
+        let Some(batch) = engine.next_batch() else { break };
+        let (batch, lease) = batch?;
         let taken = Instant::now();
         for image in &batch {
             check_image(image, options)?;
         }
-        engine.run_fitting(batch, (asked, taken))?;
+        engine.fail_now = faults.fail_at_batch == Some(taken_batches);
+        if let Err(unfinished) = engine.run_fitting(batch, (asked, taken)) {
+            let Unfinished { error, images } = *unfinished;
+            if faults.hand_back && !images.is_empty() {
+                lease.give_back(images);
+            }
+            return Err(error);
+        }
+    }
+    Ok(engine.spans)
+}
+
+/// Why [`GpuEngine::run_fitting`] stopped, and the images of its batch it had not finished when
+/// the device failed (none when what failed was not the device: the sink, the queue's report).
+struct Unfinished {
+    error: Error,
+    images: Vec<JobImage>,
+}
+
+impl From<Error> for Box<Unfinished> {
+    fn from(error: Error) -> Self {
+        Box::new(Unfinished { error, images: Vec::new() })
     }
 }
 
@@ -121,19 +183,21 @@ struct GpuEngine<'a> {
     /// half of a batch that ran out of memory.
     most: usize,
     spans: Vec<BatchSpan>,
+    /// The next part run fails after its upload ([`Faults::fail_at_batch`]).
+    fail_now: bool,
 }
 
-impl GpuEngine<'_> {
+impl<'a> GpuEngine<'a> {
     /// The queue's next images of one shape and pixel type, as many as the limits allow and the
     /// device's free memory holds now (always at least one: an image whose footprint exceeds the
     /// free memory is still tried, in case the footprint overstates it).
-    fn next_batch(&self) -> Option<Result<Vec<JobImage>>> {
+    fn next_batch(&self) -> Option<Result<(Vec<JobImage>, Lease<'a>)>> {
         let room = footprint::room(self.device);
         // The most images of the batch's shape: found at its first image, within the limits and
         // the room (unbounded by memory where the free memory is unknown, or the plan refuses the
         // shape, which the batch then reports).
         let mut most: Option<usize> = None;
-        self.queue.next_batch(|image, batch| {
+        self.queue.lend_batch(|image, batch| {
             let most = *most.get_or_insert_with(|| {
                 let (m, n) = batch[0].pixels.dim();
                 let most = self.most.min(BATCH_PIXELS / (m * n)).max(1);
@@ -152,18 +216,28 @@ impl GpuEngine<'_> {
     /// their halves), each freed before the next is tried; one image that does not fit alone goes
     /// to [`GpuEngine::too_large`]. Each part run is one row of the timeline, all of them with the
     /// batch's `asked` and `taken` times.
-    fn run_fitting(&mut self, batch: Vec<JobImage>, (asked, taken): (Instant, Instant)) -> Result<()> {
+    /// A failure of the device returns the images not yet handed to the sink with its error.
+    fn run_fitting(
+        &mut self,
+        batch: Vec<JobImage>,
+        (asked, taken): (Instant, Instant),
+    ) -> std::result::Result<(), Box<Unfinished>> {
         // The parts still to run, the next last.
         let mut parts = vec![batch];
         while let Some(mut part) = parts.pop() {
             let free = self.device.free_memory();
-            let error = match run_batch(
-                self.device,
-                &part,
-                self.options,
-                (&mut *self.staging, &mut self.landing),
-                self.sink,
-            ) {
+            let result = if std::mem::take(&mut self.fail_now) {
+                upload_batch(self.device, &part, self.staging).and_then(|_| Err(injected_failure()))
+            } else {
+                run_batch(
+                    self.device,
+                    &part,
+                    self.options,
+                    (&mut *self.staging, &mut self.landing),
+                    self.sink,
+                )
+            };
+            let error = match result {
                 Ok(steps) => {
                     self.spans.push(BatchSpan {
                         images: part.len(),
@@ -175,7 +249,12 @@ impl GpuEngine<'_> {
                     continue;
                 }
                 Err(e) if e.is_out_of_memory() => e,
-                Err(e) => return Err(e),
+                Err(error) if is_device_failure(&error) => {
+                    parts.push(part);
+                    let images = parts.into_iter().rev().flatten().collect();
+                    return Err(Box::new(Unfinished { error, images }));
+                }
+                Err(e) => return Err(e.into()),
             };
             if part.len() == 1 {
                 let image = part.pop().expect("one image");
@@ -274,6 +353,28 @@ pub struct BatchSteps {
     pub copied: Instant,
     /// The plan the factorisation ran by (`--profile` prints each GPU's).
     pub plan: Plan,
+}
+
+/// Whether `error` is a failure of the device itself (a driver call, a kernel launch or run), which
+/// another device may not meet, rather than of the job's data, its outputs or a shortage of memory.
+pub fn is_device_failure(error: &Error) -> bool {
+    !error.is_out_of_memory()
+        && matches!(
+            error,
+            Error::Cuda { .. }
+                | Error::CudaCode { .. }
+                | Error::Kernel { .. }
+                | Error::SimulatedKernel { .. }
+        )
+}
+
+/// The failure [`FAIL_GPU_ENV`] injects: a kernel launch that failed.
+fn injected_failure() -> Error {
+    Error::CudaCode {
+        call: "a kernel launch (injected by KERNEL_SUITE_FAIL_GPU)",
+        code: 719,
+        name: "CUDA_ERROR_LAUNCH_FAILED".into(),
+    }
 }
 
 /// Images batch together when they have the same shape and pixel type.

@@ -72,6 +72,10 @@ pub struct ImageQueue {
     screen: Option<Screen>,
     /// Set when a screened queue stops for good (`--fail-fast`, or a failure it could not report).
     closed: AtomicBool,
+    /// Batches lent to engines ([`ImageQueue::lend_batch`]) and not yet returned, and the signal
+    /// that one came back: an engine that finds the queue empty waits for them, since a failing
+    /// engine may give its batch back ([`Lease::give_back`]).
+    lent: (Mutex<usize>, Condvar),
 }
 
 /// The producers' channel, read back in image order.
@@ -81,12 +85,17 @@ struct InOrder {
     next: usize,
     /// Images (and failures) that arrived before their turn.
     early: BTreeMap<usize, Decoded>,
+    /// Images handed out and returned ([`InOrder::put_back`]): before every image from `next` on.
+    returned: BTreeMap<usize, JobImage>,
     /// With [`decode_into_queue`]'s producers: how far ahead of `next` they may decode.
     window: Option<Arc<Window>>,
 }
 
 impl InOrder {
     fn next(&mut self) -> Option<Decoded> {
+        if let Some((_, image)) = self.returned.pop_first() {
+            return Some(Ok(image));
+        }
         loop {
             if let Some(item) = self.early.remove(&self.next) {
                 self.advance(self.next + 1);
@@ -110,10 +119,11 @@ impl InOrder {
         }
     }
 
-    /// Returns `image` to the front of the queue.
+    /// Returns `image`, handed out earlier, to the front of the queue (images returned come out
+    /// again in index order, before the images not yet handed out; the decoders' window stays
+    /// where it is).
     fn put_back(&mut self, image: JobImage) {
-        self.advance(self.next.min(image.index));
-        self.early.insert(image.index, Ok(image));
+        self.returned.insert(image.index, image);
     }
 
     fn advance(&mut self, next: usize) {
@@ -183,12 +193,14 @@ type DecodeTimes = Arc<Mutex<HashMap<usize, f64>>>;
 impl ImageQueue {
     /// Wraps the receiving end of the producers' channel.
     pub fn new(receiver: Receiver<Decoded>) -> Self {
-        let incoming = InOrder { receiver, next: 0, early: BTreeMap::new(), window: None };
+        let incoming =
+            InOrder { receiver, next: 0, early: BTreeMap::new(), returned: BTreeMap::new(), window: None };
         ImageQueue {
             incoming: Mutex::new(incoming),
             decode_ms: DecodeTimes::default(),
             screen: None,
             closed: AtomicBool::new(false),
+            lent: (Mutex::new(0), Condvar::new()),
         }
     }
 
@@ -240,12 +252,49 @@ impl ImageQueue {
         Some(Ok(batch))
     }
 
+    /// [`ImageQueue::next_batch`] for an engine that may fail and give the batch back (one GPU of
+    /// several): the batch comes with a [`Lease`], and while any lease is out, an engine that finds
+    /// the queue empty waits for it to end instead of returning `None`, so that images given back
+    /// are taken by an engine still running. `None` once the queue is empty and no batch is lent,
+    /// or it has stopped.
+    pub fn lend_batch(
+        &self,
+        mut joins: impl FnMut(&JobImage, &[JobImage]) -> bool,
+    ) -> Option<Result<(Vec<JobImage>, Lease<'_>)>> {
+        let (lent, returned) = &self.lent;
+        loop {
+            if let Some(batch) = self.next_batch(&mut joins) {
+                return Some(batch.map(|images| {
+                    *lock(lent) += 1;
+                    (images, Lease { queue: self })
+                }));
+            }
+            let count = lock(lent);
+            if *count == 0 || self.stopped() {
+                return None;
+            }
+            // A stop (a signal handler's flag) notifies nobody: look again now and then.
+            let _ = returned.wait_timeout(count, std::time::Duration::from_millis(50));
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+            || self.screen.as_ref().is_some_and(|s| s.stop.load(Ordering::SeqCst))
+    }
+
+    /// A lease ends: its batch is done, or given back.
+    fn returned(&self) {
+        let (lent, returned) = &self.lent;
+        *lock(lent) -= 1;
+        returned.notify_all();
+    }
+
     /// The next image for an engine: failures go to the screen (or to the engine, unscreened),
     /// and nothing once stopped.
     fn take(&self, incoming: &mut InOrder) -> Option<Result<JobImage>> {
         loop {
-            let stopped = self.screen.as_ref().is_some_and(|s| s.stop.load(Ordering::SeqCst));
-            if stopped || self.closed.load(Ordering::SeqCst) {
+            if self.stopped() {
                 return None;
             }
             let failed = match (incoming.next()?, &self.screen) {
@@ -289,6 +338,29 @@ impl ImageQueue {
     /// record; 0 if none was recorded.
     pub fn take_decode_ms(&self, index: usize) -> f64 {
         lock(&self.decode_ms).remove(&index).unwrap_or(0.0)
+    }
+}
+
+/// A batch lent by [`ImageQueue::lend_batch`]: dropped when the batch is done (or the engine gives
+/// up on the job), or [`Lease::give_back`] with the images the engine did not finish.
+pub struct Lease<'q> {
+    queue: &'q ImageQueue,
+}
+
+impl Lease<'_> {
+    /// Returns `images` (taken with this lease, none of them handed to a sink) to the front of the
+    /// queue, in index order, for another engine to take.
+    pub fn give_back(self, images: Vec<JobImage>) {
+        let mut incoming = lock(&self.queue.incoming);
+        for image in images {
+            incoming.put_back(image);
+        }
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        self.queue.returned();
     }
 }
 

@@ -59,12 +59,16 @@ macro_rules! not_initialized {
 }
 
 not_initialized!(
+    cuCtxGetLimit,
     cuCtxSetCurrent,
+    cuCtxSetLimit,
     cuDeviceGet,
     cuDeviceGetAttribute,
     cuDeviceGetCount,
     cuDeviceGetDefaultMemPool,
     cuDeviceGetName,
+    cuDeviceGetPCIBusId,
+    cuDevicePrimaryCtxGetState,
     cuDevicePrimaryCtxRelease_v2,
     cuDevicePrimaryCtxRetain,
     cuEventCreate,
