@@ -81,7 +81,7 @@ fn reciprocal_sqrt(x: f64) -> f64 {
 /// value below the diagonal): `I − U` with `U` the upper triangle of `W − I` halved on its
 /// diagonal, since `R = I + U + O(‖W − I‖²)`.
 #[inline(always)]
-pub(super) fn first_order_inverse(r: usize, c: usize, w_rc: f64) -> f64 {
+pub fn first_order_inverse(r: usize, c: usize, w_rc: f64) -> f64 {
     match r.cmp(&c) {
         core::cmp::Ordering::Less => -w_rc,
         core::cmp::Ordering::Equal => 1.0 - 0.5 * (w_rc - 1.0),
