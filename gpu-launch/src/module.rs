@@ -32,6 +32,28 @@ pub struct KernelResources {
 /// A kernel crate as `gpu-builder` embedded it: a portable PTX module, an optional cubin for one
 /// architecture, and what the build knows of its kernels. Made by
 /// [`embedded_kernels!`](crate::embedded_kernels).
+///
+/// ```
+/// use gpu_launch::{Device, EmbeddedKernels};
+/// // What `embedded_kernels!()` writes from the build, here by hand: one kernel, no cubin.
+/// static KERNELS: EmbeddedKernels = EmbeddedKernels {
+///     ptx: ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry noop() { ret; }\n",
+///     ptx_target: "sm_80",
+///     min_compute_capability: 80,
+///     cubin: None,
+///     cubin_arch: 0,
+///     declared_kernels: &["noop"],
+///     hopper_kernels: &[],
+///     ptxas_resources: &[],
+/// };
+/// assert_eq!(KERNELS.declared_kernels, ["noop"]);
+/// assert!(KERNELS.resources("noop").is_none()); // no cubin, so no `ptxas` report
+/// // With a GPU, `Device::gpu` loads the module; without one it says why, as an error.
+/// match Device::gpu(0, &KERNELS) {
+///     Ok(device) => println!("{}", device.describe()),
+///     Err(why) => println!("no GPU: {why}"),
+/// }
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct EmbeddedKernels {
     /// PTX of every kernel but the [`hopper_kernels`](Self::hopper_kernels), JIT-compiled by the
