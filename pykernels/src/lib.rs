@@ -142,8 +142,11 @@ mod tests {
                  another GPU may"
             );
             // A driver call that failed for memory, and work that does not fit at its smallest.
-            let driver =
-                Error::CudaCode { call: "cuMemAllocAsync", code: 2, name: "CUDA_ERROR_OUT_OF_MEMORY".into() };
+            let driver = Error::CudaCode {
+                call: "cuMemAllocFromPoolAsync",
+                code: 2,
+                name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+            };
             let whole = Error::DoesNotFit {
                 what: "a batch of 1 image of 4096×4096".into(),
                 needed: 2 << 30,
@@ -151,7 +154,7 @@ mod tests {
                 help: "free memory on this GPU".into(),
             };
             for (err, text) in [
-                (driver, "cuMemAllocAsync failed: CUDA error 2 (CUDA_ERROR_OUT_OF_MEMORY)"),
+                (driver, "cuMemAllocFromPoolAsync failed: CUDA error 2 (CUDA_ERROR_OUT_OF_MEMORY)"),
                 (
                     whole,
                     "a batch of 1 image of 4096×4096 needs about 2048 MiB of GPU memory, 100 MiB free of 81920 MiB; \

@@ -5,7 +5,7 @@ use super::{Device, Element, Inner, Phase, Queue, STAGING_CHUNK_BYTES, Staging, 
 use crate::error::{Error, Result, cuda, raw};
 use crate::profile::Direction;
 use cust::error::CudaError;
-use cust::memory::{AsyncCopyDestination, DeviceBuffer, LockedBuffer};
+use cust::memory::{DeviceBuffer, LockedBuffer};
 use rayon::prelude::*;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
@@ -35,8 +35,15 @@ impl Device {
         let inner = match &self.inner {
             Inner::Gpu(_) => {
                 let t = Instant::now();
-                // SAFETY: any bytes are a valid `Element`.
-                let buf = unsafe { DeviceBuffer::uninitialized(len) }.map_err(|e| match e {
+                let allocate = || {
+                    // SAFETY: any bytes are a valid `Element`.
+                    unsafe { DeviceBuffer::uninitialized(len) }
+                };
+                let buf = match allocate() {
+                    Err(CudaError::OutOfMemory) if self.release_pool_memory()? => allocate(),
+                    other => other,
+                }
+                .map_err(|e| match e {
                     CudaError::OutOfMemory => out_of_memory(),
                     other => Error::Cuda { call: "cuMemAlloc", source: other },
                 })?;
@@ -72,9 +79,12 @@ impl Device {
     /// The GPU's free and total memory, bytes (`cuMemGetInfo`), or the simulator's where it has a
     /// size it reports ([`Device::simulator_with_memory`]); `None` in another simulator, or where
     /// the driver does not say.
+    /// The memory pool's idle bytes count as free ([`POOL_KEEPS_BYTES`](super::POOL_KEEPS_BYTES)).
     pub fn free_memory(&self) -> Option<(usize, usize)> {
         match &self.inner {
-            Inner::Gpu(_) => cust::memory::mem_get_info().ok(),
+            Inner::Gpu(g) => {
+                cust::memory::mem_get_info().ok().map(|(free, total)| (free + g.pool.idle_bytes(), total))
+            }
             Inner::Simulator => self
                 .memory
                 .as_ref()
@@ -151,21 +161,41 @@ impl Device {
     }
 
     /// `len` uninitialised elements for temporaries of the work on `queue`, allocated and later
-    /// freed in the queue's order (`cuMemAllocAsync`/`cuMemFreeAsync` from the device's memory
-    /// pool): unlike [`Device::alloc`] neither synchronizes the device, and after the first use the
-    /// pool hands the same memory back, so a launcher can take scratch space on every call. Drop
-    /// the buffer before `queue`.
+    /// freed in the queue's order (`cuMemAllocFromPoolAsync`/`cuMemFreeAsync` from the device's own
+    /// memory pool): unlike [`Device::alloc`] neither synchronizes the device, and after the first
+    /// use the pool hands the same memory back (it keeps up to
+    /// [`POOL_KEEPS_BYTES`](super::POOL_KEEPS_BYTES) of it), so a launcher can take scratch space
+    /// on every call. Use it only on `queue`, and drop it before `queue`.
     pub fn alloc_temporary<T: Element>(&self, queue: &Queue, len: usize) -> Result<Buffer<T>> {
         match (&self.inner, &queue.stream) {
-            (Inner::Gpu(_), Some(stream)) => {
+            (Inner::Gpu(g), Some(stream)) => {
+                let wanted = len as u128 * std::mem::size_of::<T>() as u128;
+                let bytes = usize::try_from(wanted)
+                    .map_err(|_| Error::OutOfMemory { bytes: wanted, free: self.free_memory() })?
+                    .max(1);
                 let mut ptr: cust::sys::CUdeviceptr = 0;
-                let bytes = (len * std::mem::size_of::<T>()).max(1);
-                // SAFETY: a valid stream; the pointer is written by the call.
-                self.time_host("cuMemAllocAsync", || {
-                    raw("cuMemAllocAsync", unsafe {
-                        cust::sys::cuMemAllocAsync(&mut ptr, bytes, stream.as_inner())
+                let allocate = |ptr: &mut cust::sys::CUdeviceptr| {
+                    // SAFETY: a valid pool and stream; the pointer is written by the call.
+                    self.time_host("cuMemAllocFromPoolAsync", || unsafe {
+                        cust::sys::cuMemAllocFromPoolAsync(ptr, bytes, g.pool.handle(), stream.as_inner())
                     })
-                })?;
+                };
+                let mut result = allocate(&mut ptr);
+                if result == cust::sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY
+                    && self.release_pool_memory()?
+                {
+                    result = allocate(&mut ptr);
+                }
+                if result == cust::sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
+                    return Err(Error::OutOfMemory { bytes: wanted, free: self.free_memory() });
+                }
+                raw("cuMemAllocFromPoolAsync", result)?;
+                if self.poison.get() {
+                    // SAFETY: the allocation just made, on the queue that will use it.
+                    raw("cuMemsetD8Async", unsafe {
+                        cust::sys::cuMemsetD8Async(ptr, 0xff, bytes, stream.as_inner())
+                    })?;
+                }
                 let inner =
                     Ordered { ptr, len, stream: stream.as_inner(), element: std::marker::PhantomData };
                 Ok(Buffer { inner: BufferInner::Ordered(inner), _charge: None })
@@ -173,6 +203,31 @@ impl Device {
             (Inner::Simulator, None) => self.alloc(len),
             _ => Err(mixed_devices()),
         }
+    }
+
+    /// A buffer of `len` elements for work on `queue` alone: from the memory pool where it is at most
+    /// [`POOL_MAX_BUFFER_BYTES`](super::POOL_MAX_BUFFER_BYTES) ([`Device::alloc_temporary`]: no
+    /// allocation cost after a first call), else by [`Device::alloc`] (which the pool would not
+    /// keep across calls anyway). Drop it before `queue`.
+    pub fn alloc_scratch<T: Element>(&self, queue: &Queue, len: usize) -> Result<Buffer<T>> {
+        if len.saturating_mul(std::mem::size_of::<T>()) <= super::POOL_MAX_BUFFER_BYTES {
+            self.alloc_temporary(queue, len)
+        } else {
+            self.alloc(len)
+        }
+    }
+
+    /// Gives the memory pool's idle memory back to the GPU, after every queued free has completed
+    /// (the whole context waits): before a second try at an allocation that found no room.
+    /// Whether there was any to give.
+    fn release_pool_memory(&self) -> Result<bool> {
+        let Inner::Gpu(g) = &self.inner else { return Ok(false) };
+        cust::context::CurrentContext::synchronize().map_err(|source| self.kernel_error(source))?;
+        if g.pool.idle_bytes() == 0 {
+            return Ok(false);
+        }
+        g.pool.trim()?;
+        Ok(true)
     }
 
     /// A buffer holding a copy of `data`. The copy is queued on the device's queue and has
@@ -330,11 +385,14 @@ impl Device {
     ) -> Result<()> {
         same_len(buffer.len(), data.len())?;
         match (&mut buffer.inner, &queue.stream) {
-            (BufferInner::Gpu(b), Some(stream)) => {
+            (BufferInner::Gpu(_) | BufferInner::Ordered(_), Some(stream)) => {
                 let _phase = Phase::new("H2D");
                 let start = self.profiler.get().map(|p| p.start(stream)).transpose()?;
+                let (address, bytes) = (buffer.as_kernel_ptr() as u64, std::mem::size_of_val(data));
                 // SAFETY: forwarded from the caller; lengths checked.
-                unsafe { b.async_copy_from(data, stream) }.map_err(cuda("cuMemcpyHtoDAsync"))?;
+                raw("cuMemcpyHtoDAsync", unsafe {
+                    cust::sys::cuMemcpyHtoDAsync_v2(address, data.as_ptr().cast(), bytes, stream.as_inner())
+                })?;
                 if let (Some(p), Some(start)) = (self.profiler.get(), start) {
                     p.copy(stream, start, Direction::HostToDevice, std::mem::size_of_val(data) as u64)?;
                 }
@@ -360,11 +418,14 @@ impl Device {
     ) -> Result<()> {
         same_len(buffer.len(), out.len())?;
         match (&buffer.inner, &queue.stream) {
-            (BufferInner::Gpu(b), Some(stream)) => {
+            (BufferInner::Gpu(_) | BufferInner::Ordered(_), Some(stream)) => {
                 let _phase = Phase::new("D2H");
                 let start = self.profiler.get().map(|p| p.start(stream)).transpose()?;
+                let (address, bytes) = (buffer.as_kernel_ptr() as u64, std::mem::size_of_val(out));
                 // SAFETY: forwarded from the caller; lengths checked.
-                unsafe { b.async_copy_to(out, stream) }.map_err(cuda("cuMemcpyDtoHAsync"))?;
+                raw("cuMemcpyDtoHAsync", unsafe {
+                    cust::sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), address, bytes, stream.as_inner())
+                })?;
                 if let (Some(p), Some(start)) = (self.profiler.get(), start) {
                     p.copy(stream, start, Direction::DeviceToHost, std::mem::size_of_val(out) as u64)?;
                 }
@@ -504,7 +565,7 @@ pub(super) struct Ordered<T> {
 
 impl<T> Drop for Ordered<T> {
     fn drop(&mut self) {
-        // SAFETY: the allocation of `cuMemAllocAsync` on this stream, freed once.
+        // SAFETY: the allocation of `cuMemAllocFromPoolAsync` on this stream, freed once.
         let result = unsafe { cust::sys::cuMemFreeAsync(self.ptr, self.stream) };
         if result != cust::sys::cudaError_enum::CUDA_SUCCESS {
             // Drop cannot return the error; the memory stays allocated until the context goes.

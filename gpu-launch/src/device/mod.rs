@@ -38,6 +38,7 @@
 
 mod launch;
 mod memory;
+mod pool;
 mod queue;
 mod staging;
 mod startup;
@@ -45,6 +46,8 @@ mod startup;
 pub use launch::{IntoKernelArgs, KernelArg};
 use memory::SimulatedMemory;
 pub use memory::{Buffer, BufferView, BufferViewMut, CopyTotals, HostBuffer};
+use pool::MemoryPool;
+pub use pool::{POOL_KEEPS_BYTES, POOL_MAX_BUFFER_BYTES};
 pub use queue::{Mark, Queue};
 use queue::{QueueStream, new_stream};
 pub use staging::{STAGING_CHUNK_BYTES, Staging};
@@ -125,8 +128,9 @@ enum Inner {
 }
 
 struct Gpu {
-    // Field order is drop order: the module goes before the context that owns it.
+    // Field order is drop order: the module and the pool go before the context that owns them.
     module: Module,
+    pool: MemoryPool,
     context: Context,
     device: cust::device::Device,
     name: String,
@@ -265,22 +269,7 @@ impl Device {
         let (after_context, total) = startup::free_memory()?;
         let default_stack_bytes = startup::stack_limit()?;
         let t = Instant::now();
-        // The pool of `alloc_temporary` keeps freed memory for the next call (by default it gives
-        // it back to the system at every synchronization).
-        let mut pool: cust::sys::CUmemoryPool = std::ptr::null_mut();
-        // SAFETY: a valid device; the pool handle is written by the call.
-        raw("cuDeviceGetDefaultMemPool", unsafe {
-            cust::sys::cuDeviceGetDefaultMemPool(&mut pool, device.as_raw())
-        })?;
-        let keep_all = u64::MAX;
-        // SAFETY: a valid pool; the attribute takes a u64.
-        raw("cuMemPoolSetAttribute", unsafe {
-            cust::sys::cuMemPoolSetAttribute(
-                pool,
-                cust::sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                &keep_all as *const u64 as *mut std::ffi::c_void,
-            )
-        })?;
+        let pool = MemoryPool::new(ordinal)?;
         let context_ms = context_ms + ms(t);
         let cubin_fits = compute_capability.0 * 10 + compute_capability.1 == kernels.cubin_arch;
         let cubin =
@@ -328,7 +317,7 @@ impl Device {
         };
         let startup = Startup { init_ms, context_ms, module_load_ms, image, memory };
         let queue = Queue { stream: Some(QueueStream::owned(new_stream()?)) };
-        let gpu = Gpu { module, context, device, name, compute_capability, startup };
+        let gpu = Gpu { module, pool, context, device, name, compute_capability, startup };
         Ok(Self::with(queue, Inner::Gpu(Box::new(gpu))))
     }
 

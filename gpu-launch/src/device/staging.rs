@@ -6,7 +6,6 @@ use super::{Buffer, Device, Element, HostBuffer, Phase, Queue, mixed_devices};
 use crate::error::{Error, Result, cuda, raw};
 use crate::profile::Direction;
 use cust::event::{Event, EventFlags};
-use cust::memory::DeviceBuffer;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Bytes of each of the two pinned chunks of a [`Staging`].
@@ -71,7 +70,7 @@ impl Staging {
                 }
                 return Ok(());
             }
-            (BufferInner::Gpu(b), Some(stream)) => (stream, device_address(b, offset)),
+            (BufferInner::Gpu(_) | BufferInner::Ordered(_), Some(stream)) => (stream, device_address(buffer, offset)),
             _ => return Err(mixed_devices()),
         };
         let (stream, base) = stream;
@@ -151,7 +150,7 @@ impl Staging {
                 }
                 return Ok(());
             }
-            (BufferInner::Gpu(b), Some(stream)) => (stream, device_address(b, offset)),
+            (BufferInner::Gpu(_) | BufferInner::Ordered(_), Some(stream)) => (stream, device_address(buffer, offset)),
             _ => return Err(mixed_devices()),
         };
         let (stream, base) = stream;
@@ -467,8 +466,8 @@ fn in_range(offset: usize, len: usize, capacity: usize) -> Result<()> {
 }
 
 /// The device address of element `offset` of a GPU allocation.
-fn device_address<T: Element>(buffer: &DeviceBuffer<T>, offset: usize) -> u64 {
-    buffer.as_device_ptr().as_raw() + (offset * std::mem::size_of::<T>()) as u64
+fn device_address<T: Element>(buffer: &Buffer<T>, offset: usize) -> u64 {
+    buffer.as_kernel_ptr() as u64 + (offset * std::mem::size_of::<T>()) as u64
 }
 
 fn as_bytes<T: Element>(data: &[T]) -> &[u8] {

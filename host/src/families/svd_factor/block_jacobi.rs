@@ -61,11 +61,14 @@ impl BlockJacobi {
             nb,
             images,
             x: [device.upload(&zeros)?, device.upload(&zeros)?],
-            z: [device.alloc::<f64>(images * n * n)?, device.alloc::<f64>(images * n * n)?],
+            z: [
+                device.alloc_scratch::<f64>(device.queue(), images * n * n)?,
+                device.alloc_scratch::<f64>(device.queue(), images * n * n)?,
+            ],
             current: 0,
-            rot: device.alloc::<f64>(images * n * 2 * nb)?,
-            rotated: device.alloc::<u32>(images)?,
-            scratch: device.alloc::<f64>(images * 2 * b)?,
+            rot: device.alloc_scratch::<f64>(device.queue(), images * n * 2 * nb)?,
+            rotated: device.alloc_scratch::<u32>(device.queue(), images)?,
+            scratch: device.alloc_scratch::<f64>(device.queue(), images * 2 * b)?,
             sweeps: 0,
         })
     }

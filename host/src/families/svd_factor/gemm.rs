@@ -132,7 +132,7 @@ impl<'a> Gemms<'a> {
             Some(buffer) if buffer.len() >= len => buffer,
             smaller => {
                 parts.replaced.extend(smaller);
-                self.device.alloc::<f64>(len)?
+                self.device.alloc_scratch::<f64>(self.device.queue(), len)?
             }
         };
         use_parts(parts.current.insert(buffer))

@@ -32,9 +32,9 @@ impl HostEigensolver {
         Ok(HostEigensolver {
             b,
             images,
-            t: device.alloc(images * b * b)?,
-            values: device.alloc(images * b)?,
-            scratch: device.alloc(images * 2 * b)?,
+            t: device.alloc_scratch(device.queue(), images * b * b)?,
+            values: device.alloc_scratch(device.queue(), images * b)?,
+            scratch: device.alloc_scratch(device.queue(), images * 2 * b)?,
         })
     }
 }

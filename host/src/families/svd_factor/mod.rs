@@ -142,10 +142,11 @@ pub fn factor_pixels(
         format!("{} values for {images} images of {m} × {n}", pixels.len())
     })?;
     ensure(m > 0 && n > 0 && images > 0, || format!("cannot factor {images} images of {m} × {n}"))?;
-    let mut a = device.alloc::<f64>(pixels.len())?;
-    // SAFETY: `a` lives until `factor` has waited for its work; `pixels` is the caller's.
-    unsafe { launch_f32_to_f64(device, queue, pixels, a.view_mut(..)?)? };
+    // The device's queue reads the pixels after the caller's work; everything after is on it.
     device.queue_wait(device.queue(), device.mark_on(queue)?)?;
+    let mut a = device.alloc_scratch::<f64>(device.queue(), pixels.len())?;
+    // SAFETY: `a` lives until `factor` has waited for its work; `pixels` is the caller's.
+    unsafe { launch_f32_to_f64(device, device.queue(), pixels, a.view_mut(..)?)? };
     // SAFETY: `a` outlives the wait in `finish_squared_sums`.
     let (partial, blocks) = unsafe { queue_squared_sums(device, device.queue(), &a, None, m * n, images)? };
     let sums = finish_squared_sums(device, &partial, blocks)?;

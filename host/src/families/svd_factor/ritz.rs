@@ -25,10 +25,10 @@ impl RitzPairs {
     /// Buffers for `images` sets of `b` pairs.
     pub fn new(device: &Device, b: usize, images: usize) -> Result<RitzPairs> {
         Ok(RitzPairs {
-            theta: device.alloc(images * b)?,
-            sigma: device.alloc(images * b)?,
-            inv_sigma: device.alloc(images * b)?,
-            vectors: device.alloc(images * b * b)?,
+            theta: device.alloc_scratch(device.queue(), images * b)?,
+            sigma: device.alloc_scratch(device.queue(), images * b)?,
+            inv_sigma: device.alloc_scratch(device.queue(), images * b)?,
+            vectors: device.alloc_scratch(device.queue(), images * b * b)?,
         })
     }
 }

@@ -183,10 +183,11 @@ impl TridiagonalEigensolver {
         Ok(TridiagonalEigensolver {
             b,
             images,
-            t: device.alloc(images * b * b)?,
-            scratch: device.alloc(images * kf::tridiagonal_scratch(b as u32) as usize)?,
-            order: device.alloc(images * 2 * b)?,
-            barriers: device.alloc(2 * images)?,
+            t: device.alloc_scratch(device.queue(), images * b * b)?,
+            scratch: device
+                .alloc_scratch(device.queue(), images * kf::tridiagonal_scratch(b as u32) as usize)?,
+            order: device.alloc_scratch(device.queue(), images * 2 * b)?,
+            barriers: device.alloc_scratch(device.queue(), 2 * images)?,
             reduction,
             divide_and_conquer,
         })

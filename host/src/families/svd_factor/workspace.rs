@@ -93,16 +93,21 @@ impl<'a> Workspace<'a> {
         let (images, r, b) = (plan.images, plan.r, plan.b);
         let deflated = kf::DEFLATED_PAIRS;
         let (m, n) = plan.dims;
-        let g = device.alloc::<f64>(images * r * r)?;
-        let qy = device.alloc::<f64>(images * r * 2 * b)?;
-        let vw = device.alloc::<f64>(images * r * 2 * b)?;
-        let (gram, rinv) = (device.alloc::<f64>(images * b * b)?, device.alloc::<f64>(images * b * b)?);
+        let g = device.alloc_scratch::<f64>(device.queue(), images * r * r)?;
+        let qy = device.alloc_scratch::<f64>(device.queue(), images * r * 2 * b)?;
+        let vw = device.alloc_scratch::<f64>(device.queue(), images * r * 2 * b)?;
+        let (gram, rinv) = (
+            device.alloc_scratch::<f64>(device.queue(), images * b * b)?,
+            device.alloc_scratch::<f64>(device.queue(), images * b * b)?,
+        );
         let solver = plan.ritz_solver(device)?;
+        let mut locked = device.alloc_scratch::<f64>(device.queue(), images * r * deflated)?;
+        device.fill(&mut locked, 0.0)?;
         let filter = FilterSpace {
-            coefficients: device.alloc::<f64>(chebyshev::MAX_DEGREE * images * 3)?,
-            locked: device.zeroed::<f64>(images * r * deflated)?,
-            locked_theta: device.alloc::<f64>(images * deflated)?,
-            overlaps: device.alloc::<f64>(images * deflated * b)?,
+            coefficients: device.alloc_scratch::<f64>(device.queue(), chebyshev::MAX_DEGREE * images * 3)?,
+            locked,
+            locked_theta: device.alloc_scratch::<f64>(device.queue(), images * deflated)?,
+            overlaps: device.alloc_scratch::<f64>(device.queue(), images * deflated * b)?,
         };
         // SAFETY: `a` is borrowed for the workspace's life; the module's argument.
         let norms = unsafe { queue_squared_sums(device, device.queue(), a, None, m * n, images)? };
@@ -117,12 +122,13 @@ impl<'a> Workspace<'a> {
             gram,
             rinv,
             // The one-block kernels' work space per image; the blocked Cholesky's `b` diagonal values.
-            scratch: device.alloc::<f64>(images * kf::eigen_scratch(b as u32) as usize)?,
+            scratch: device
+                .alloc_scratch::<f64>(device.queue(), images * kf::eigen_scratch(b as u32) as usize)?,
             solver,
             pairs: RitzPairs::new(device, b, images)?,
-            stats: device.alloc::<f64>(images * 2 * b)?,
-            weights: device.alloc::<f64>(images * 3 * b)?,
-            converged: device.alloc::<u32>(images)?,
+            stats: device.alloc_scratch::<f64>(device.queue(), images * 2 * b)?,
+            weights: device.alloc_scratch::<f64>(device.queue(), images * 3 * b)?,
+            converged: device.alloc_scratch::<u32>(device.queue(), images)?,
             filter,
             norms,
         })
@@ -395,7 +401,7 @@ impl<'a> Workspace<'a> {
         let plan = self.plan;
         let ((m, n), images, k, r, b) = (plan.dims, plan.images, plan.k, plan.r, plan.b);
         let device = self.device;
-        let mut x = device.alloc::<f64>(images * r * k)?;
+        let mut x = device.alloc_scratch::<f64>(device.queue(), images * r * k)?;
         let mut u = device.alloc::<f32>(images * m * k)?;
         let mut vt = device.alloc::<f32>(images * k * n)?;
         let x_layout = Layout::row_major(k as u32, (r * k) as u32);
