@@ -424,7 +424,12 @@ impl Device {
                 let (address, bytes) = (buffer.as_kernel_ptr() as u64, std::mem::size_of_val(out));
                 // SAFETY: forwarded from the caller; lengths checked.
                 raw("cuMemcpyDtoHAsync", unsafe {
-                    cust::sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), address, bytes, stream.as_inner())
+                    cust::sys::cuMemcpyDtoHAsync_v2(
+                        out.as_mut_ptr().cast(),
+                        address,
+                        bytes,
+                        stream.as_inner(),
+                    )
                 })?;
                 if let (Some(p), Some(start)) = (self.profiler.get(), start) {
                     p.copy(stream, start, Direction::DeviceToHost, std::mem::size_of_val(out) as u64)?;

@@ -70,7 +70,9 @@ impl Staging {
                 }
                 return Ok(());
             }
-            (BufferInner::Gpu(_) | BufferInner::Ordered(_), Some(stream)) => (stream, device_address(buffer, offset)),
+            (BufferInner::Gpu(_) | BufferInner::Ordered(_), Some(stream)) => {
+                (stream, device_address(buffer, offset))
+            }
             _ => return Err(mixed_devices()),
         };
         let (stream, base) = stream;
@@ -150,7 +152,9 @@ impl Staging {
                 }
                 return Ok(());
             }
-            (BufferInner::Gpu(_) | BufferInner::Ordered(_), Some(stream)) => (stream, device_address(buffer, offset)),
+            (BufferInner::Gpu(_) | BufferInner::Ordered(_), Some(stream)) => {
+                (stream, device_address(buffer, offset))
+            }
             _ => return Err(mixed_devices()),
         };
         let (stream, base) = stream;

@@ -145,15 +145,16 @@ impl<'a> Footprint<'a> {
         let b = plan.b;
         let buffer = |len: usize, size: usize| (len as u128 * size as u128).next_multiple_of(self.granule);
         let f64s = |len: usize| buffer(len, 8);
+        let ordering = f64s(images * kf::sorted_pairs_scratch(b as u32) as usize);
         match plan.ritz {
             RitzMethod::OneBlockJacobi => {
                 f64s(images * b * b) + f64s(images * kf::eigen_scratch(b as u32) as usize)
             }
-            RitzMethod::Host => f64s(images * b * b) + f64s(images * b) + f64s(images * 2 * b),
+            RitzMethod::Host => f64s(images * b * b) + f64s(images * b) + ordering,
             RitzMethod::Tridiagonal => {
                 f64s(images * b * b)
                     + f64s(images * kf::tridiagonal_scratch(b as u32) as usize)
-                    + f64s(images * 2 * b)
+                    + ordering
                     + buffer(2 * images, 4)
             }
             RitzMethod::BlockJacobi => {
@@ -162,7 +163,7 @@ impl<'a> Footprint<'a> {
                 4 * f64s(images * padded * padded)
                     + f64s(images * padded * 2 * rows)
                     + buffer(images, 4)
-                    + f64s(images * 2 * b)
+                    + ordering
             }
         }
     }

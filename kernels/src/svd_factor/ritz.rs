@@ -67,7 +67,7 @@ pub unsafe fn ritz_eigen(
         jacobi(space, bu, scale, MAX_SWEEPS);
         let value = |i: usize| space.x(i, i);
         let vector = |row: usize, col: usize| space.z(row, col);
-        write_ritz_pairs(bu, value, vector, (vals, perm), (theta, sigma, inv_sigma, ritz));
+        write_ritz_pairs((bu, 0..bu, true), value, vector, (vals, perm), (theta, sigma, inv_sigma, ritz));
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::constants::NULL_THRESHOLD;
 use super::layout::Layout;
+use core::ops::Range;
 use gpu_std::kernel;
 use gpu_std::math;
 use gpu_std::slice::SliceMut;
@@ -23,16 +24,17 @@ pub fn inverse_sigma(theta: f64, sigma: f64, theta_max: f64) -> f64 {
 }
 
 /// The Ritz pairs in order of decreasing value, from an eigendecomposition given as `value(i)`
-/// and `vector(row, i)` (`i, row < b`): `theta`, `sigma = √θ`, `inv_sigma` (`1/σ`, or 0 for
-/// numerically zero θ) and `ritz` (`b × b`, column `r` the vector of `θ_r`). `vals` and `perm`
-/// (`b` each) are work space. All threads of the block call it.
+/// and `vector(row, i)` (`i, row < b`): the rows `rows` of `ritz` (`b × b`, column `r` the vector
+/// of `θ_r`) and, `with_values`, `theta`, `sigma = √θ` and `inv_sigma` (`1/σ`, or 0 for
+/// numerically zero θ). `vals` and `perm` (`b` each) are work space. All threads of the block call
+/// it.
 ///
 /// # Safety
 /// `vals`, `perm`, `theta`, `sigma` and `inv_sigma` hold at least `b` elements and `ritz` `b²`:
 /// they are accessed unchecked on the GPU (the simulator checks).
 #[inline(always)]
 pub(super) unsafe fn write_ritz_pairs(
-    bu: usize,
+    (bu, rows, with_values): (usize, Range<usize>, bool),
     value: impl Fn(usize) -> f64,
     vector: impl Fn(usize, usize) -> f64,
     (mut vals, mut perm): (SliceMut<f64>, SliceMut<f64>),
@@ -44,7 +46,7 @@ pub(super) unsafe fn write_ritz_pairs(
     ),
 ) {
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
-    let bb = bu * bu;
+    let count = (rows.end - rows.start) * bu;
     // Largest first: perm[rank] = index.
     let mut i = tid;
     while i < bu {
@@ -73,12 +75,16 @@ pub(super) unsafe fn write_ritz_pairs(
     }
     thread::sync_threads();
     let mut i = tid;
-    while i < bb {
-        let (row, r) = (i / bu, i % bu);
-        // SAFETY: i < b², within `ritz`, and r < b, within `perm` (the contract); `perm`'s
-        // entries, written before the barrier, are indices below b; one thread per element.
-        unsafe { ritz.set_unchecked(i, vector(row, perm.get_unchecked(r) as usize)) };
+    while i < count {
+        let (row, r) = (rows.start + i / bu, i % bu);
+        // SAFETY: row < b (the rows lie below b) and r < b, within `ritz` and `perm` (the
+        // contract); `perm`'s entries, written before the barrier, are indices below b; one thread
+        // per element.
+        unsafe { ritz.set_unchecked(row * bu + r, vector(row, perm.get_unchecked(r) as usize)) };
         i += nt;
+    }
+    if !with_values {
+        return;
     }
     // SAFETY: 0 < b, within `perm`, whose entries (written before the barrier) are indices below
     // b, within `vals`.
@@ -98,12 +104,29 @@ pub(super) unsafe fn write_ritz_pairs(
     }
 }
 
-/// `write_ritz_pairs` as a kernel, per image (one block each, `blockIdx.x`, any 1-D block): the
-/// pairs of the leading `b` eigenvalues, value `i` element `(i, i)` of `values` through
-/// `value_layout` (the diagonal of a diagonalised matrix, or a vector with a row stride of 0), and
-/// their eigenvectors, vector `i` column `i` of `vectors` through `vector_layout`. `scratch` holds
-/// `2b` per image. The last step of the block Jacobi, tridiagonal and host solvers (the host's
-/// uploads faer's unsorted pairs): one ordering for every solver.
+/// Rows of the eigenvectors each block of [`sorted_ritz_pairs`] orders: the blocks of an image
+/// each rank the values themselves and move their rows, so one image's `b²` moves spread over
+/// `b / SORTED_PAIRS_ROWS` blocks (one block took 0.29 ms at `b = 512`, its loads one after the
+/// other).
+pub const SORTED_PAIRS_ROWS: u32 = 16;
+
+/// Blocks per image of [`sorted_ritz_pairs`] (its `gridDim.y`).
+pub fn sorted_pairs_blocks(b: u32) -> u32 {
+    b.div_ceil(SORTED_PAIRS_ROWS)
+}
+
+/// Work space of [`sorted_ritz_pairs`] per image, values: `2b` per block.
+pub fn sorted_pairs_scratch(b: u32) -> u32 {
+    sorted_pairs_blocks(b) * 2 * b
+}
+
+/// `write_ritz_pairs` as a kernel, per image `blockIdx.x` and rows `blockIdx.y` (any 1-D block,
+/// [`sorted_pairs_blocks`] in y): the pairs of the leading `b` eigenvalues, value `i` element
+/// `(i, i)` of `values` through `value_layout` (the diagonal of a diagonalised matrix, or a vector
+/// with a row stride of 0), and their eigenvectors, vector `i` column `i` of `vectors` through
+/// `vector_layout`. `scratch` holds [`sorted_pairs_scratch`] per image. The last step of the block
+/// Jacobi, tridiagonal and host solvers (the host's uploads faer's unsorted pairs): one ordering
+/// for every solver.
 ///
 /// # Safety
 /// Each image's `b` values and `b × b` vectors lie inside `values` and `vectors` through their
@@ -121,20 +144,21 @@ pub unsafe fn sorted_ritz_pairs(
     inv_sigma: &mut [f64],
     ritz: &mut [f64],
 ) {
-    let img = thread::block_idx_x() as usize;
+    let (img, part) = (thread::block_idx_x() as usize, thread::block_idx_y() as usize);
     let bu = b as usize;
-    let scratch = scratch.sub(img * 2 * bu, 2 * bu);
+    let rows = part * SORTED_PAIRS_ROWS as usize..bu.min((part + 1) * SORTED_PAIRS_ROWS as usize);
+    let scratch = scratch.sub((img * thread::grid_dim_y() as usize + part) * 2 * bu, 2 * bu);
     let (value_base, vector_base) = (img * value_layout.batch as usize, img * vector_layout.batch as usize);
     // SAFETY: the kernel's contract: the layouts keep every image's values and vectors inside.
     let value = |i: usize| unsafe { values.get_unchecked(value_base + value_layout.at(i as u32, i as u32)) };
     let vector = |row: usize, col: usize| unsafe {
         vectors.get_unchecked(vector_base + vector_layout.at(row as u32, col as u32))
     };
-    // SAFETY: each image's outputs and scratch are taken by checked `sub`; `write_ritz_pairs`
-    // indexes below b and b² within them.
+    // SAFETY: each image's outputs and each block's scratch are taken by checked `sub`; the rows
+    // lie below b; `write_ritz_pairs` indexes below b and b² within them.
     unsafe {
         write_ritz_pairs(
-            bu,
+            (bu, rows, part == 0),
             value,
             vector,
             (scratch.sub(0, bu), scratch.sub(bu, bu)),

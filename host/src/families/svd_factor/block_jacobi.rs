@@ -1,7 +1,7 @@
 //! Block Jacobi for Ritz problems too large for one block's shared memory
 //! (`kernels::svd_factor::block_jacobi_*`), several thread blocks per image.
 
-use super::ritz::{RitzPairs, RitzSolver};
+use super::ritz::{PairOrdering, RitzPairs, RitzSolver};
 use crate::launch::device::{Backend, Buffer, BufferViewMut, Device};
 use crate::launch::error::{Error, Result};
 use gpu_std::sim::{Dim3, LaunchConfig};
@@ -32,7 +32,8 @@ pub struct BlockJacobi {
     current: usize,
     rot: Buffer<f64>,
     rotated: Buffer<u32>,
-    scratch: Buffer<f64>,
+    /// The eigenpairs' ordering into the Ritz pairs.
+    ordering: PairOrdering,
     /// Sweeps the last solve took.
     sweeps: usize,
 }
@@ -68,7 +69,7 @@ impl BlockJacobi {
             current: 0,
             rot: device.alloc_scratch::<f64>(device.queue(), images * n * 2 * nb)?,
             rotated: device.alloc_scratch::<u32>(device.queue(), images)?,
-            scratch: device.alloc_scratch::<f64>(device.queue(), images * 2 * b)?,
+            ordering: PairOrdering::new(device, b, images)?,
             sweeps: 0,
         })
     }
@@ -169,33 +170,12 @@ impl RitzSolver for BlockJacobi {
                 )));
             }
         }
-        let config = LaunchConfig {
-            grid: Dim3::x(self.images as u32),
-            block: Dim3::x(Self::threads(device)),
-            shared_bytes: 0,
-        };
-        let RitzPairs { theta, sigma, inv_sigma, vectors } = pairs;
         let cur = self.current;
-        // SAFETY: the matrix, vectors and scratch belong to `self`; the pairs' buffers live as the
-        // caller promises; every image's part lies inside them.
-        unsafe {
-            device.launch(
-                &kf::SORTED_RITZ_PAIRS,
-                config,
-                (
-                    &self.x[cur],
-                    Layout::row_major(n32, n32 * n32),
-                    &self.z[cur],
-                    Layout::row_major(n32, n32 * n32),
-                    self.b as u32,
-                    &mut self.scratch,
-                    theta,
-                    sigma,
-                    inv_sigma,
-                    vectors,
-                ),
-            )
-        }
+        let values = (self.x[cur].view(..)?, Layout::row_major(n32, n32 * n32));
+        let vectors = (self.z[cur].view(..)?, Layout::row_major(n32, n32 * n32));
+        // SAFETY: the matrix and vectors belong to `self`, every image's part inside them; the
+        // pairs live as the caller promises.
+        unsafe { self.ordering.write(device, values, vectors, pairs) }
     }
 }
 

@@ -1,15 +1,14 @@
 //! The host's Ritz solver: faer's symmetric eigensolver, images in parallel, the matrices
 //! downloaded (a wait for the queue) and the eigenpairs uploaded once per Rayleigh–Ritz step.
 
-use super::ritz::{RitzPairs, RitzSolver};
+use super::ritz::{PairOrdering, RitzPairs, RitzSolver};
 use crate::launch::device::{Buffer, BufferViewMut, Device};
 use crate::launch::error::{Error, Result};
 use faer::Mat;
 use faer::diag::Diag;
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::evd::{ComputeEigenvectors, self_adjoint_evd, self_adjoint_evd_scratch};
-use gpu_std::sim::{Dim3, LaunchConfig};
-use kernels::svd_factor::{self as kf, Layout};
+use kernels::svd_factor::Layout;
 use rayon::prelude::*;
 
 /// faer's symmetric eigensolver on the host: the matrices are downloaded (a wait for the queue),
@@ -22,8 +21,8 @@ pub struct HostEigensolver {
     t: Buffer<f64>,
     /// The eigenvalues, `b` per image, unordered.
     values: Buffer<f64>,
-    /// [`kf::sorted_ritz_pairs`]'s work space, `2b` per image.
-    scratch: Buffer<f64>,
+    /// The eigenpairs' ordering into the Ritz pairs.
+    ordering: PairOrdering,
 }
 
 impl HostEigensolver {
@@ -34,7 +33,7 @@ impl HostEigensolver {
             images,
             t: device.alloc_scratch(device.queue(), images * b * b)?,
             values: device.alloc_scratch(device.queue(), images * b)?,
-            scratch: device.alloc_scratch(device.queue(), images * 2 * b)?,
+            ordering: PairOrdering::new(device, b, images)?,
         })
     }
 }
@@ -51,30 +50,13 @@ impl RitzSolver for HostEigensolver {
             .time_host("Ritz eigenproblems (faer, host)", || eigenpairs_on_host(&t, self.b, self.images))?;
         device.upload_into(&mut self.values, &values)?;
         device.upload_into(&mut self.t, &vectors)?;
-        let config = LaunchConfig { grid: Dim3::x(self.images as u32), block: Dim3::x(256), shared_bytes: 0 };
-        let RitzPairs { theta, sigma, inv_sigma, vectors } = pairs;
         let b = self.b as u32;
-        // SAFETY: the values, vectors and scratch belong to `self` (`b`, `b²` and `2b` per image,
-        // uploaded above), and the layouts keep each image's inside them; the pairs' buffers live
-        // as the caller promises.
-        unsafe {
-            device.launch(
-                &kf::SORTED_RITZ_PAIRS,
-                config,
-                (
-                    &self.values,
-                    Layout { row: 0, col: 1, batch: b },
-                    &self.t,
-                    Layout::row_major(b, b * b),
-                    b,
-                    &mut self.scratch,
-                    theta,
-                    sigma,
-                    inv_sigma,
-                    vectors,
-                ),
-            )
-        }
+        let values = (self.values.view(..)?, Layout { row: 0, col: 1, batch: b });
+        let vectors = (self.t.view(..)?, Layout::row_major(b, b * b));
+        // SAFETY: the values and vectors belong to `self` (`b` and `b²` per image, uploaded
+        // above), and the layouts keep each image's inside them; the pairs live as the caller
+        // promises.
+        unsafe { self.ordering.write(device, values, vectors, pairs) }
     }
 }
 

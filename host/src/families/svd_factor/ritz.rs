@@ -4,9 +4,10 @@
 //! `one_block_jacobi.rs`, `block_jacobi.rs`, `host_eigensolver.rs`. Adding a solver is one more
 //! implementation, a [`RitzMethod`](super::RitzMethod) variant and its line in the plan.
 
-use crate::launch::device::{Buffer, BufferViewMut, Device};
+use crate::launch::device::{Buffer, BufferView, BufferViewMut, Device};
 use crate::launch::error::Result;
-use kernels::svd_factor::Layout;
+use gpu_std::sim::{Dim3, LaunchConfig};
+use kernels::svd_factor::{self as kf, Layout};
 
 /// The Ritz pairs of a batch, on the device, as every later step reads them: per image, `b`
 /// values of each vector and the `b × b` eigenvectors, pairs in non-increasing order of `θ`.
@@ -30,6 +31,62 @@ impl RitzPairs {
             inv_sigma: device.alloc_scratch(device.queue(), images * b)?,
             vectors: device.alloc_scratch(device.queue(), images * b * b)?,
         })
+    }
+}
+
+/// The step the block Jacobi, tridiagonal and host solvers end with: their eigenpairs, in any
+/// order, written as [`RitzPairs`] by [`kf::sorted_ritz_pairs`]; and its work space.
+pub(super) struct PairOrdering {
+    scratch: Buffer<f64>,
+    b: usize,
+    images: usize,
+}
+
+impl PairOrdering {
+    /// The work space for `images` sets of `b` pairs.
+    pub(super) fn new(device: &Device, b: usize, images: usize) -> Result<Self> {
+        let scratch =
+            device.alloc_scratch(device.queue(), images * kf::sorted_pairs_scratch(b as u32) as usize)?;
+        Ok(PairOrdering { scratch, b, images })
+    }
+
+    /// Queues the ordering of every image's `b` values (value `i` element `(i, i)` of `values`
+    /// through its layout) and vectors (vector `i` column `i` of `vectors` through its layout)
+    /// into `pairs`.
+    ///
+    /// # Safety
+    /// Each image's values and vectors lie inside `values` and `vectors` through their layouts,
+    /// written by work queued before on the device's queue; `pairs` (of this `b` and batch) lives
+    /// until the queue reaches the launch.
+    pub(super) unsafe fn write(
+        &mut self,
+        device: &Device,
+        (values, value_layout): (BufferView<'_, f64>, Layout),
+        (vectors, vector_layout): (BufferView<'_, f64>, Layout),
+        pairs: &mut RitzPairs,
+    ) -> Result<()> {
+        let b = self.b as u32;
+        let config = LaunchConfig {
+            grid: Dim3 { x: self.images as u32, y: kf::sorted_pairs_blocks(b), z: 1 },
+            block: Dim3::x(256),
+            shared_bytes: 0,
+        };
+        let RitzPairs { theta, sigma, inv_sigma, vectors: ritz } = pairs;
+        let args = (
+            values,
+            value_layout,
+            vectors,
+            vector_layout,
+            b,
+            &mut self.scratch,
+            theta,
+            sigma,
+            inv_sigma,
+            ritz,
+        );
+        // SAFETY: the caller's contract for the inputs and the pairs; the scratch is this
+        // ordering's, `sorted_pairs_scratch` per image.
+        unsafe { device.launch(&kf::SORTED_RITZ_PAIRS, config, args) }
     }
 }
 

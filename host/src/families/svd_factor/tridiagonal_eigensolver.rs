@@ -6,7 +6,7 @@
 //! back-transformation a warp per eigenvector over the whole GPU
 //! ([`kf::tridiagonal_back_transform`]) and the ordered pairs ([`kf::sorted_ritz_pairs`]).
 
-use super::ritz::{RitzPairs, RitzSolver};
+use super::ritz::{PairOrdering, RitzPairs, RitzSolver};
 use crate::launch::device::{Backend, Buffer, BufferViewMut, Device};
 use crate::launch::error::{Result, ensure};
 use gpu_std::sim::{Dim3, LaunchConfig};
@@ -51,8 +51,8 @@ pub struct TridiagonalEigensolver {
     images: usize,
     t: Buffer<f64>,
     scratch: Buffer<f64>,
-    /// [`kf::sorted_ritz_pairs`]'s work space, `2b` per image.
-    order: Buffer<f64>,
+    /// The eigenpairs' ordering into the Ritz pairs.
+    ordering: PairOrdering,
     /// The grid barriers' counters, a `u32` per image for the reduction and one for the divide
     /// and conquer (zeroed before each solve).
     barriers: Buffer<u32>,
@@ -186,7 +186,7 @@ impl TridiagonalEigensolver {
             t: device.alloc_scratch(device.queue(), images * b * b)?,
             scratch: device
                 .alloc_scratch(device.queue(), images * kf::tridiagonal_scratch(b as u32) as usize)?,
-            order: device.alloc_scratch(device.queue(), images * 2 * b)?,
+            ordering: PairOrdering::new(device, b, images)?,
             barriers: device.alloc_scratch(device.queue(), 2 * images)?,
             reduction,
             divide_and_conquer,
@@ -294,29 +294,13 @@ impl RitzSolver for TridiagonalEigensolver {
         unsafe { device.launch(&kf::TRIDIAGONAL_BACK_TRANSFORM, back, (b, &mut self.scratch))? };
         let parts = kf::tridiagonal_scratch_parts(b);
         let per_image = kf::tridiagonal_scratch(b);
-        let order = LaunchConfig { grid: Dim3::x(images), block: Dim3::x(256), shared_bytes: 0 };
-        let RitzPairs { theta, sigma, inv_sigma, vectors } = pairs;
+        let values =
+            (self.scratch.view(parts.values as usize..)?, Layout { row: 0, col: 1, batch: per_image });
+        let vectors = (self.scratch.view(parts.w as usize..)?, Layout::row_major(b, per_image).transposed());
         // SAFETY: per image, the eigenvalues (`b` from `parts.values`) and the eigenvectors (rows
         // of `W`, `b × b` from `parts.w`: vector `j` is row `j`, hence the transposed layout) lie
-        // inside the image's scratch; `order` holds `2b` per image; the pairs' buffers (sized from
-        // the same plan) live as the caller promises.
-        unsafe {
-            device.launch(
-                &kf::SORTED_RITZ_PAIRS,
-                order,
-                (
-                    self.scratch.view(parts.values as usize..)?,
-                    Layout { row: 0, col: 1, batch: per_image },
-                    self.scratch.view(parts.w as usize..)?,
-                    Layout::row_major(b, per_image).transposed(),
-                    b,
-                    &mut self.order,
-                    theta,
-                    sigma,
-                    inv_sigma,
-                    vectors,
-                ),
-            )
-        }
+        // inside the image's scratch; the pairs' buffers (sized from the same plan) live as the
+        // caller promises.
+        unsafe { self.ordering.write(device, values, vectors, pairs) }
     }
 }
