@@ -307,7 +307,9 @@ unsafe fn tridiagonalise(sp: Space, t_in: gpu_std::slice::Slice<f64>) {
 /// Warps per block of [`tridiagonal_back_transform`].
 pub const BACK_TRANSFORM_WARPS: u32 = 8;
 /// Reflectors staged in shared memory at a time by [`tridiagonal_back_transform`].
-const BACK_TRANSFORM_CHUNK: usize = 8;
+const BACK_TRANSFORM_CHUNK: usize = 16;
+/// Loads each thread of [`tridiagonal_back_transform`] issues before storing them in the stage.
+const STAGE_LOADS: usize = 8;
 /// Elements per lane of each of a warp's two register arrays: 512 elements over 32 lanes.
 const LANE_ELEMENTS: usize = 16;
 /// Largest `b` whose eigenvectors a warp of [`tridiagonal_back_transform`] holds two of (one
@@ -332,7 +334,7 @@ pub const fn back_transform_shared_bytes(b: u32) -> u32 {
 /// `32·BACK_TRANSFORM_WARPS` threads, [`back_transform_shared_bytes`]`(b)`. Each warp holds its
 /// eigenvectors in two register arrays (lane `l` the elements `≡ l mod 32`): two vectors up to
 /// `b = 512`, one vector's two halves above; the block stages the reflectors in shared memory,
-/// eight at a time, each read from the scratch once per block.
+/// sixteen at a time, each read from the scratch once per block.
 ///
 /// # Safety
 /// [`tridiagonal_reduce`] (or [`tridiagonal_reduce_grid`](super::tridiagonal_reduce_grid)) and
@@ -384,11 +386,26 @@ pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
         while hi > 0 {
             let lo = hi.saturating_sub(BACK_TRANSFORM_CHUNK);
             thread::sync_threads();
-            let mut e = tid;
-            while e < (hi - lo) * bu {
-                let (k, i) = (lo + e / bu, e % bu);
-                stage.set(e, if i > k { a.lower(i, k) } else { 0.0 });
-                e += nt;
+            // STAGE_LOADS loads in flight per thread before their stores: one at a time, each
+            // waited for, the staging took most of the kernel's time.
+            let count = (hi - lo) * bu;
+            let mut e0 = tid;
+            while e0 < count {
+                let mut loaded = [0.0f64; STAGE_LOADS];
+                for (u, value) in loaded.iter_mut().enumerate() {
+                    let e = e0 + u * nt;
+                    let (k, i) = (lo + e / bu, e % bu);
+                    if e < count && i > k {
+                        *value = a.lower(i, k);
+                    }
+                }
+                for (u, value) in loaded.iter().enumerate() {
+                    let e = e0 + u * nt;
+                    if e < count {
+                        stage.set(e, *value);
+                    }
+                }
+                e0 += STAGE_LOADS * nt;
             }
             if tid < hi - lo {
                 taus.set(tid, tau.get(lo + tid));

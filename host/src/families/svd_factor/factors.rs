@@ -6,7 +6,8 @@ use crate::launch::device::Buffer;
 use ndarray::Array2;
 
 /// The factorisation of every image of a batch, on the device, as the reconstruction reads it:
-/// f32 `U` (`m × k`), `s` (`k`) and `Vᵀ` (`k × n`) per image, consecutive.
+/// f32 `U` (`m × k`), `s` (`k`) and `Vᵀ` (`k × n`) per image, consecutive. Buffers of the device's
+/// queue (from its memory pool where small): use them there, and drop them before the device.
 pub struct DeviceFactors {
     /// Images in the batch.
     pub images: usize,

@@ -402,8 +402,8 @@ impl<'a> Workspace<'a> {
         let ((m, n), images, k, r, b) = (plan.dims, plan.images, plan.k, plan.r, plan.b);
         let device = self.device;
         let mut x = device.alloc_scratch::<f64>(device.queue(), images * r * k)?;
-        let mut u = device.alloc::<f32>(images * m * k)?;
-        let mut vt = device.alloc::<f32>(images * k * n)?;
+        let mut u = device.alloc_scratch::<f32>(device.queue(), images * m * k)?;
+        let mut vt = device.alloc_scratch::<f32>(device.queue(), images * k * n)?;
         let x_layout = Layout::row_major(k as u32, (r * k) as u32);
         let u_layout = Layout::row_major(k as u32, (m * k) as u32);
         // Vᵀ (k × n) written as the transpose of an n × k result.
@@ -427,6 +427,8 @@ impl<'a> Workspace<'a> {
         let sigma = device.download(&self.pairs.sigma)?;
         let singular_values: Vec<Vec<f64>> = sigma.chunks(b).map(|c| c[..k].to_vec()).collect();
         let s32: Vec<f32> = singular_values.iter().flatten().map(|&v| v as f32).collect();
+        let mut s = device.alloc_scratch::<f32>(device.queue(), s32.len())?;
+        device.upload_into(&mut s, &s32)?;
         let frobenius_norms =
             finish_squared_sums(device, &self.norms.0, self.norms.1)?.into_iter().map(f64::sqrt).collect();
         Ok(DeviceFactors {
@@ -434,7 +436,7 @@ impl<'a> Workspace<'a> {
             dims: plan.dims,
             k,
             u,
-            s: device.upload(&s32)?,
+            s,
             vt,
             singular_values,
             frobenius_norms,
