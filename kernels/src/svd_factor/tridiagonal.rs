@@ -325,7 +325,17 @@ pub const fn back_transform_vectors(b: u32) -> u32 {
 /// Dynamic shared memory of [`tridiagonal_back_transform`], bytes: a chunk of reflectors, each
 /// `b` long, and their `τ`.
 pub const fn back_transform_shared_bytes(b: u32) -> u32 {
-    8 * BACK_TRANSFORM_CHUNK as u32 * (b + 1)
+    8 * BACK_TRANSFORM_CHUNK as u32 * (back_transform_row(b) as u32 + 1)
+}
+
+/// A staged reflector's length in [`tridiagonal_back_transform`]: `b` padded with zeros to the
+/// rows a warp's arrays hold (512, or 1024 above), so that no element's read needs a bound check.
+const fn back_transform_row(b: u32) -> usize {
+    if b <= BACK_TRANSFORM_NARROW_B {
+        BACK_TRANSFORM_NARROW_B as usize
+    } else {
+        2 * BACK_TRANSFORM_NARROW_B as usize
+    }
 }
 
 /// The back-transformation `z ← Q·z = H_0·(H_1·(… H_{b−2}·z))` of the tridiagonal matrix's
@@ -360,9 +370,10 @@ pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
         let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
         let tau = base.sub(parts.tau as usize, bu);
         let a = Packed(base.sub(parts.packed as usize, packed(b) as usize));
-        let staged = BACK_TRANSFORM_CHUNK * (bu + 1);
+        let row = back_transform_row(b);
+        let staged = BACK_TRANSFORM_CHUNK * (row + 1);
         let stage = Vector { p: shared::region::<f64>(0, staged).as_ptr(), len: staged };
-        let taus = stage.sub(BACK_TRANSFORM_CHUNK * bu, BACK_TRANSFORM_CHUNK);
+        let taus = stage.sub(BACK_TRANSFORM_CHUNK * row, BACK_TRANSFORM_CHUNK);
         // Where element `t` of each array lives: (vector, row), narrow: vectors `first` and
         // `first + 1`; wide: rows `lane + 32t` and `512 + lane + 32t` of vector `first`.
         let at = |array: usize, t: usize| {
@@ -387,15 +398,16 @@ pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
             let lo = hi.saturating_sub(BACK_TRANSFORM_CHUNK);
             thread::sync_threads();
             // STAGE_LOADS loads in flight per thread before their stores: one at a time, each
-            // waited for, the staging took most of the kernel's time.
-            let count = (hi - lo) * bu;
+            // waited for, the staging took most of the kernel's time. Zeros above the diagonal
+            // and past b.
+            let count = (hi - lo) * row;
             let mut e0 = tid;
             while e0 < count {
                 let mut loaded = [0.0f64; STAGE_LOADS];
                 for (u, value) in loaded.iter_mut().enumerate() {
                     let e = e0 + u * nt;
-                    let (k, i) = (lo + e / bu, e % bu);
-                    if e < count && i > k {
+                    let (k, i) = (lo + e / row, e % row);
+                    if e < count && i > k && i < bu {
                         *value = a.lower(i, k);
                     }
                 }
@@ -416,16 +428,19 @@ pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
                 if tk == 0.0 {
                     continue;
                 }
-                let v = stage.sub((k - lo) * bu, bu);
+                let v = stage.sub((k - lo) * row, row);
+                // The reflector's elements of the first array kept in registers for the update,
+                // read from shared memory once (and used for both arrays up to b = 512, whose
+                // rows are the same): the warps' shared-memory reads bounded the kernel.
+                let mut v0 = [0.0f64; LANE_ELEMENTS];
+                let second = |t: usize, first_array: f64| {
+                    if narrow { first_array } else { v.get(lane + 32 * t + BACK_TRANSFORM_NARROW_B as usize) }
+                };
                 let (mut dot0, mut dot1) = (0.0f64, 0.0f64);
                 for t in 0..LANE_ELEMENTS {
-                    let ((_, i0), (_, i1)) = (at(0, t), at(1, t));
-                    if i0 < bu {
-                        dot0 = math::fma(v.get(i0), z0[t], dot0);
-                    }
-                    if i1 < bu {
-                        dot1 = math::fma(v.get(i1), z1[t], dot1);
-                    }
+                    v0[t] = v.get(lane + 32 * t);
+                    dot0 = math::fma(v0[t], z0[t], dot0);
+                    dot1 = math::fma(second(t, v0[t]), z1[t], dot1);
                 }
                 let (f0, f1) = if narrow {
                     (tk * warp::reduce(dot0, add), tk * warp::reduce(dot1, add))
@@ -434,13 +449,8 @@ pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
                     (f, f)
                 };
                 for t in 0..LANE_ELEMENTS {
-                    let ((_, i0), (_, i1)) = (at(0, t), at(1, t));
-                    if i0 < bu {
-                        z0[t] = math::fma(-f0, v.get(i0), z0[t]);
-                    }
-                    if i1 < bu {
-                        z1[t] = math::fma(-f1, v.get(i1), z1[t]);
-                    }
+                    z0[t] = math::fma(-f0, v0[t], z0[t]);
+                    z1[t] = math::fma(-f1, second(t, v0[t]), z1[t]);
                 }
             }
             hi = lo;
