@@ -15,7 +15,7 @@
 //! Jacobi and the host's solver, `block_jacobi.rs` block Jacobi, `cholesky.rs` Cholesky QR's small
 //! step, `chebyshev.rs` the filter for flat spectra, `convergence.rs` the stop test and its
 //! predictions, `gemm.rs` the batched GEMMs, `passes.rs` the one-pass work (conversions, sums of
-//! squares).
+//! squares), `refine.rs` the accurate pass on `A` itself after the iteration ([`factor_accurate`]).
 
 use crate::families::svd::finite::{check_finite, check_finite_sums};
 use crate::launch::device::{Buffer, BufferView, Device, Queue};
@@ -32,6 +32,7 @@ mod host_eigensolver;
 mod one_block_jacobi;
 mod passes;
 mod plan;
+mod refine;
 mod ritz;
 mod tridiagonal_eigensolver;
 mod workspace;
@@ -54,6 +55,7 @@ pub use plan::{
     CholeskyMethod, GramMethod, ONE_BLOCK_JACOBI_MAX_B, ONE_BLOCK_JACOBI_MIN_IMAGES, Plan, RitzMethod,
     WHOLE_GRAM_MAX_IMAGES, WHOLE_GRAM_MAX_R, subspace_size,
 };
+pub use refine::{AccurateFactors, factor_accurate, factor_accurate_with};
 pub use ritz::{RitzPairs, RitzSolver};
 pub use tridiagonal_eigensolver::{TRIDIAGONAL_MAX_B, TridiagonalEigensolver, TridiagonalReduction};
 
@@ -76,12 +78,23 @@ pub fn factor(
 /// subspace iteration, with power steps between Rayleigh–Ritz steps where the spectrum decays
 /// fast enough, a Chebyshev filter where it is flat.
 pub fn factor_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<DeviceFactors> {
+    let (work, counts) = converge(device, a, plan)?;
+    work.extract(counts)
+}
+
+/// The iteration of [`factor_with`] up to convergence: the workspace holding the converged Ritz
+/// pairs (or `G`'s eigenpairs), and the iterations it took.
+fn converge<'a>(
+    device: &'a Device,
+    a: &'a Buffer<f64>,
+    plan: &'a Plan,
+) -> Result<(Workspace<'a>, IterationCounts)> {
     let ((m, n), images, b, k) = (plan.dims, plan.images, plan.b, plan.k);
     ensure(a.len() == images * m * n, || format!("{} values for {images} images of {m} × {n}", a.len()))?;
     let mut work = Workspace::new(device, plan, a)?;
     if plan.method == GramMethod::WholeEigendecomposition {
         work.gram_eigenpairs()?;
-        return work.extract(IterationCounts::default());
+        return Ok((work, IterationCounts::default()));
     }
     work.gram_matrix()?;
     work.start_basis()?;
@@ -123,7 +136,7 @@ pub fn factor_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<Devi
         }
         work.next_basis()?;
     }
-    work.extract(counts)
+    Ok((work, counts))
 }
 
 /// Factors the `images` row-major `m × n` f32 images of `pixels` (`images·m·n` values already on

@@ -38,7 +38,7 @@ fn launch<A: Copy>(
 }
 
 /// `A_eff`'s layout (`m_eff × r`): `A` for tall images, `Aᵀ` for wide ones.
-fn a_eff(plan: &Plan) -> Layout {
+pub(super) fn a_eff(plan: &Plan) -> Layout {
     let (m, n) = plan.dims;
     let a = Layout::row_major(n as u32, (m * n) as u32);
     if plan.tall() { a } else { a.transposed() }
@@ -387,6 +387,20 @@ impl<'a> Workspace<'a> {
             (&self.vw, &self.weights, r, b, &mut self.qy),
         )?;
         self.cholesky_qr2()
+    }
+
+    /// The Ritz vectors `V = Q·Z` of the last Rayleigh–Ritz step (or `G`'s eigenvectors), all
+    /// `b` of them: `r × b` row-major f64 per image, the subspace the accurate pass
+    /// (`refine.rs`) starts from.
+    pub(super) fn ritz_vectors(&self) -> Result<Buffer<f64>> {
+        let (images, r, b) = (self.plan.images, self.plan.r, self.plan.b);
+        let mut v = self.device.alloc::<f64>(images * r * b)?;
+        let v_layout = Layout::row_major(b as u32, (r * b) as u32);
+        let basis = op(self.qy.view(..)?, self.qy_layout());
+        let vectors = op(self.pairs.vectors.view(..)?, self.square_layout());
+        // SAFETY: the module's argument; `v` goes to the caller, and freeing it waits for the queue.
+        unsafe { self.gemms.product((basis, vectors), (v.view_mut(..)?, v_layout), None, (r, b, b), false)? };
+        Ok(v)
     }
 
     /// The factors as the reconstruction reads them: the Gram side's vectors `X = Q·Z[:, :k]`
