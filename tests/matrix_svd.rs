@@ -8,7 +8,7 @@
 mod common;
 
 use kernel_suite::Device;
-use kernel_suite::matrix_svd::{MatrixFactors, truncated_svd};
+use kernel_suite::matrix_svd::{self, MatrixFactors, truncated_svd};
 use kernel_suite::svd::cpu_svd;
 use kernel_suite::svd_factor::{self, GramMethod, Plan};
 use ndarray::{Array2, ArrayView2};
@@ -284,5 +284,31 @@ fn known_spectra_are_exact_at_the_issues_sizes_on_the_gpu() {
     let got = truncated_svd(Some(&device), &views, 16).unwrap();
     for (i, (a, f)) in batch.iter().zip(&got).enumerate().step_by(9) {
         check(&format!("batch matrix {i} of 64 × 1024 × 256"), a.view(), &geometric(256, 1e-8), f, 16);
+    }
+}
+
+/// Matrices already on the device: a batch with a NaN in its second matrix is an error naming it
+/// (the device's own check, not the host's), and a finite batch is factored as from the host.
+#[test]
+fn a_device_buffer_is_checked_and_factored() {
+    let s = geometric(12, 1e-9);
+    let a = with_spectrum(9, (33, 21), &s);
+    for device in common::devices("a_device_buffer_is_checked_and_factored") {
+        let on = device.describe();
+        let mut values: Vec<f64> = a.iter().chain(a.iter()).copied().collect();
+        let buffer = device.upload(&values).unwrap();
+        let got = matrix_svd::truncated_svd_of_buffer(&device, &buffer, (33, 21), 2, 6)
+            .unwrap_or_else(|e| panic!("on {on}: {e}"));
+        for (i, f) in got.iter().enumerate() {
+            check(&format!("buffer matrix {i} on {on}"), a.view(), &s, f, 6);
+        }
+        values[33 * 21 + 40] = f64::NAN;
+        let buffer = device.upload(&values).unwrap();
+        match matrix_svd::truncated_svd_of_buffer(&device, &buffer, (33, 21), 2, 6) {
+            Err(kernel_suite::Error::InvalidInput(e)) => {
+                assert!(e.contains("matrix 1 holds a NaN"), "on {on}: {e}")
+            }
+            other => panic!("a NaN on {on}: {:?}", other.map(|f| f.len())),
+        }
     }
 }

@@ -15,8 +15,8 @@
 //! the same factors on every device.
 
 use crate::families::svd::reference::cpu_svd;
-use crate::families::svd_factor::factor_accurate;
-use crate::launch::device::Device;
+use crate::families::svd_factor::{factor_accurate, finish_squared_sums, queue_squared_sums};
+use crate::launch::device::{Buffer, Device};
 use crate::launch::error::{Error, Result, ensure};
 use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -44,10 +44,7 @@ pub fn truncated_svd<T: Copy + Into<f64>>(
 ) -> Result<Vec<MatrixFactors>> {
     ensure(!matrices.is_empty(), || "no matrices to factor".into())?;
     let (m, n) = matrices[0].dim();
-    ensure(m > 0 && n > 0, || format!("cannot factor an empty {m} × {n} matrix"))?;
-    ensure(k >= 1 && k <= m.min(n), || {
-        format!("k = {k} is outside 1..={} (min(rows, cols) of a {m} × {n} matrix)", m.min(n))
-    })?;
+    check_problem((m, n), k)?;
     let mut values = Vec::with_capacity(matrices.len() * m * n);
     for (i, matrix) in matrices.iter().enumerate() {
         let (rows, cols) = matrix.dim();
@@ -62,36 +59,73 @@ pub fn truncated_svd<T: Copy + Into<f64>>(
             values.push(value);
         }
     }
-    let mut factors = match device {
-        Some(device) => on_device(device, &values, (m, n), matrices.len(), k)?,
-        None => values.chunks(m * n).map(|a| on_cpu(a, (m, n), k)).collect::<Result<Vec<_>>>()?,
-    };
-    for (i, f) in factors.iter_mut().enumerate() {
-        complete_columns(f.u.view_mut(), 2 * i as u64)?;
-        complete_columns(f.vt.view_mut().reversed_axes(), 2 * i as u64 + 1)?;
-        flip_signs(f);
+    match device {
+        Some(device) => {
+            let a = device.upload(&values)?;
+            truncated_svd_of_buffer(device, &a, (m, n), matrices.len(), k)
+        }
+        None => values
+            .chunks(m * n)
+            .enumerate()
+            .map(|(i, a)| on_cpu(a, (m, n), k).and_then(|f| finished(f, i)))
+            .collect(),
     }
-    Ok(factors)
 }
 
-/// The batch (`images` row-major `m × n` matrices in `values`) on the device, in one factorisation.
-fn on_device(
+/// [`truncated_svd`] of `count` row-major `m × n` f64 matrices already on `device` (`m·n` apart:
+/// a buffer, or another library's array copied into one), in one factorisation; the triplets
+/// downloaded. A matrix holding a NaN or infinite value (or values whose squares overflow) is an
+/// error ([`Error::InvalidInput`]) naming it.
+pub fn truncated_svd_of_buffer(
     device: &Device,
-    values: &[f64],
+    a: &Buffer<f64>,
     (m, n): (usize, usize),
-    images: usize,
+    count: usize,
     k: usize,
 ) -> Result<Vec<MatrixFactors>> {
-    let a = device.upload(values)?;
-    let f = factor_accurate(device, &a, (m, n), images, k)?;
+    check_problem((m, n), k)?;
+    ensure(count > 0 && a.len() == count * m * n, || {
+        format!("{} values for {count} matrices of {m} × {n}", a.len())
+    })?;
+    // SAFETY: `a` is borrowed until the sums are downloaded, which waits for the queue.
+    let (partial, blocks) = unsafe { queue_squared_sums(device, device.queue(), a, None, m * n, count)? };
+    let sums = finish_squared_sums(device, &partial, blocks)?;
+    if let Some(i) = sums.iter().position(|s| !s.is_finite()) {
+        return Err(Error::InvalidInput(format!(
+            "matrix {i} holds a NaN or infinite value (or values whose squares overflow): the matrix must be finite"
+        )));
+    }
+    let f = factor_accurate(device, a, (m, n), count, k)?;
     let (u, vt) = (device.download(&f.u)?, device.download(&f.vt)?);
-    Ok((0..images)
-        .map(|i| MatrixFactors {
-            u: Array2::from_shape_vec((m, k), u[i * m * k..(i + 1) * m * k].to_vec()).expect("m·k values"),
-            s: f.singular_values[i].clone(),
-            vt: Array2::from_shape_vec((k, n), vt[i * k * n..(i + 1) * k * n].to_vec()).expect("k·n values"),
+    (0..count)
+        .map(|i| {
+            let factors = MatrixFactors {
+                u: Array2::from_shape_vec((m, k), u[i * m * k..(i + 1) * m * k].to_vec())
+                    .expect("m·k values"),
+                s: f.singular_values[i].clone(),
+                vt: Array2::from_shape_vec((k, n), vt[i * k * n..(i + 1) * k * n].to_vec())
+                    .expect("k·n values"),
+            };
+            finished(factors, i)
         })
-        .collect())
+        .collect()
+}
+
+/// Checks that a matrix of `m × n` has `k` triplets: `m, n > 0` and `1 ≤ k ≤ min(m, n)`.
+fn check_problem((m, n): (usize, usize), k: usize) -> Result<()> {
+    ensure(m > 0 && n > 0, || format!("cannot factor an empty {m} × {n} matrix"))?;
+    ensure(k >= 1 && k <= m.min(n), || {
+        format!("k = {k} is outside 1..={} (min(rows, cols) of a {m} × {n} matrix)", m.min(n))
+    })
+}
+
+/// The factors of matrix `i` of a batch with the vectors of zero singular values completed to an
+/// orthonormal set (seeded by `i`) and the sign convention applied.
+fn finished(mut f: MatrixFactors, i: usize) -> Result<MatrixFactors> {
+    complete_columns(f.u.view_mut(), 2 * i as u64)?;
+    complete_columns(f.vt.view_mut().reversed_axes(), 2 * i as u64 + 1)?;
+    flip_signs(&mut f);
+    Ok(f)
 }
 
 /// One row-major `m × n` matrix by faer's thin SVD, truncated to `k`.
