@@ -13,20 +13,42 @@ use kernels::svd_factor as kf;
 /// asked for; in practice (the error is quadratic in the residual) within about 1e-8·σ₁.
 pub const TOLERANCE: f64 = 1e-5;
 
+/// The stop test on each of the `k` leading Ritz pairs: `‖G·v − θ·v‖ ≤ max(tolerance·√(θ₁·θ),
+/// floor·θ₁)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StopTest {
+    /// The relative residual asked for.
+    pub tolerance: f64,
+    /// The residual's rounding, relative to `θ₁`, below which no pair is asked to go.
+    pub floor: f64,
+}
+
+impl StopTest {
+    /// The `svd` job's test, [`TOLERANCE`] (singular values within about 1e-9·σ₁).
+    pub const IMAGES: StopTest = StopTest { tolerance: TOLERANCE, floor: 0.0 };
+
+    /// The accurate pass's test (`refine.rs`) for a Gram matrix of `r × r`: 1e-12, down to 32·ε·√r
+    /// (the rounding of `G·v`), so that the subspace the pass starts from holds the leading
+    /// singular vectors to about 1e-12 on spectra that decay like `1/i`.
+    pub fn accurate(r: usize) -> StopTest {
+        StopTest { tolerance: 1e-12, floor: 32.0 * f64::EPSILON * (r as f64).sqrt() }
+    }
+}
+
 /// Iterations after which an image that has not converged is an error (natural images need 5–15,
 /// white noise about 20 with the Chebyshev filter, 40 without).
 pub const MAX_ITERATIONS: usize = 300;
 
 /// The leading `k` Ritz pairs of one image that are not numerically zero and still miss the stop
-/// test `‖r_i‖ ≤ tol·√(θ₁·θ_i)`: `(θ_i, ‖r_i‖, tol·√(θ₁·θ_i))`.
+/// test `test`: `(θ_i, ‖r_i‖, its bound)`.
 pub(super) fn pairs_to_converge<'a>(
     stats: &'a [f64],
     theta: &'a [f64],
     k: usize,
-    tol: f64,
+    test: StopTest,
 ) -> impl Iterator<Item = (f64, f64, f64)> + 'a {
     (0..k).filter_map(move |i| {
-        let (residual, target) = residual_and_target(stats, theta, i, tol);
+        let (residual, target) = residual_and_target(stats, theta, i, test);
         (theta[i] > kf::NULL_THRESHOLD * theta[0].max(0.0) && residual > target)
             .then_some((theta[i], residual, target))
     })
@@ -34,18 +56,20 @@ pub(super) fn pairs_to_converge<'a>(
 
 /// How many of the first `most` Ritz pairs of one image meet the stop test, counted from the first
 /// and stopping at one that does not or is numerically zero: the pairs a Chebyshev filter may lock.
-pub(super) fn converged_lead(stats: &[f64], theta: &[f64], most: usize, tol: f64) -> usize {
+pub(super) fn converged_lead(stats: &[f64], theta: &[f64], most: usize, test: StopTest) -> usize {
     (0..most)
         .take_while(|&i| {
-            let (residual, target) = residual_and_target(stats, theta, i, tol);
+            let (residual, target) = residual_and_target(stats, theta, i, test);
             theta[i] > kf::NULL_THRESHOLD * theta[0].max(0.0) && residual <= target
         })
         .count()
 }
 
-/// Pair `i`'s residual `‖r_i‖` and the stop test's bound on it, `tol·√(θ₁·θ_i)`.
-fn residual_and_target(stats: &[f64], theta: &[f64], i: usize, tol: f64) -> (f64, f64) {
-    (stats[theta.len() + i].sqrt(), tol * (theta[0].max(0.0) * theta[i]).sqrt())
+/// Pair `i`'s residual `‖r_i‖` and the stop test's bound on it.
+fn residual_and_target(stats: &[f64], theta: &[f64], i: usize, test: StopTest) -> (f64, f64) {
+    let theta0 = theta[0].max(0.0);
+    let bound = (test.tolerance * (theta0 * theta[i]).sqrt()).max(test.floor * theta0);
+    (stats[theta.len() + i].sqrt(), bound)
 }
 
 /// Subspace iterations (products with `G`) after which every image not yet converged should
@@ -57,14 +81,14 @@ pub(super) fn steps_to_convergence(
     stats: &[f64],
     theta: &[f64],
     converged: &[u32],
-    b: usize,
-    k: usize,
+    (b, k): (usize, usize),
+    test: StopTest,
 ) -> usize {
     let mut steps = 1.0f64;
     for img in (0..converged.len()).filter(|&img| converged[img] != 1) {
         let (stats, theta) = (&stats[img * 2 * b..(img + 1) * 2 * b], &theta[img * b..(img + 1) * b]);
         let floor = theta[b - 1].max(0.0);
-        for (th, residual, target) in pairs_to_converge(stats, theta, k, TOLERANCE) {
+        for (th, residual, target) in pairs_to_converge(stats, theta, k, test) {
             let rate = floor / th;
             steps = steps.max(if rate < 0.99 { (target / residual).ln() / rate.ln() } else { 8.0 });
         }

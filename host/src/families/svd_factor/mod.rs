@@ -44,7 +44,7 @@ use workspace::Workspace;
 
 pub use block_jacobi::BlockJacobi;
 pub use cholesky::{blocked_cholesky_inverse, cholesky_panel_rows, inverse_cholesky_factor};
-pub use convergence::{MAX_ITERATIONS, TOLERANCE};
+pub use convergence::{MAX_ITERATIONS, StopTest, TOLERANCE};
 pub use factors::{DeviceFactors, Triplets};
 pub use host_eigensolver::HostEigensolver;
 pub use one_block_jacobi::OneBlockJacobi;
@@ -78,16 +78,17 @@ pub fn factor(
 /// subspace iteration, with power steps between Rayleigh–Ritz steps where the spectrum decays
 /// fast enough, a Chebyshev filter where it is flat.
 pub fn factor_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<DeviceFactors> {
-    let (work, counts) = converge(device, a, plan)?;
+    let (work, counts) = converge(device, a, plan, StopTest::IMAGES)?;
     work.extract(counts)
 }
 
-/// The iteration of [`factor_with`] up to convergence: the workspace holding the converged Ritz
-/// pairs (or `G`'s eigenpairs), and the iterations it took.
+/// The iteration of [`factor_with`] until every image meets `test`: the workspace holding the
+/// converged Ritz pairs (or `G`'s eigenpairs), and the iterations it took.
 fn converge<'a>(
     device: &'a Device,
     a: &'a Buffer<f64>,
     plan: &'a Plan,
+    test: StopTest,
 ) -> Result<(Workspace<'a>, IterationCounts)> {
     let ((m, n), images, b, k) = (plan.dims, plan.images, plan.b, plan.k);
     ensure(a.len() == images * m * n, || format!("{} values for {images} images of {m} × {n}", a.len()))?;
@@ -110,7 +111,7 @@ fn converge<'a>(
             continue;
         }
         counts.rayleigh_ritz_steps += 1;
-        work.rayleigh_ritz()?;
+        work.rayleigh_ritz(test)?;
         let flags = work.converged()?;
         if flags.iter().all(|&f| f == 1) {
             break;
@@ -123,7 +124,7 @@ fn converge<'a>(
         }
         let (stats, theta) = work.ritz_statistics()?;
         let budget = MAX_ITERATIONS - counts.iterations;
-        match ChebyshevFilter::plan(&stats, &theta, &flags, (b, k), TOLERANCE, budget) {
+        match ChebyshevFilter::plan(&stats, &theta, &flags, (b, k), test, budget) {
             Some(filter) => {
                 counts.filter_steps += filter.degree;
                 counts.iterations += filter.degree - 1;
@@ -131,7 +132,7 @@ fn converge<'a>(
             }
             None => {
                 power_steps =
-                    steps_to_convergence(&stats, &theta, &flags, b, k).min(budget).saturating_sub(1);
+                    steps_to_convergence(&stats, &theta, &flags, (b, k), test).min(budget).saturating_sub(1);
             }
         }
         work.next_basis()?;

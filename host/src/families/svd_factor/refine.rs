@@ -2,8 +2,12 @@
 //! singular value is exact to f64 rounding relative to `σ₁` (the Gram matrix alone limits a small
 //! `σᵢ` to about `ε·σ₁²/σᵢ`, and the iteration's stop test to about `1e-9·σ₁`).
 //!
-//! From the iteration's `b` Ritz vectors `V` (`r × b`, the right singular vectors of `A_eff`,
-//! which is `A` for tall matrices and `Aᵀ` for wide ones), as randomised SVD ends:
+//! The iteration runs with a stricter stop test ([`StopTest::accurate`]: residuals of 1e-12
+//! relative, down to their rounding, where the `svd` job asks 1e-5), so that its subspace holds the
+//! leading singular vectors to about 1e-12; then from its leading `b` Ritz vectors `V` (`r × b`,
+//! the right singular vectors of `A_eff`, which is `A` for tall matrices and `Aᵀ` for wide ones;
+//! `b` the iteration's subspace size for `k`, also where `G` was decomposed whole), as randomised
+//! SVD ends:
 //!
 //! 1. `W = A_eff·V` (`m_eff × b`) and its orthonormal basis `X`;
 //! 2. `Bᵀ = A_effᵀ·X` (`r × b`) and its orthonormal basis `Y`;
@@ -26,13 +30,15 @@
 //! column): what they hold of `A` is below `1e-13·σ₁`. Their triplets get `σ = 0` here, with zero
 //! vectors; `matrix_svd` completes those vectors to an orthonormal set.
 
+use super::convergence::StopTest;
 use super::factors::IterationCounts;
 use super::gemm::{Gemms, operand as op};
-use super::plan::Plan;
+use super::plan::{Plan, subspace_size};
 use super::workspace::a_eff;
 use crate::launch::device::{Buffer, Device};
 use crate::launch::error::{Error, Result};
-use faer::Mat;
+use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
+use faer::{Mat, Par, Side};
 use kernels::svd_factor::Layout;
 
 /// A column whose norm is at most this fraction of the largest column's is a null direction of
@@ -87,21 +93,23 @@ pub fn factor_accurate(
 
 /// [`factor_accurate`] by the given plan.
 pub fn factor_accurate_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<AccurateFactors> {
-    let (work, counts) = super::converge(device, a, plan)?;
-    let v = work.ritz_vectors()?;
+    let (work, counts) = super::converge(device, a, plan, StopTest::accurate(plan.r))?;
+    let columns = subspace_size(plan.k, plan.r).min(plan.b);
+    let v = work.ritz_vectors(columns)?;
     drop(work);
-    refine(device, plan, a, &v, counts)
+    refine(device, plan, a, (&v, columns), counts)
 }
 
-/// The accurate pass from the Ritz vectors `v` (`r × b` per matrix): the module's steps 1–4.
+/// The accurate pass from the leading `b` Ritz vectors `v` (`r × b` per matrix): the module's
+/// steps 1–4.
 fn refine(
     device: &Device,
     plan: &Plan,
     a: &Buffer<f64>,
-    v: &Buffer<f64>,
+    (v, b): (&Buffer<f64>, usize),
     counts: IterationCounts,
 ) -> Result<AccurateFactors> {
-    let ((m, n), images, k, r, b) = (plan.dims, plan.images, plan.k, plan.r, plan.b);
+    let ((m, n), images, k, r) = (plan.dims, plan.images, plan.k, plan.r);
     let m_eff = m.max(n);
     let gemms = Gemms::new(device, images, plan.tensor_cores);
     let tall_layout = Layout::row_major(b as u32, (m_eff * b) as u32);
@@ -140,16 +148,11 @@ fn refine(
         let svd = st.thin_svd().map_err(|e| {
             Error::Numerical(format!("the SVD of the {b} × {b} projected matrix failed: {e:?}"))
         })?;
-        let values = svd.S().column_vector();
-        let mut order: Vec<usize> = (0..b).collect();
-        order.sort_by(|&i, &j| values[j].abs().total_cmp(&values[i].abs()));
-        order.truncate(k);
-        singular_values.push(order.iter().map(|&p| values[p].abs()).collect());
+        // faer's singular values are non-negative and non-increasing.
+        singular_values.push(svd.S().column_vector().iter().take(k).copied().collect());
         for i in 0..b {
-            for &p in &order {
-                left.push(values[p].signum() * svd.U()[(i, p)]);
-                right.push(svd.V()[(i, p)]);
-            }
+            left.extend((0..k).map(|p| svd.U()[(i, p)]));
+            right.extend((0..k).map(|p| svd.V()[(i, p)]));
         }
     }
     let left = device.upload(&left)?;
@@ -244,44 +247,54 @@ fn is_orthonormal(g: &[f64], cols: usize, tolerance: f64) -> bool {
 
 /// For the Gram matrix `g = WᵀW` of one matrix's columns (`cols × cols`, row-major), the upper
 /// triangular `M` (row-major) with `W·M` orthonormal: `D⁻¹·L⁻ᵀ` where `D` holds the columns' norms
-/// and `L·Lᵀ = D⁻¹·g·D⁻¹` (Cholesky), with the null and dependent columns' rows and columns zero.
+/// and `L·Lᵀ = D⁻¹·g·D⁻¹` (Cholesky, faer's; column by column where a column must be left out),
+/// with the null and dependent columns' rows and columns zero.
 fn orthonormalizing_factor(g: &[f64], cols: usize) -> Vec<f64> {
     let norms: Vec<f64> = (0..cols).map(|i| g[i * cols + i].max(0.0).sqrt()).collect();
     let largest = norms.iter().copied().fold(0.0, f64::max);
-    let mut kept: Vec<usize> =
-        (0..cols).filter(|&i| largest > 0.0 && norms[i] > NULL_COLUMN * largest).collect();
-    let scaled = |i: usize, j: usize| g[i * cols + j] / (norms[i] * norms[j]);
-    // Cholesky of the scaled Gram matrix over the kept columns, in order, leaving out a column
-    // whose pivot is too small; `l[p]` is the row of the p-th kept column.
-    let mut l: Vec<Vec<f64>> = Vec::with_capacity(kept.len());
-    let mut factored: Vec<usize> = Vec::with_capacity(kept.len());
-    for &c in &kept {
-        let mut row: Vec<f64> = Vec::with_capacity(factored.len() + 1);
-        for (p, &q) in factored.iter().enumerate() {
-            let dot: f64 = (0..p).map(|t| row[t] * l[p][t]).sum();
-            row.push((scaled(c, q) - dot) / l[p][p]);
+    let kept: Vec<usize> = (0..cols).filter(|&i| largest > 0.0 && norms[i] > NULL_COLUMN * largest).collect();
+    let scaled = Mat::from_fn(kept.len(), kept.len(), |i, j| {
+        let (a, b) = (kept[i], kept[j]);
+        g[a * cols + b] / (norms[a] * norms[b])
+    });
+    let (l, kept) = match scaled.llt(Side::Lower) {
+        Ok(llt) if (0..kept.len()).all(|i| llt.L()[(i, i)].powi(2) > DEPENDENT_PIVOT) => {
+            (llt.L().to_owned(), kept)
         }
-        let pivot = scaled(c, c) - row.iter().map(|v| v * v).sum::<f64>();
-        if pivot > DEPENDENT_PIVOT {
-            row.push(pivot.sqrt());
-            l.push(row);
-            factored.push(c);
-        }
-    }
-    kept = factored;
-    // L⁻¹ by forward substitution, a column at a time; M[kept_i][kept_j] = (L⁻¹)[j][i] / norm_i.
-    let count = kept.len();
+        _ => cholesky_leaving_out(&scaled, &kept),
+    };
+    // L⁻¹, then M[kept_j][kept_i] = (L⁻¹)[i][j] / norm_j for i ≥ j.
+    let mut inverse = Mat::<f64>::identity(kept.len(), kept.len());
+    solve_lower_triangular_in_place(l.as_ref(), inverse.as_mut(), Par::Seq);
     let mut m = vec![0.0; cols * cols];
-    for j in 0..count {
-        let mut column = vec![0.0; count];
-        column[j] = 1.0 / l[j][j];
-        for i in j + 1..count {
-            let sum: f64 = (j..i).map(|p| l[i][p] * column[p]).sum();
-            column[i] = -sum / l[i][i];
-        }
-        for (i, &value) in column.iter().enumerate().skip(j) {
-            m[kept[j] * cols + kept[i]] = value / norms[kept[j]];
+    for (j, &column) in kept.iter().enumerate() {
+        for (i, &row) in kept.iter().enumerate().skip(j) {
+            m[column * cols + row] = inverse[(i, j)] / norms[column];
         }
     }
     m
+}
+
+/// The Cholesky factor `L` of the scaled Gram matrix `scaled` (over the columns `kept`), column
+/// by column in order, leaving out a column whose pivot is at most [`DEPENDENT_PIVOT`]: `L` over
+/// the columns factored, and those columns.
+fn cholesky_leaving_out(scaled: &Mat<f64>, kept: &[usize]) -> (Mat<f64>, Vec<usize>) {
+    // `rows[p]` is the row of L of the p-th factored column, `at[p]` its index in `scaled`.
+    let mut rows: Vec<Vec<f64>> = Vec::with_capacity(kept.len());
+    let mut at: Vec<usize> = Vec::with_capacity(kept.len());
+    for c in 0..kept.len() {
+        let mut row: Vec<f64> = Vec::with_capacity(at.len() + 1);
+        for (p, &q) in at.iter().enumerate() {
+            let dot: f64 = (0..p).map(|t| row[t] * rows[p][t]).sum();
+            row.push((scaled[(c, q)] - dot) / rows[p][p]);
+        }
+        let pivot = scaled[(c, c)] - row.iter().map(|v| v * v).sum::<f64>();
+        if pivot > DEPENDENT_PIVOT {
+            row.push(pivot.sqrt());
+            rows.push(row);
+            at.push(c);
+        }
+    }
+    let l = Mat::from_fn(at.len(), at.len(), |i, j| if j <= i { rows[i][j] } else { 0.0 });
+    (l, at.iter().map(|&c| kept[c]).collect())
 }
