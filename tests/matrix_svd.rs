@@ -10,7 +10,7 @@ mod common;
 use kernel_suite::Device;
 use kernel_suite::matrix_svd::{self, MatrixFactors, truncated_svd};
 use kernel_suite::svd::cpu_svd;
-use kernel_suite::svd_factor::{self, GramMethod, Plan};
+use kernel_suite::svd_factor::{self, GramMethod, Plan, RitzMethod};
 use ndarray::{Array2, ArrayView2};
 use rand::Rng;
 
@@ -195,6 +195,30 @@ fn slowly_decaying_and_flat_spectra_are_exact() {
             let label = format!("{label}, k = {k} on {on}");
             let f = truncated_svd(Some(&device), &[a.view()], k).unwrap_or_else(|e| panic!("{label}: {e}"));
             check(&label, a.view(), s, &f[0], k);
+        }
+    }
+}
+
+/// A batch of more than 16 matrices with a small subspace takes the one-block Jacobi Ritz solver
+/// (checked): noise, exact to 1e-12 too.
+#[test]
+fn a_large_batch_on_the_one_block_solver_is_exact() {
+    let (dims, count, k) = ((70, 40), 20, 6);
+    let batch: Vec<Array2<f64>> = (0..count as u64)
+        .map(|i| {
+            let mut rng = common::rng(300 + i);
+            Array2::from_shape_fn(dims, |_| rng.random_range(-1.0..1.0))
+        })
+        .collect();
+    let views: Vec<_> = batch.iter().map(|a| a.view()).collect();
+    for device in common::devices("a_large_batch_on_the_one_block_solver_is_exact") {
+        let on = device.describe();
+        assert_eq!(Plan::new(&device, dims, count, k).unwrap().ritz, RitzMethod::OneBlockJacobi, "on {on}");
+        let got = truncated_svd(Some(&device), &views, k).unwrap_or_else(|e| panic!("on {on}: {e}"));
+        for (i, (a, f)) in batch.iter().zip(&got).enumerate() {
+            let values: Vec<f64> = a.iter().copied().collect();
+            let exact = cpu_svd(&values, dims, faer::Par::Seq).unwrap().s;
+            check(&format!("noise {i} of {count} on {on}"), a.view(), &exact, f, k);
         }
     }
 }
