@@ -37,6 +37,9 @@ pub struct MatrixFactors {
 /// on `device` (a GPU or the simulator: the batch in one factorisation) or, with `None`, on the CPU
 /// (faer). Errors ([`Error::InvalidInput`]) for an empty batch or matrix, mixed shapes, `k`
 /// outside `1..=min(m, n)` and a value that is NaN or infinite, naming the matrix and the entry.
+/// On a device the batch runs as one factorisation, so it must fit the device's free memory (the
+/// matrices, their Gram matrices and a few `max(m, n) × b` work matrices, `b ≈ 2k`): a larger
+/// batch is an out-of-memory error ([`Error::is_out_of_memory`]) to split (Python's `ks.svd` does).
 pub fn truncated_svd<T: Copy + Into<f64>>(
     device: Option<&Device>,
     matrices: &[ArrayView2<T>],
