@@ -217,3 +217,34 @@ def test_reconstruct_in_place_in_the_simulator():
     with pytest.raises(ValueError, match="float32"):
         ks._native._reconstruct_into(*(Producer(a) for a in (u, s.astype(np.float64), vt, out)), ranks=ranks,
                                      stream=0, device="sim")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_float64_svd_of_host_producers_in_the_simulator(dtype):
+    """svd's path for GPU arrays (``_svd_f64_into``: the input widened on the device, float64
+    factors written in place) on host producers in the simulator, against LAPACK: σ within
+    1e-12·σ₁, orthonormal vectors, residuals, every output element written."""
+    from kernel_suite import _native
+
+    rng = np.random.default_rng(33)
+    sigma = np.logspace(0, -10, 20)
+    a = np.empty((2, 50, 20))
+    for i in range(2):
+        q1, _ = np.linalg.qr(rng.standard_normal((50, 20)))
+        q2, _ = np.linalg.qr(rng.standard_normal((20, 20)))
+        a[i] = (q1 * sigma) @ q2.T
+    a = a.astype(dtype)
+    u, s, vt = np.full((2, 50, 6), np.nan), np.full((2, 6), np.nan), np.full((2, 6, 20), np.nan)
+    producers = [Producer(x) for x in (a, u, s, vt)]
+    handle = _native._caller_stream(None, producers[0])
+    _native._svd_f64_into(*producers, k=6, stream=handle, device="sim")
+    for i in range(2):
+        matrix = a[i].astype(np.float64)
+        exact = np.linalg.svd(matrix, compute_uv=False)
+        np.testing.assert_allclose(s[i], exact[:6], rtol=0, atol=1e-12 * exact[0])
+        np.testing.assert_allclose(u[i].T @ u[i], np.eye(6), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(vt[i] @ vt[i].T, np.eye(6), rtol=0, atol=1e-12)
+        residual = np.linalg.norm(matrix @ vt[i].T - u[i] * s[i], axis=0)
+        assert residual.max() <= 1e-12 * exact[0]
+    with pytest.raises(ValueError, match="outside|must lie in"):
+        _native._svd_f64_into(*producers, k=21, stream=handle, device="sim")
