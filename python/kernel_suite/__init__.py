@@ -94,8 +94,9 @@ def svd(A, k, *, dtype=None, device=None):
     semantics of ``torch.linalg.svd(A, full_matrices=False)`` truncated to ``k``.
 
     float64 input gives float64 ``U`` and ``Vt``, every ``σᵢ`` within about 1e-12·σ₁ of LAPACK's,
-    orthonormal vectors and ``‖A·vᵢ − σᵢ·uᵢ‖ ≤ 1e-12·‖A‖`` on matrices of decaying spectra (the Gram
-    iteration, then an accurate pass on ``A`` itself; on the CPU faer's SVD); its signs make each
+    orthonormal vectors and ``‖A·vᵢ − σᵢ·uᵢ‖ ≤ 1e-12·‖A‖`` (tested on decaying, flat and
+    rank-deficient spectra; the Gram iteration, then an accurate pass on ``A`` itself; on the CPU
+    faer's SVD); its signs make each
     column of ``U`` have its entry of largest magnitude positive (scikit-learn's ``svd_flip``), with
     ``Vt``'s rows signed to match. float32 input keeps the ``svd`` command's engine: float32 ``U``
     and ``Vt`` (arbitrary signs), ``S`` within 1e-5·σ₁. ``dtype="float64"`` or ``"float32"`` asks
