@@ -87,7 +87,7 @@ def lombscargle(x, y, freqs, *, precenter=False, normalize=False, out=None, stre
     return out
 
 
-def svd(A, k, *, dtype=None, device=None):
+def svd(A, k, *, dtype=None, out=None, device=None):
     """The leading ``k`` singular triplets of a matrix ``A`` (``m × n``: tall, wide or square) or of
     each matrix of a batch (``… × m × n``, any leading dimensions): ``(U, S, Vt)`` with ``U``
     ``(…, m, k)``, ``S`` ``(…, k)`` float64 (non-increasing) and ``Vt`` ``(…, k, n)``, the
@@ -104,32 +104,38 @@ def svd(A, k, *, dtype=None, device=None):
     float16 to float32; other dtypes are refused.
 
     GPU arrays (C-contiguous) are read in place after the caller's stream's work and the factors
-    allocated by their library; the call returns when they are written. NumPy arrays of any layout
-    are copied. Errors (``ValueError``): ``k`` outside ``1..=min(m, n)``, a NaN or infinite value,
+    allocated by their library, or written into ``out=(U, S, Vt)``, arrays of the results' shapes
+    and dtypes (needed for JAX, whose arrays are immutable; or host arrays with ``device="sim"``);
+    the call returns when they are written. NumPy arrays of any layout are copied. Errors (``ValueError``): ``k`` outside ``1..=min(m, n)``, a NaN or infinite value,
     an empty array, an unsupported dtype, fewer than 2 dimensions."""
     if isinstance(k, bool) or not isinstance(k, (int, _np.integer)):
         raise TypeError(f"k must be an int, not a {type(k).__name__}")
     k = int(k)
     wanted = _float_dtype_name(dtype)
-    if _on_gpu(A) or _in_place_on_host(device, A):
+    if _on_gpu(A) or _in_place_on_host(device, A, out=out):
         name = _float_dtype_name(A.dtype, what="A")
         lead, m, n = _matrix_shape(A.shape)
         count = int(_np.prod(lead, dtype=_np.int64))
         batch = A.reshape(count, m, n)
         handle = _native._caller_stream(None, batch)
-        if name == "float32" and wanted in (None, "float32"):
-            u = _native._empty_like(batch, "float32", (count, m, k))
-            s = _native._empty_like(batch, "float64", (count, k))
-            vt = _native._empty_like(batch, "float32", (count, k, n))
-            _native._svd_into(batch, u, s, vt, k=k, stream=handle, device=device)
-        else:
-            u = _native._empty_like(batch, "float64", (count, m, k))
-            s = _native._empty_like(batch, "float64", (count, k))
-            vt = _native._empty_like(batch, "float64", (count, k, n))
-            _native._svd_f64_into(batch, u, s, vt, k=k, stream=handle, device=device)
-            if wanted == "float32":
-                u, vt = _as_float32(u), _as_float32(vt)
+        single = name == "float32" and wanted in (None, "float32")
+        if out is not None:
+            if not isinstance(out, (tuple, list)) or len(out) != 3:
+                raise ValueError("out= takes the three factors, a tuple (U, S, Vt)")
+            if wanted == "float32" and not single:
+                raise ValueError("out= takes the factors as computed: float64 from float64 input, without dtype=")
+            into = _native._svd_into if single else _native._svd_f64_into
+            into(batch, *out, k=k, stream=handle, device=device)
+            return tuple(out)
+        vectors = "float32" if single else "float64"
+        u = _native._empty_like(batch, vectors, (count, m, k))
+        s = _native._empty_like(batch, "float64", (count, k))
+        vt = _native._empty_like(batch, vectors, (count, k, n))
+        (_native._svd_into if single else _native._svd_f64_into)(batch, u, s, vt, k=k, stream=handle, device=device)
+        if wanted == "float32" and not single:
+            u, vt = _as_float32(u), _as_float32(vt)
         return u.reshape(lead + (m, k)), s.reshape(lead + (k,)), vt.reshape(lead + (k, n))
+    _no_gpu_options(out, None)
     library = _library(A)
     a = _np.from_dlpack(A) if not isinstance(A, _np.ndarray) and hasattr(A, "__dlpack__") else _np.asarray(A)
     if a.dtype.kind in "iub":

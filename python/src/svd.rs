@@ -8,6 +8,7 @@ use kernel_suite::svd_factor::{self, Triplets};
 use ndarray::{Array2, Array3, Array4, ArrayView2, Axis, s};
 use numpy::{IntoPyArray, PyArray2, PyArray3, PyArray4, PyReadonlyArray2, PyReadonlyArray3};
 use pykernels::Dtype;
+use pykernels::arrays::ForeignArray;
 use pykernels::devices::{Target, check_output, detached, import_all, in_fitting_parts, target};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -92,18 +93,9 @@ pub fn _svd_into(
             "{count} images of {m} × {n} with k = {k}: k must lie in 1..=min(rows, cols)"
         )));
     }
-    for (array, ndim, dtype, shape) in [
-        (u, 3, Dtype::F32, vec![count, m, k]),
-        (s, 2, Dtype::F64, vec![count, k]),
-        (vt, 3, Dtype::F32, vec![count, k, n]),
-    ] {
-        array.expect(ndim, Some(dtype))?;
-        if array.shape != shape {
-            return Err(PyValueError::new_err(format!(
-                "an output has shape {:?}, expected {shape:?}",
-                array.shape
-            )));
-        }
+    for (array, dtype, factor) in [(u, Dtype::F32, [m, k]), (s, Dtype::F64, [1, k]), (vt, Dtype::F32, [k, n])]
+    {
+        check_factor(array, dtype, count, factor)?;
     }
     check_output(u, &[images, s, vt])?;
     check_output(s, &[images, vt])?;
@@ -200,16 +192,8 @@ pub fn _svd_f64_into(
             "{count} matrices of {m} × {n} with k = {k}: k must lie in 1..=min(rows, cols)"
         )));
     }
-    for (array, ndim, shape) in
-        [(u, 3, vec![count, m, k]), (s, 2, vec![count, k]), (vt, 3, vec![count, k, n])]
-    {
-        array.expect(ndim, Some(Dtype::F64))?;
-        if array.shape != shape {
-            return Err(PyValueError::new_err(format!(
-                "an output has shape {:?}, expected {shape:?}",
-                array.shape
-            )));
-        }
+    for (array, factor) in [(u, [m, k]), (s, [1, k]), (vt, [k, n])] {
+        check_factor(array, Dtype::F64, count, factor)?;
     }
     check_output(u, &[a, s, vt])?;
     check_output(s, &[a, vt])?;
@@ -248,6 +232,23 @@ pub fn _svd_f64_into(
         })
         .map(drop)
     })
+}
+
+/// Checks an output of the factors of `count` matrices: of `dtype`, holding `count` matrices of
+/// `factor` (`[rows, cols]`; `[1, k]` for `S`), its shape any whose last sides are those (a batch
+/// of any leading dimensions: `(count, rows, cols)`, `(…, rows, cols)`, or `S`'s `(…, k)`).
+fn check_factor(array: &ForeignArray, dtype: Dtype, count: usize, factor: [usize; 2]) -> PyResult<()> {
+    let trailing: &[usize] = if factor[0] == 1 { &factor[1..] } else { &factor };
+    if array.dtype != dtype
+        || !array.shape.ends_with(trailing)
+        || array.len() != count * factor[0] * factor[1]
+    {
+        return Err(PyValueError::new_err(format!(
+            "{} is {} of shape {:?}: expected {dtype} of {count} matrices of {trailing:?}",
+            array.name, array.dtype, array.shape
+        )));
+    }
+    Ok(())
 }
 
 /// The factors of a batch stacked: `U` (`count × m × k`), `S` (`count × k`), `Vᵀ` (`count × k × n`).

@@ -248,3 +248,31 @@ def test_float64_svd_of_host_producers_in_the_simulator(dtype):
         assert residual.max() <= 1e-12 * exact[0]
     with pytest.raises(ValueError, match="outside|must lie in"):
         _native._svd_f64_into(*producers, k=21, stream=handle, device="sim")
+
+
+def test_svd_into_out_arrays_of_any_batch_shape_in_the_simulator():
+    """svd(A, k, out=(U, S, Vt)) writes into the given arrays (host producers in the simulator, as
+    JAX arrays on a GPU) whatever the batch's leading dimensions: float64 factors of a
+    (2, 2, 30, 12) batch, float32 ones of one matrix, as svd returns them; wrong outputs refused."""
+    rng = np.random.default_rng(35)
+    a = rng.standard_normal((2, 2, 30, 12))
+    outs = [np.full((2, 2, 30, 4), np.nan), np.full((2, 2, 4), np.nan), np.full((2, 2, 4, 12), np.nan)]
+    producers = tuple(Producer(x) for x in outs)
+    assert ks.svd(a, 4, out=producers, device="sim") == producers
+    for got, want in zip(outs, ks.svd(a, 4, device="sim")):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    single = a[0, 0].astype(np.float32)
+    outs = [np.full((30, 4), np.nan, np.float32), np.full(4, np.nan), np.full((4, 12), np.nan, np.float32)]
+    ks.svd(single, 4, out=tuple(Producer(x) for x in outs), device="sim")
+    for got, want in zip(outs, ks.svd(single, 4, device="sim")):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    wrong = [
+        ((np.zeros((30, 4), np.float32), np.zeros(4), np.zeros((4, 12))), a[0, 0], "expected float64"),
+        ((np.zeros((30, 5)), np.zeros(4), np.zeros((4, 12))), a[0, 0], r"U is float64 of shape \[30, 5\]"),
+        ((np.zeros((30, 4)), np.zeros(4)), a[0, 0], "three factors"),
+    ]
+    for out, matrix, words in wrong:
+        with pytest.raises(ValueError, match=words):
+            ks.svd(matrix, 4, out=tuple(Producer(x) for x in out), device="sim")
+    with pytest.raises(ValueError, match="out= is for GPU arrays"):
+        ks.svd(a, 4, out=tuple(outs))

@@ -128,6 +128,25 @@ def test_jax_arrays_with_out():
     np.testing.assert_allclose(out.cpu().numpy(), want, rtol=0, atol=atol)
 
 
+def test_svd_of_jax_arrays_with_out():
+    """JAX arrays are immutable: svd needs out= (here torch tensors), float64 factors of a float32
+    JAX batch with dtype="float64", exact against LAPACK."""
+    jax = gpu_library("jax", required=False)
+    torch = gpu_library("torch")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX sees no GPU")
+    a = np.random.default_rng(17).uniform(0, 1, (3, 90, 40)).astype(np.float32)
+    j = jax.device_put(a)
+    with pytest.raises(TypeError, match="out="):
+        ks.svd(j, 5)
+    out = tuple(torch.empty(shape, device="cuda", dtype=torch.float64) for shape in [(3, 90, 5), (3, 5), (3, 5, 40)])
+    ks.svd(j, 5, dtype="float64", out=out)
+    exact = np.linalg.svd(a.astype(np.float64), compute_uv=False)[:, :5]
+    np.testing.assert_allclose(out[1].cpu().numpy(), exact, rtol=0, atol=1e-12 * exact.max())
+    u = out[0].cpu().numpy()
+    np.testing.assert_allclose(np.swapaxes(u, 1, 2) @ u, np.broadcast_to(np.eye(5), (3, 5, 5)), rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("precenter, normalize", [(False, False), (True, True)])
 def test_lombscargle_on_torch_and_cupy(precenter, normalize):
     torch = gpu_library("torch")
