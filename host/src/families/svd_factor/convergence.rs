@@ -35,6 +35,32 @@ impl StopTest {
     }
 }
 
+/// A stop test with a floor (the accurate one) also ends the iteration where the residuals stop
+/// shrinking (by less than a tenth from one Rayleigh–Ritz step to the next) within this factor of
+/// their bounds: they are then at the rounding of the products that form them (the Ritz solver's,
+/// the GEMMs'), the most the subspace gets, rather than an error after [`MAX_ITERATIONS`].
+pub const STALLED_EXCESS: f64 = 100.0;
+
+/// How far the batch's unconverged images are from `test` after a Rayleigh–Ritz step (`stats`,
+/// `theta` and the `converged` flags of the whole batch, `2b`, `b` and 1 per image): the largest
+/// ratio of a leading pair's residual to its bound, 0 where all have converged.
+pub(super) fn worst_excess(
+    stats: &[f64],
+    theta: &[f64],
+    converged: &[u32],
+    (b, k): (usize, usize),
+    test: StopTest,
+) -> f64 {
+    let mut worst = 0.0f64;
+    for img in (0..converged.len()).filter(|&img| converged[img] != 1) {
+        let (stats, theta) = (&stats[img * 2 * b..(img + 1) * 2 * b], &theta[img * b..(img + 1) * b]);
+        for (_, residual, target) in pairs_to_converge(stats, theta, k, test) {
+            worst = worst.max(residual / target);
+        }
+    }
+    worst
+}
+
 /// Iterations after which an image that has not converged is an error (natural images need 5–15,
 /// white noise about 20 with the Chebyshev filter, 40 without).
 pub const MAX_ITERATIONS: usize = 300;
@@ -94,4 +120,30 @@ pub(super) fn steps_to_convergence(
         }
     }
     (steps.ceil() as usize).clamp(1, 8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worst excess reads each unconverged image's leading pairs against their bounds, the
+    /// floor included, and skips converged images and pairs that meet their bounds.
+    #[test]
+    fn the_worst_excess_is_the_largest_residual_over_its_bound() {
+        let (b, k) = (4, 2);
+        let theta = [4.0, 1.0, 0.5, 0.1, 4.0, 1.0, 0.5, 0.1];
+        // Per image `‖W_i‖²` (unused here) then the squared residuals.
+        let mut stats = vec![1.0; 4 * b];
+        stats[b..2 * b].copy_from_slice(&[(4e-11f64).powi(2), (1e-12f64).powi(2), 1.0, 1.0]);
+        stats[3 * b..].copy_from_slice(&[1.0; 4]);
+        let test = StopTest { tolerance: 1e-12, floor: 1e-13 };
+        // Pair 0: bound max(1e-12·√(4·4), 1e-13·4) = 4e-12, residual 4e-11; pair 1 meets its bound
+        // (1e-12 ≤ max(2e-12, 4e-13)); pairs past k and the converged image do not count.
+        let worst = worst_excess(&stats, &theta, &[0, 1], (b, k), test);
+        assert!((worst - 10.0).abs() < 1e-9, "{worst}");
+        // A floor above the tolerance's bound takes its place: pair 0 meets it (4e-11 ≤ 1e-11·4).
+        let floored = StopTest { tolerance: 1e-12, floor: 1e-11 };
+        assert_eq!(worst_excess(&stats, &theta, &[0, 1], (b, k), floored), 0.0);
+        assert_eq!(worst_excess(&stats, &theta, &[1, 1], (b, k), test), 0.0);
+    }
 }

@@ -38,13 +38,13 @@ mod tridiagonal_eigensolver;
 mod workspace;
 
 use chebyshev::ChebyshevFilter;
-use convergence::steps_to_convergence;
+use convergence::{steps_to_convergence, worst_excess};
 use factors::IterationCounts;
 use workspace::Workspace;
 
 pub use block_jacobi::BlockJacobi;
 pub use cholesky::{blocked_cholesky_inverse, cholesky_panel_rows, inverse_cholesky_factor};
-pub use convergence::{MAX_ITERATIONS, StopTest, TOLERANCE};
+pub use convergence::{MAX_ITERATIONS, STALLED_EXCESS, StopTest, TOLERANCE};
 pub use factors::{DeviceFactors, Triplets};
 pub use host_eigensolver::HostEigensolver;
 pub use one_block_jacobi::OneBlockJacobi;
@@ -102,6 +102,8 @@ fn converge<'a>(
     let mut counts = IterationCounts::default();
     // Power steps still to take before the next Rayleigh–Ritz step.
     let mut power_steps = 0;
+    // The largest residual over its bound at the last Rayleigh–Ritz step (`STALLED_EXCESS`).
+    let mut last_excess = f64::INFINITY;
     loop {
         counts.iterations += 1;
         work.multiply_by_g()?;
@@ -123,6 +125,11 @@ fn converge<'a>(
             )));
         }
         let (stats, theta) = work.ritz_statistics()?;
+        let excess = worst_excess(&stats, &theta, &flags, (b, k), test);
+        if test.floor > 0.0 && excess < STALLED_EXCESS && excess > 0.9 * last_excess {
+            break;
+        }
+        last_excess = excess;
         let budget = MAX_ITERATIONS - counts.iterations;
         match ChebyshevFilter::plan(&stats, &theta, &flags, (b, k), test, budget) {
             Some(filter) => {
