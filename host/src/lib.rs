@@ -16,7 +16,8 @@
 //! * [`profile`]: the `--profile` summary (kernels, copies, host costs, resources, occupancy);
 //! * one module per kernel family ([`saxpy`], [`histogram`], [`reduce`], [`scan`], [`transpose`],
 //!   [`conv`], [`lombscargle`], [`spiral`], [`svd`] (reconstruction, the CPU reference and the
-//!   metrics), [`svd_factor`] (the SVD itself)), each pairing the safe GPU/simulator wrapper with
+//!   metrics), [`svd_factor`] (the SVD itself), [`matrix_svd`] (an exact truncated SVD of any
+//!   matrix)), each pairing the safe GPU/simulator wrapper with
 //!   a CPU reference;
 //! * [`job`]: the `svd` job, one module per role (its images and results, the input queue, the
 //!   CPU and GPU engines, the driver, the outputs, the benchmark workloads).
@@ -35,7 +36,9 @@ mod families;
 pub mod job;
 
 pub use commands::{cli, image_io, npy, plot};
-pub use families::{conv, histogram, lombscargle, reduce, saxpy, scan, spiral, svd, svd_factor, transpose};
+pub use families::{
+    conv, histogram, lombscargle, matrix_svd, reduce, saxpy, scan, spiral, svd, svd_factor, transpose,
+};
 pub use gpu_launch as launch;
 pub use job::workload;
 pub use launch::{bench, device, error, graph, module, profile};

@@ -225,6 +225,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(svd::_svd, m)?)?;
     m.add_function(wrap_pyfunction!(svd::_reconstruct, m)?)?;
     m.add_function(wrap_pyfunction!(svd::_svd_into, m)?)?;
+    m.add_function(wrap_pyfunction!(svd::_svd_f64, m)?)?;
+    m.add_function(wrap_pyfunction!(svd::_svd_f64_into, m)?)?;
     m.add_function(wrap_pyfunction!(svd::_reconstruct_into, m)?)?;
     m.add_function(wrap_pyfunction!(spiral::_spiral, m)?)?;
     m.add_function(wrap_pyfunction!(spiral::_random_spiral_config, m)?)?;

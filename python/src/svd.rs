@@ -1,11 +1,14 @@
 //! `svd` and `reconstruct`: the `svd` command's exact truncated SVD of a batch of images and its
-//! rank-k reconstructions, on NumPy arrays.
+//! rank-k reconstructions, on NumPy arrays; `_svd_f64` and `_svd_f64_into` the float64 one of any
+//! matrices (`matrix_svd`: the accurate pass, f64 factors).
 
+use kernel_suite::matrix_svd::{self, MatrixFactors};
 use kernel_suite::svd::{self, RankK, Variant};
 use kernel_suite::svd_factor::{self, Triplets};
 use ndarray::{Array2, Array3, Array4, ArrayView2, Axis, s};
 use numpy::{IntoPyArray, PyArray2, PyArray3, PyArray4, PyReadonlyArray2, PyReadonlyArray3};
 use pykernels::Dtype;
+use pykernels::arrays::ForeignArray;
 use pykernels::devices::{Target, check_output, detached, import_all, in_fitting_parts, target};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -90,18 +93,9 @@ pub fn _svd_into(
             "{count} images of {m} × {n} with k = {k}: k must lie in 1..=min(rows, cols)"
         )));
     }
-    for (array, ndim, dtype, shape) in [
-        (u, 3, Dtype::F32, vec![count, m, k]),
-        (s, 2, Dtype::F64, vec![count, k]),
-        (vt, 3, Dtype::F32, vec![count, k, n]),
-    ] {
-        array.expect(ndim, Some(dtype))?;
-        if array.shape != shape {
-            return Err(PyValueError::new_err(format!(
-                "an output has shape {:?}, expected {shape:?}",
-                array.shape
-            )));
-        }
+    for (array, dtype, factor) in [(u, Dtype::F32, [m, k]), (s, Dtype::F64, [1, k]), (vt, Dtype::F32, [k, n])]
+    {
+        check_factor(array, dtype, count, factor)?;
     }
     check_output(u, &[images, s, vt])?;
     check_output(s, &[images, vt])?;
@@ -137,6 +131,145 @@ pub fn _svd_into(
         })
         .map(drop)
     })
+}
+
+/// The f64 factors `_svd_f64` returns: `U` (`count × m × k`), `S` (`count × k`), `Vᵀ`
+/// (`count × k × n`).
+type PyFactors64<'py> = (Bound<'py, PyArray3<f64>>, Bound<'py, PyArray2<f64>>, Bound<'py, PyArray3<f64>>);
+
+/// The leading `k` singular triplets of every matrix of `a` (`count × m × n`, float64), in float64
+/// and to float64 accuracy (`matrix_svd::truncated_svd`): on the GPU or in the simulator by the
+/// Gram iteration and its accurate pass (in parts that fit the GPU's free memory), on the CPU by
+/// faer's thin SVD.
+#[pyfunction]
+#[pyo3(signature = (a, k, *, device = None))]
+pub fn _svd_f64<'py>(
+    py: Python<'py>,
+    a: PyReadonlyArray3<'py, f64>,
+    k: usize,
+    device: Option<&str>,
+) -> PyResult<PyFactors64<'py>> {
+    let target = target(py, device)?;
+    let a = a.as_array();
+    let (count, m, n) = a.dim();
+    if count == 0 {
+        return Err(PyValueError::new_err(format!("cannot factor an empty batch of {m} × {n} matrices")));
+    }
+    let factors = detached(py, || {
+        let views: Vec<ArrayView2<f64>> = a.outer_iter().collect();
+        match target {
+            Target::Gpu(d) | Target::Simulator(d) => {
+                in_fitting_parts(views.len(), |part| matrix_svd::truncated_svd(Some(d), &views[part], k))
+            }
+            Target::Cpu => matrix_svd::truncated_svd(None, &views, k),
+        }
+    })?;
+    let (u, sv, vt) = stacked(&factors, (m, n), k);
+    Ok((u.into_pyarray(py), sv.into_pyarray(py), vt.into_pyarray(py)))
+}
+
+/// `_svd_f64` on arrays of another library, in place: `a` (`count × m × n`, float32 or float64)
+/// read after the work queued on the caller's `stream` and widened to float64 on the device, the
+/// float64 factors written into `u` (`count × m × k`), `s` (`count × k`) and `vt`
+/// (`count × k × n`). Returns when they are written.
+#[pyfunction]
+#[pyo3(signature = (a, u, s, vt, *, k, stream, device = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn _svd_f64_into(
+    py: Python<'_>,
+    a: &Bound<'_, PyAny>,
+    u: &Bound<'_, PyAny>,
+    s: &Bound<'_, PyAny>,
+    vt: &Bound<'_, PyAny>,
+    k: usize,
+    stream: usize,
+    device: Option<&str>,
+) -> PyResult<()> {
+    let (target, queue, arrays) =
+        import_all(&[(a, "A"), (u, "U"), (s, "S"), (vt, "Vt")], &[Dtype::F32, Dtype::F64], stream, device)?;
+    let [a, u, s, vt] = &arrays[..] else { unreachable!("four arrays imported") };
+    a.expect(3, None)?;
+    let (count, m, n) = (a.shape[0], a.shape[1], a.shape[2]);
+    if count == 0 || m == 0 || n == 0 || k == 0 || k > m.min(n) {
+        return Err(PyValueError::new_err(format!(
+            "{count} matrices of {m} × {n} with k = {k}: k must lie in 1..=min(rows, cols)"
+        )));
+    }
+    for (array, factor) in [(u, [m, k]), (s, [1, k]), (vt, [k, n])] {
+        check_factor(array, Dtype::F64, count, factor)?;
+    }
+    check_output(u, &[a, s, vt])?;
+    check_output(s, &[a, vt])?;
+    check_output(vt, &[a])?;
+    detached(py, || {
+        // In parts that fit the GPU's free memory (the caller's library may hold most of it).
+        in_fitting_parts(count, |part| {
+            let (first, end) = (part.start, part.end);
+            let mut widened = target.alloc::<f64>(part.len() * m * n)?;
+            // SAFETY: arrays of the checked shapes and dtypes in the target's memory, not
+            // overlapping one another; each part reads and writes its own matrices; `widened` and
+            // the uploaded factors live until the synchronisation below.
+            unsafe {
+                let values = first * m * n..end * m * n;
+                if a.dtype == Dtype::F64 {
+                    target.copy_view(&queue, a.view::<f64>().view(values)?, widened.view_mut(..)?)?;
+                } else {
+                    let widen = svd_factor::launch_f32_to_f64;
+                    widen(target, &queue, a.view::<f32>().view(values)?, widened.view_mut(..)?)?;
+                }
+                target.queue_wait(target.queue(), target.mark_on(&queue)?)?;
+                let factors = matrix_svd::truncated_svd_of_buffer(target, &widened, (m, n), part.len(), k)?;
+                let (fu, fs, fvt) = stacked(&factors, (m, n), k);
+                let q = target.queue();
+                let (fu, fs, fvt) = (
+                    target.upload(fu.as_slice().expect("standard layout"))?,
+                    target.upload(fs.as_slice().expect("standard layout"))?,
+                    target.upload(fvt.as_slice().expect("standard layout"))?,
+                );
+                target.copy_view(q, fu.view(..)?, u.view_mut().view_mut(first * m * k..end * m * k)?)?;
+                target.copy_view(q, fs.view(..)?, s.view_mut().view_mut(first * k..end * k)?)?;
+                target.copy_view(q, fvt.view(..)?, vt.view_mut().view_mut(first * k * n..end * k * n)?)?;
+                target.synchronize()?;
+            }
+            Ok(Vec::<()>::new())
+        })
+        .map(drop)
+    })
+}
+
+/// Checks an output of the factors of `count` matrices: of `dtype`, holding `count` matrices of
+/// `factor` (`[rows, cols]`; `[1, k]` for `S`), its shape any whose last sides are those (a batch
+/// of any leading dimensions: `(count, rows, cols)`, `(…, rows, cols)`, or `S`'s `(…, k)`).
+fn check_factor(array: &ForeignArray, dtype: Dtype, count: usize, factor: [usize; 2]) -> PyResult<()> {
+    let trailing: &[usize] = if factor[0] == 1 { &factor[1..] } else { &factor };
+    if array.dtype != dtype
+        || !array.shape.ends_with(trailing)
+        || array.len() != count * factor[0] * factor[1]
+    {
+        return Err(PyValueError::new_err(format!(
+            "{} is {} of shape {:?}: expected {dtype} of {count} matrices of {trailing:?}",
+            array.name, array.dtype, array.shape
+        )));
+    }
+    Ok(())
+}
+
+/// The factors of a batch stacked: `U` (`count × m × k`), `S` (`count × k`), `Vᵀ` (`count × k × n`).
+fn stacked(
+    factors: &[MatrixFactors],
+    (m, n): (usize, usize),
+    k: usize,
+) -> (Array3<f64>, Array2<f64>, Array3<f64>) {
+    let count = factors.len();
+    let mut u = Array3::<f64>::zeros((count, m, k));
+    let mut sv = Array2::<f64>::zeros((count, k));
+    let mut vt = Array3::<f64>::zeros((count, k, n));
+    for (i, f) in factors.iter().enumerate() {
+        u.index_axis_mut(Axis(0), i).assign(&f.u);
+        sv.row_mut(i).assign(&ndarray::ArrayView1::from(&f.s[..]));
+        vt.index_axis_mut(Axis(0), i).assign(&f.vt);
+    }
+    (u, sv, vt)
 }
 
 /// `_reconstruct` on arrays of another library, in place: `u` (`count × m × k`), `s` (`count × k`)

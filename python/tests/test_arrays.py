@@ -217,3 +217,62 @@ def test_reconstruct_in_place_in_the_simulator():
     with pytest.raises(ValueError, match="float32"):
         ks._native._reconstruct_into(*(Producer(a) for a in (u, s.astype(np.float64), vt, out)), ranks=ranks,
                                      stream=0, device="sim")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_float64_svd_of_host_producers_in_the_simulator(dtype):
+    """svd's path for GPU arrays (``_svd_f64_into``: the input widened on the device, float64
+    factors written in place) on host producers in the simulator, against LAPACK: σ within
+    1e-12·σ₁, orthonormal vectors, residuals, every output element written."""
+    from kernel_suite import _native
+
+    rng = np.random.default_rng(33)
+    sigma = np.logspace(0, -10, 20)
+    a = np.empty((2, 50, 20))
+    for i in range(2):
+        q1, _ = np.linalg.qr(rng.standard_normal((50, 20)))
+        q2, _ = np.linalg.qr(rng.standard_normal((20, 20)))
+        a[i] = (q1 * sigma) @ q2.T
+    a = a.astype(dtype)
+    u, s, vt = np.full((2, 50, 6), np.nan), np.full((2, 6), np.nan), np.full((2, 6, 20), np.nan)
+    producers = [Producer(x) for x in (a, u, s, vt)]
+    handle = _native._caller_stream(None, producers[0])
+    _native._svd_f64_into(*producers, k=6, stream=handle, device="sim")
+    for i in range(2):
+        matrix = a[i].astype(np.float64)
+        exact = np.linalg.svd(matrix, compute_uv=False)
+        np.testing.assert_allclose(s[i], exact[:6], rtol=0, atol=1e-12 * exact[0])
+        np.testing.assert_allclose(u[i].T @ u[i], np.eye(6), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(vt[i] @ vt[i].T, np.eye(6), rtol=0, atol=1e-12)
+        residual = np.linalg.norm(matrix @ vt[i].T - u[i] * s[i], axis=0)
+        assert residual.max() <= 1e-12 * exact[0]
+    with pytest.raises(ValueError, match="outside|must lie in"):
+        _native._svd_f64_into(*producers, k=21, stream=handle, device="sim")
+
+
+def test_svd_into_out_arrays_of_any_batch_shape_in_the_simulator():
+    """svd(A, k, out=(U, S, Vt)) writes into the given arrays (host producers in the simulator, as
+    JAX arrays on a GPU) whatever the batch's leading dimensions: float64 factors of a
+    (2, 2, 30, 12) batch, float32 ones of one matrix, as svd returns them; wrong outputs refused."""
+    rng = np.random.default_rng(35)
+    a = rng.standard_normal((2, 2, 30, 12))
+    outs = [np.full((2, 2, 30, 4), np.nan), np.full((2, 2, 4), np.nan), np.full((2, 2, 4, 12), np.nan)]
+    producers = tuple(Producer(x) for x in outs)
+    assert ks.svd(a, 4, out=producers, device="sim") == producers
+    for got, want in zip(outs, ks.svd(a, 4, device="sim")):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    single = a[0, 0].astype(np.float32)
+    outs = [np.full((30, 4), np.nan, np.float32), np.full(4, np.nan), np.full((4, 12), np.nan, np.float32)]
+    ks.svd(single, 4, out=tuple(Producer(x) for x in outs), device="sim")
+    for got, want in zip(outs, ks.svd(single, 4, device="sim")):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    wrong = [
+        ((np.zeros((30, 4), np.float32), np.zeros(4), np.zeros((4, 12))), a[0, 0], "expected float64"),
+        ((np.zeros((30, 5)), np.zeros(4), np.zeros((4, 12))), a[0, 0], r"U is float64 of shape \[30, 5\]"),
+        ((np.zeros((30, 4)), np.zeros(4)), a[0, 0], "three factors"),
+    ]
+    for out, matrix, words in wrong:
+        with pytest.raises(ValueError, match=words):
+            ks.svd(matrix, 4, out=tuple(Producer(x) for x in out), device="sim")
+    with pytest.raises(ValueError, match="out= is for GPU arrays"):
+        ks.svd(a, 4, out=tuple(outs))

@@ -128,6 +128,25 @@ def test_jax_arrays_with_out():
     np.testing.assert_allclose(out.cpu().numpy(), want, rtol=0, atol=atol)
 
 
+def test_svd_of_jax_arrays_with_out():
+    """JAX arrays are immutable: svd needs out= (here torch tensors), float64 factors of a float32
+    JAX batch with dtype="float64", exact against LAPACK."""
+    jax = gpu_library("jax", required=False)
+    torch = gpu_library("torch")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX sees no GPU")
+    a = np.random.default_rng(17).uniform(0, 1, (3, 90, 40)).astype(np.float32)
+    j = jax.device_put(a)
+    with pytest.raises(TypeError, match="out="):
+        ks.svd(j, 5)
+    out = tuple(torch.empty(shape, device="cuda", dtype=torch.float64) for shape in [(3, 90, 5), (3, 5), (3, 5, 40)])
+    ks.svd(j, 5, dtype="float64", out=out)
+    exact = np.linalg.svd(a.astype(np.float64), compute_uv=False)[:, :5]
+    np.testing.assert_allclose(out[1].cpu().numpy(), exact, rtol=0, atol=1e-12 * exact.max())
+    u = out[0].cpu().numpy()
+    np.testing.assert_allclose(np.swapaxes(u, 1, 2) @ u, np.broadcast_to(np.eye(5), (3, 5, 5)), rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("precenter, normalize", [(False, False), (True, True)])
 def test_lombscargle_on_torch_and_cupy(precenter, normalize):
     torch = gpu_library("torch")
@@ -208,8 +227,41 @@ def test_svd_of_torch_and_cupy_batches():
     bad[3, 5, 5] = float("nan")
     with pytest.raises(ValueError, match="image 3 holds a non-finite pixel"):
         ks.svd(bad, k)
-    with pytest.raises(ValueError, match="float32"):
-        ks.svd(torch.from_numpy(images).cuda().double(), k)
+    with pytest.raises(ValueError, match="float32 or float64"):
+        ks.svd(torch.from_numpy(images).cuda().half(), k)
+
+
+def test_float64_svd_of_torch_and_cupy_batches():
+    """float64 GPU arrays of any batch shape, and float32 ones with dtype=float64: float64 factors
+    allocated by the input's library, exact to 1e-12·σ₁ against LAPACK, orthonormal, signed."""
+    torch = gpu_library("torch")
+    cupy = gpu_library("cupy")
+    rng = np.random.default_rng(21)
+    sigma = np.logspace(0, -12, 48)
+    a = np.empty((2, 3, 160, 48))
+    for index in np.ndindex(2, 3):
+        q1, _ = np.linalg.qr(rng.standard_normal((160, 48)))
+        q2, _ = np.linalg.qr(rng.standard_normal((48, 48)))
+        a[index] = (q1 * sigma) @ q2.T
+    k = 12
+    for to_gpu, to_host in [(lambda x: torch.from_numpy(x).cuda(), lambda x: x.cpu().numpy()), (cupy.asarray, cupy.asnumpy)]:
+        u, s, vt = ks.svd(to_gpu(a), k)
+        assert type(u) is type(to_gpu(a[0, 0])) and tuple(u.shape) == (2, 3, 160, k) and tuple(vt.shape) == (2, 3, k, 48)
+        u, s, vt = to_host(u), to_host(s), to_host(vt)
+        assert u.dtype == s.dtype == vt.dtype == np.float64
+        for index in np.ndindex(2, 3):
+            np.testing.assert_allclose(s[index], sigma[:k], rtol=0, atol=1e-12)
+            np.testing.assert_allclose(u[index].T @ u[index], np.eye(k), rtol=0, atol=1e-12)
+            residual = np.linalg.norm(a[index] @ vt[index].T - u[index] * s[index], axis=0)
+            assert residual.max() <= 1e-12
+        single = a[0, 0].astype(np.float32)
+        u, s, vt = ks.svd(to_gpu(single), k, dtype="float64")
+        exact = np.linalg.svd(single.astype(np.float64), compute_uv=False)
+        np.testing.assert_allclose(to_host(s), exact[:k], rtol=0, atol=1e-12 * exact[0])
+        bad = a.copy()
+        bad[1, 2, 7, 7] = np.nan
+        with pytest.raises(ValueError, match="matrix 5 holds a NaN"):
+            ks.svd(to_gpu(bad), k)
 
 
 def test_reconstruct_on_torch_and_cupy():

@@ -128,3 +128,38 @@ def test_svd_runs_in_parts_that_fit_the_memory_left(monkeypatch):
     monkeypatch.setenv("KERNEL_SUITE_SIM_MEMORY", "lots")
     error = _on_a_thread(from_numpy(images))["error"]
     assert isinstance(error, ValueError) and 'KERNEL_SUITE_SIM_MEMORY="lots": expected a number of bytes' in str(error)
+
+
+def test_float64_svd_runs_in_parts_that_fit_the_memory_left(monkeypatch):
+    """As above for float64 matrices (the exact path): in the least memory one matrix needs a batch
+    of eight runs in parts, with the factors of the whole batch to rounding; with a byte less,
+    OutOfMemoryError; from NumPy arrays and from arrays used in place."""
+    from support import Producer
+
+    rng = np.random.default_rng(54)
+    matrices = rng.standard_normal((8, 40, 32))
+    k = 3
+    whole = ks.svd(matrices, k, device="sim")
+
+    def from_numpy(batch):
+        return lambda: ks.svd(batch, k, device="sim")
+
+    def in_place(batch):
+        def call():
+            count = len(batch)
+            u, s, vt = (np.full(shape, np.nan) for shape in [(count, 40, k), (count, k), (count, k, 32)])
+            ks._native._svd_f64_into(*(Producer(a) for a in (batch, u, s, vt)), k=k, stream=0, device="sim")
+            return u, s, vt
+        return call
+
+    for way in (from_numpy, in_place):
+        one = _least_memory(way(matrices[:1]), monkeypatch)
+        assert one > 40 * 32 * 8, one  # the matrix in float64, at least
+        monkeypatch.setenv("KERNEL_SUITE_SIM_MEMORY", str(one))
+        u, s, vt = _on_a_thread(way(matrices))["result"]
+        np.testing.assert_allclose(s, whole[1], rtol=0, atol=1e-12 * whole[1].max())
+        np.testing.assert_allclose(u, whole[0], rtol=0, atol=1e-10)
+        np.testing.assert_allclose(vt, whole[2], rtol=0, atol=1e-10)
+        monkeypatch.setenv("KERNEL_SUITE_SIM_MEMORY", str(one - 1))
+        error = _on_a_thread(way(matrices)).get("error")
+        assert isinstance(error, ks.OutOfMemoryError) and isinstance(error, MemoryError), (way.__name__, error)

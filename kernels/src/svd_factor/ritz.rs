@@ -131,7 +131,8 @@ pub fn ritz_residuals(vw: &[f64], theta: &[f64], r: u32, b: u32, stats: &mut [f6
 /// non-increasing) and the `stats` of [`ritz_residuals`].
 ///
 /// `converged[image]` = 1 when each of the first `k` Ritz pairs that is not numerically zero has
-/// residual `‖G·v − θ·v‖ ≤ tol·√(θ₁·θ_i)` (so that `|σ_i − σ̃_i| ≤ tol·σ₁/2`). The next basis,
+/// residual `‖G·v − θ·v‖ ≤ max(tol·√(θ₁·θ_i), floor·θ₁)` (so that `|σ_i − σ̃_i| ≤ tol·σ₁/2` where
+/// the floor, the residual's own rounding for the accurate pass or 0, is below the first bound). The next basis,
 /// before orthonormalisation, has the columns `e_i·V_i + f_i·W_i`: `G·v_i/‖G·v_i‖` (one power
 /// step), or `v_i` itself where `θ_i` is numerically zero. `weights` holds `e`, `f`, then the
 /// `g_i = 1/θ_i` (0 where `θ_i` is numerically zero) of the power steps that follow without
@@ -143,6 +144,7 @@ pub fn ritz_weights(
     b: u32,
     k: u32,
     tol: f64,
+    floor: f64,
     weights: &mut [f64],
     converged: &mut [u32],
 ) {
@@ -164,7 +166,9 @@ pub fn ritz_weights(
     while i < bu {
         let (th, norm_sq) = (theta[i], stats[i]);
         let good = th > NULL_THRESHOLD * theta0 && norm_sq > 0.0;
-        if (i as u32) < k && good && math::sqrt(stats[bu + i]) > tol * math::sqrt(theta0 * th) {
+        let bound = tol * math::sqrt(theta0 * th);
+        let target = if bound > floor * theta0 { bound } else { floor * theta0 };
+        if (i as u32) < k && good && math::sqrt(stats[bu + i]) > target {
             unsafe { flag.write(0, 0) };
         }
         weights[i] = if good { 0.0 } else { 1.0 };

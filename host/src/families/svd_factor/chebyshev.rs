@@ -22,7 +22,7 @@
 //! would cap the degree at 2–7, since every column's rounding-sized part along `v₁` grows by the
 //! filter's value at `θ₁`.
 
-use super::convergence::{converged_lead, pairs_to_converge};
+use super::convergence::{StopTest, converged_lead, pairs_to_converge};
 use kernels::svd_factor as kf;
 
 /// Most products with `G` one filter takes before the next Rayleigh–Ritz step.
@@ -126,8 +126,8 @@ impl ChebyshevFilter {
     /// `ritz_residuals` writes them: `‖W_i‖²` then the residuals `‖W_i − θ_i·V_i‖²`, `2b` per
     /// image), `theta` (`b` per image, non-increasing) and `converged` flags; at most `budget`
     /// products. Each image that has not converged gets [`OVERSHOOT`] times the degree after
-    /// which its `k` leading pairs should meet `tol` (`‖r_i‖ ≤ tol·√(θ₁·θ_i)`), capped by [`CONTAMINATION_LIMIT`] over
-    /// the columns it does not lock (its leading pairs that meet `tol` already); the batch takes
+    /// which its `k` leading pairs should meet `test`, capped by [`CONTAMINATION_LIMIT`] over
+    /// the columns it does not lock (its leading pairs that meet `test` already); the batch takes
     /// the largest. `None` (power steps instead) where that is below 2, or an image
     /// still iterating has a numerically zero `θ_b`.
     pub fn plan(
@@ -135,7 +135,7 @@ impl ChebyshevFilter {
         theta: &[f64],
         converged: &[u32],
         (b, k): (usize, usize),
-        tol: f64,
+        test: StopTest,
         budget: usize,
     ) -> Option<Self> {
         let images = converged.len();
@@ -154,14 +154,14 @@ impl ChebyshevFilter {
                 continue;
             }
             let locked =
-                converged_lead(stats, theta, k.min(kf::DEFLATED_PAIRS).min(b.saturating_sub(2)), tol);
+                converged_lead(stats, theta, k.min(kf::DEFLATED_PAIRS).min(b.saturating_sub(2)), test);
             locked_theta[img * kf::DEFLATED_PAIRS..][..locked].copy_from_slice(&theta[..locked]);
             let filter = Interval::new(theta, locked, max_degree)?;
             let floor = theta[b - 1];
             let x = |th: f64| 2.0 * th / floor - 1.0;
             // Degree each unconverged leading pair needs: 1/T_d(x_i) ≤ target/residual.
             let mut need = 1usize;
-            for (th, residual, target) in pairs_to_converge(stats, theta, k, tol) {
+            for (th, residual, target) in pairs_to_converge(stats, theta, k, test) {
                 let xi = x(th);
                 let d = if xi > 1.0 + 1e-12 {
                     ((residual / target).acosh() / xi.acosh()).ceil()
@@ -258,7 +258,8 @@ mod tests {
             s
         };
         let flat = [4.0, 3.6, 3.3, 3.0];
-        let plan = ChebyshevFilter::plan(&stats([1e-2; 4]), &flat, &[0], (b, k), 1e-5, 100).unwrap();
+        let plan =
+            ChebyshevFilter::plan(&stats([1e-2; 4]), &flat, &[0], (b, k), StopTest::IMAGES, 100).unwrap();
         assert!(plan.degree >= 2 && plan.degree <= MAX_DEGREE, "{plan:?}");
         assert_eq!(plan.coefficients.len(), plan.degree * 3);
         assert_eq!(plan.coefficients[..3], Interval::new(&flat, 0, MAX_DEGREE).unwrap().step(1));
@@ -270,17 +271,33 @@ mod tests {
             assert_eq!(plan.weights[b - half + i], 0.0);
         }
         // Converged: no filter.
-        assert!(ChebyshevFilter::plan(&stats([1e-2; 4]), &flat, &[1], (b, k), 1e-5, 100).is_none());
+        assert!(
+            ChebyshevFilter::plan(&stats([1e-2; 4]), &flat, &[1], (b, k), StopTest::IMAGES, 100).is_none()
+        );
         // Zero θ_b while iterating: no filter.
         assert!(
-            ChebyshevFilter::plan(&stats([1e-2; 4]), &[4.0, 3.0, 1.0, 0.0], &[0], (b, k), 1e-5, 100)
-                .is_none()
+            ChebyshevFilter::plan(
+                &stats([1e-2; 4]),
+                &[4.0, 3.0, 1.0, 0.0],
+                &[0],
+                (b, k),
+                StopTest::IMAGES,
+                100
+            )
+            .is_none()
         );
         // A budget below 2 products: no filter.
-        assert!(ChebyshevFilter::plan(&stats([1e-2; 4]), &flat, &[0], (b, k), 1e-5, 1).is_none());
+        assert!(ChebyshevFilter::plan(&stats([1e-2; 4]), &flat, &[0], (b, k), StopTest::IMAGES, 1).is_none());
         // A large unconverged residual at a far larger Ritz value limits the degree.
         let steep = [1e6, 4.0, 3.5, 3.0];
-        let plan = ChebyshevFilter::plan(&stats([1e3, 1e-2, 1e-2, 1e-2]), &steep, &[0], (b, k), 1e-5, 100);
+        let plan = ChebyshevFilter::plan(
+            &stats([1e3, 1e-2, 1e-2, 1e-2]),
+            &steep,
+            &[0],
+            (b, k),
+            StopTest::IMAGES,
+            100,
+        );
         assert!(plan.is_none(), "{plan:?}");
         // A batch takes the largest degree; the converged image holds V with unit weights.
         let plan = ChebyshevFilter::plan(
@@ -288,7 +305,7 @@ mod tests {
             &[flat, flat].concat(),
             &[0, 1],
             (b, k),
-            1e-5,
+            StopTest::IMAGES,
             100,
         )
         .unwrap();
@@ -309,7 +326,7 @@ mod tests {
         let residuals = [0.05, 0.5, 0.5, 0.5, 0.5, 0.5];
         let mut stats = vec![1.0; b];
         stats.extend(residuals.iter().map(|r| r * r));
-        let plan = ChebyshevFilter::plan(&stats, &theta, &[0], (b, k), 1e-5, 100).unwrap();
+        let plan = ChebyshevFilter::plan(&stats, &theta, &[0], (b, k), StopTest::IMAGES, 100).unwrap();
         assert!(plan.deflates);
         assert_eq!(plan.locked_theta, [1e4, 0.0, 0.0, 0.0]);
         let f = Interval::new(&theta, 1, MAX_DEGREE).unwrap();
@@ -323,7 +340,7 @@ mod tests {
         // Unconverged, θ₁ is not locked and its filter value caps the degree.
         let mut unconverged = stats.clone();
         unconverged[b] = 1.0;
-        let capped = ChebyshevFilter::plan(&unconverged, &theta, &[0], (b, k), 1e-5, 100);
+        let capped = ChebyshevFilter::plan(&unconverged, &theta, &[0], (b, k), StopTest::IMAGES, 100);
         assert!(capped.as_ref().is_none_or(|p| p.degree < plan.degree && !p.deflates), "{capped:?}");
     }
 }

@@ -15,7 +15,7 @@
 //! Jacobi and the host's solver, `block_jacobi.rs` block Jacobi, `cholesky.rs` Cholesky QR's small
 //! step, `chebyshev.rs` the filter for flat spectra, `convergence.rs` the stop test and its
 //! predictions, `gemm.rs` the batched GEMMs, `passes.rs` the one-pass work (conversions, sums of
-//! squares).
+//! squares), `refine.rs` the accurate pass on `A` itself after the iteration ([`factor_accurate`]).
 
 use crate::families::svd::finite::{check_finite, check_finite_sums};
 use crate::launch::device::{Buffer, BufferView, Device, Queue};
@@ -32,18 +32,19 @@ mod host_eigensolver;
 mod one_block_jacobi;
 mod passes;
 mod plan;
+mod refine;
 mod ritz;
 mod tridiagonal_eigensolver;
 mod workspace;
 
 use chebyshev::ChebyshevFilter;
-use convergence::steps_to_convergence;
+use convergence::{steps_to_convergence, worst_excess};
 use factors::IterationCounts;
 use workspace::Workspace;
 
 pub use block_jacobi::BlockJacobi;
 pub use cholesky::{blocked_cholesky_inverse, cholesky_panel_rows, inverse_cholesky_factor};
-pub use convergence::{MAX_ITERATIONS, TOLERANCE};
+pub use convergence::{MAX_ITERATIONS, STALLED_EXCESS, StopTest, TOLERANCE};
 pub use factors::{DeviceFactors, Triplets};
 pub use host_eigensolver::HostEigensolver;
 pub use one_block_jacobi::OneBlockJacobi;
@@ -54,6 +55,7 @@ pub use plan::{
     CholeskyMethod, GramMethod, ONE_BLOCK_JACOBI_MAX_B, ONE_BLOCK_JACOBI_MIN_IMAGES, Plan, RitzMethod,
     WHOLE_GRAM_MAX_IMAGES, WHOLE_GRAM_MAX_R, subspace_size,
 };
+pub use refine::{AccurateFactors, factor_accurate, factor_accurate_with};
 pub use ritz::{RitzPairs, RitzSolver};
 pub use tridiagonal_eigensolver::{TRIDIAGONAL_MAX_B, TridiagonalEigensolver, TridiagonalReduction};
 
@@ -76,18 +78,32 @@ pub fn factor(
 /// subspace iteration, with power steps between Rayleigh–Ritz steps where the spectrum decays
 /// fast enough, a Chebyshev filter where it is flat.
 pub fn factor_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<DeviceFactors> {
+    let (work, counts) = converge(device, a, plan, StopTest::IMAGES)?;
+    work.extract(counts)
+}
+
+/// The iteration of [`factor_with`] until every image meets `test`: the workspace holding the
+/// converged Ritz pairs (or `G`'s eigenpairs), and the iterations it took.
+fn converge<'a>(
+    device: &'a Device,
+    a: &'a Buffer<f64>,
+    plan: &'a Plan,
+    test: StopTest,
+) -> Result<(Workspace<'a>, IterationCounts)> {
     let ((m, n), images, b, k) = (plan.dims, plan.images, plan.b, plan.k);
     ensure(a.len() == images * m * n, || format!("{} values for {images} images of {m} × {n}", a.len()))?;
     let mut work = Workspace::new(device, plan, a)?;
     if plan.method == GramMethod::WholeEigendecomposition {
         work.gram_eigenpairs()?;
-        return work.extract(IterationCounts::default());
+        return Ok((work, IterationCounts::default()));
     }
     work.gram_matrix()?;
     work.start_basis()?;
     let mut counts = IterationCounts::default();
     // Power steps still to take before the next Rayleigh–Ritz step.
     let mut power_steps = 0;
+    // The largest residual over its bound at the last Rayleigh–Ritz step (`STALLED_EXCESS`).
+    let mut last_excess = f64::INFINITY;
     loop {
         counts.iterations += 1;
         work.multiply_by_g()?;
@@ -97,7 +113,7 @@ pub fn factor_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<Devi
             continue;
         }
         counts.rayleigh_ritz_steps += 1;
-        work.rayleigh_ritz()?;
+        work.rayleigh_ritz(test)?;
         let flags = work.converged()?;
         if flags.iter().all(|&f| f == 1) {
             break;
@@ -109,8 +125,13 @@ pub fn factor_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<Devi
             )));
         }
         let (stats, theta) = work.ritz_statistics()?;
+        let excess = worst_excess(&stats, &theta, &flags, (b, k), test);
+        if test.floor > 0.0 && excess < STALLED_EXCESS && excess > 0.9 * last_excess {
+            break;
+        }
+        last_excess = excess;
         let budget = MAX_ITERATIONS - counts.iterations;
-        match ChebyshevFilter::plan(&stats, &theta, &flags, (b, k), TOLERANCE, budget) {
+        match ChebyshevFilter::plan(&stats, &theta, &flags, (b, k), test, budget) {
             Some(filter) => {
                 counts.filter_steps += filter.degree;
                 counts.iterations += filter.degree - 1;
@@ -118,12 +139,12 @@ pub fn factor_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<Devi
             }
             None => {
                 power_steps =
-                    steps_to_convergence(&stats, &theta, &flags, b, k).min(budget).saturating_sub(1);
+                    steps_to_convergence(&stats, &theta, &flags, (b, k), test).min(budget).saturating_sub(1);
             }
         }
         work.next_basis()?;
     }
-    work.extract(counts)
+    Ok((work, counts))
 }
 
 /// Factors the `images` row-major `m × n` f32 images of `pixels` (`images·m·n` values already on

@@ -10,7 +10,7 @@
 
 use super::chebyshev::{self, ChebyshevFilter};
 use super::cholesky::inverse_cholesky_factor;
-use super::convergence::TOLERANCE;
+use super::convergence::StopTest;
 use super::factors::{DeviceFactors, IterationCounts};
 use super::gemm::{Gemms, operand as op};
 use super::passes::{finish_squared_sums, queue_squared_sums};
@@ -38,7 +38,7 @@ fn launch<A: Copy>(
 }
 
 /// `A_eff`'s layout (`m_eff × r`): `A` for tall images, `Aᵀ` for wide ones.
-fn a_eff(plan: &Plan) -> Layout {
+pub(super) fn a_eff(plan: &Plan) -> Layout {
     let (m, n) = plan.dims;
     let a = Layout::row_major(n as u32, (m * n) as u32);
     if plan.tall() { a } else { a.transposed() }
@@ -271,8 +271,8 @@ impl<'a> Workspace<'a> {
     }
 
     /// Rayleigh–Ritz: `T = QᵀY`, its eigenpairs, `[V W] = [Q·Z  Y·Z]`, then each pair's residual,
-    /// the convergence flags and the next basis's column weights.
-    pub(super) fn rayleigh_ritz(&mut self) -> Result<()> {
+    /// the convergence flags by `test` and the next basis's column weights.
+    pub(super) fn rayleigh_ritz(&mut self, test: StopTest) -> Result<()> {
         let (r, b, k) = (self.plan.r, self.plan.b, self.plan.k);
         let (qy_layout, square) = (self.qy_layout(), self.square_layout());
         let operands = (op(self.qy.view(..)?, qy_layout.transposed()), op(self.qy.view(b..)?, qy_layout));
@@ -305,8 +305,8 @@ impl<'a> Workspace<'a> {
             block: Dim3::x(self.plan.per_image_threads),
             shared_bytes: 8,
         };
-        let args =
-            (&self.stats, theta, b as u32, k as u32, TOLERANCE, &mut self.weights, &mut self.converged);
+        let (stats, tol, floor) = (&self.stats, test.tolerance, test.floor);
+        let args = (stats, theta, b as u32, k as u32, tol, floor, &mut self.weights, &mut self.converged);
         launch(self.device, &kf::RITZ_WEIGHTS, per_image, args)
     }
 
@@ -393,6 +393,21 @@ impl<'a> Workspace<'a> {
             (&self.vw, &self.weights, r, b, &mut self.qy),
         )?;
         self.cholesky_qr2()
+    }
+
+    /// The leading `columns` (at most `b`) Ritz vectors `V = Q·Z` of the last Rayleigh–Ritz step
+    /// (or `G`'s eigenvectors): `r × columns` row-major f64 per image, the subspace the accurate
+    /// pass (`refine.rs`) starts from.
+    pub(super) fn ritz_vectors(&self, columns: usize) -> Result<Buffer<f64>> {
+        let (images, r, b) = (self.plan.images, self.plan.r, self.plan.b);
+        let mut v = self.device.alloc::<f64>(images * r * columns)?;
+        let v_layout = Layout::row_major(columns as u32, (r * columns) as u32);
+        let basis = op(self.qy.view(..)?, self.qy_layout());
+        let vectors = op(self.pairs.vectors.view(..)?, self.square_layout());
+        let dims = (r, columns, b);
+        // SAFETY: the module's argument; `v` goes to the caller, and freeing it waits for the queue.
+        unsafe { self.gemms.product((basis, vectors), (v.view_mut(..)?, v_layout), None, dims, false)? };
+        Ok(v)
     }
 
     /// The factors as the reconstruction reads them: the Gram side's vectors `X = Q·Z[:, :k]`
