@@ -276,6 +276,13 @@ fn bad_input_is_an_error() {
     let err = truncated_svd(&device, &[image.view(), other.view()], 2).unwrap_err().to_string();
     assert!(err.contains("the batch is 5 × 4"), "{err}");
     assert!(truncated_svd(&device, &[], 1).is_err());
+    // The plan bounds the arrays the kernels index with 32 bits: a tall 100 000 × 64 matrix fits
+    // (its images, not m², are the largest array), 40 000² does not.
+    use kernel_suite::svd_factor::Plan;
+    assert!(Plan::new(&device, (100_000, 64), 1, 10).is_ok());
+    assert!(Plan::new(&device, (64, 100_000), 2, 64).is_ok());
+    let err = Plan::new(&device, (40_000, 40_000), 2, 10).unwrap_err().to_string();
+    assert!(err.contains("32-bit indexing"), "{err}");
 }
 
 /// The job's GPU engine on a queue of mixed shapes and pixel types: every image comes back once,

@@ -207,11 +207,18 @@ impl Plan {
         ensure(k >= 1 && k <= r, || {
             format!("rank k = {k} is outside 1..={r} (min(rows, cols) of the image)")
         })?;
-        ensure(images * m * n.max(m) < (1 << 31), || "batch too large for 32-bit indexing".into())?;
         let b = match method {
             GramMethod::SubspaceIteration => subspace_size(k, r),
             GramMethod::WholeEigendecomposition => r,
         };
+        // The largest arrays the kernels index (32-bit): the images and `[Q Y]` (`r × 2b` each;
+        // `G`, `r²`, is no larger than an image).
+        let largest = images.saturating_mul((m * n).max(r * 2 * b));
+        ensure(largest < (1 << 31), || {
+            format!(
+                "a batch of {images} of {m} × {n} is too large for the kernels' 32-bit indexing: split it"
+            )
+        })?;
         let gpu = device.backend() == Backend::Gpu;
         let one_block_threads = if gpu {
             let mut threads = ONE_BLOCK_MAX_THREADS;
