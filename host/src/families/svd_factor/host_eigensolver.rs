@@ -12,8 +12,8 @@ use kernels::svd_factor::Layout;
 use rayon::prelude::*;
 
 /// faer's symmetric eigensolver on the host: the matrices are downloaded (a wait for the queue),
-/// the eigenpairs uploaded and ordered on the device by [`kf::sorted_ritz_pairs`], as the block
-/// Jacobi solver's are.
+/// the eigenpairs uploaded and ordered on the device by
+/// [`kernels::svd_factor::sorted_ritz_pairs`], as the block Jacobi solver's are.
 pub struct HostEigensolver {
     b: usize,
     images: usize,
