@@ -88,18 +88,7 @@ pub fn _svd_into(
     let [images, u, s, vt] = &arrays[..] else { unreachable!("four arrays imported") };
     images.expect(3, Some(Dtype::F32))?;
     let (count, m, n) = (images.shape[0], images.shape[1], images.shape[2]);
-    if count == 0 || m == 0 || n == 0 || k == 0 || k > m.min(n) {
-        return Err(PyValueError::new_err(format!(
-            "{count} images of {m} × {n} with k = {k}: k must lie in 1..=min(rows, cols)"
-        )));
-    }
-    for (array, dtype, factor) in [(u, Dtype::F32, [m, k]), (s, Dtype::F64, [1, k]), (vt, Dtype::F32, [k, n])]
-    {
-        check_factor(array, dtype, count, factor)?;
-    }
-    check_output(u, &[images, s, vt])?;
-    check_output(s, &[images, vt])?;
-    check_output(vt, &[images])?;
+    check_factors(("images", images), [(u, Dtype::F32), (s, Dtype::F64), (vt, Dtype::F32)], k)?;
     detached(py, || {
         // In parts that fit the GPU's free memory (the caller's library may hold most of it).
         in_fitting_parts(count, |part| {
@@ -190,17 +179,7 @@ pub fn _svd_f64_into(
     let [a, u, s, vt] = &arrays[..] else { unreachable!("four arrays imported") };
     a.expect(3, None)?;
     let (count, m, n) = (a.shape[0], a.shape[1], a.shape[2]);
-    if count == 0 || m == 0 || n == 0 || k == 0 || k > m.min(n) {
-        return Err(PyValueError::new_err(format!(
-            "{count} matrices of {m} × {n} with k = {k}: k must lie in 1..=min(rows, cols)"
-        )));
-    }
-    for (array, factor) in [(u, [m, k]), (s, [1, k]), (vt, [k, n])] {
-        check_factor(array, Dtype::F64, count, factor)?;
-    }
-    check_output(u, &[a, s, vt])?;
-    check_output(s, &[a, vt])?;
-    check_output(vt, &[a])?;
+    check_factors(("matrices", a), [(u, Dtype::F64), (s, Dtype::F64), (vt, Dtype::F64)], k)?;
     detached(py, || {
         // In parts that fit the GPU's free memory (the caller's library may hold most of it).
         in_fitting_parts(count, |part| {
@@ -237,21 +216,37 @@ pub fn _svd_f64_into(
     })
 }
 
-/// Checks an output of the factors of `count` matrices: of `dtype`, holding `count` matrices of
-/// `factor` (`[rows, cols]`; `[1, k]` for `S`), its shape any whose last sides are those (a batch
-/// of any leading dimensions: `(count, rows, cols)`, `(…, rows, cols)`, or `S`'s `(…, k)`).
-fn check_factor(array: &ForeignArray, dtype: Dtype, count: usize, factor: [usize; 2]) -> PyResult<()> {
-    let trailing: &[usize] = if factor[0] == 1 { &factor[1..] } else { &factor };
-    if array.dtype != dtype
-        || !array.shape.ends_with(trailing)
-        || array.len() != count * factor[0] * factor[1]
-    {
+/// Checks the rank `k` against the input (`count × m × n`, `what` naming its matrices in the
+/// message) and its factors' outputs `[U, S, Vt]`: each of its dtype, holding `count` matrices of
+/// `m × k`, `k` and `k × n`, its shape any whose last sides are those (a batch of any leading
+/// dimensions: `(count, rows, cols)`, `(…, rows, cols)`, or `S`'s `(…, k)`), none overlapping
+/// another or the input.
+fn check_factors(
+    (what, input): (&str, &ForeignArray),
+    outputs: [(&ForeignArray, Dtype); 3],
+    k: usize,
+) -> PyResult<()> {
+    let (count, m, n) = (input.shape[0], input.shape[1], input.shape[2]);
+    if count == 0 || m == 0 || n == 0 || k == 0 || k > m.min(n) {
         return Err(PyValueError::new_err(format!(
-            "{} is {} of shape {:?}: expected {dtype} of {count} matrices of {trailing:?}",
-            array.name, array.dtype, array.shape
+            "{count} {what} of {m} × {n} with k = {k}: k must lie in 1..=min(rows, cols)"
         )));
     }
-    Ok(())
+    for ((array, dtype), trailing) in outputs.iter().zip([&[m, k][..], &[k], &[k, n]]) {
+        if array.dtype != *dtype
+            || !array.shape.ends_with(trailing)
+            || array.len() != count * trailing.iter().product::<usize>()
+        {
+            return Err(PyValueError::new_err(format!(
+                "{} is {} of shape {:?}: expected {dtype} of {count} matrices of {trailing:?}",
+                array.name, array.dtype, array.shape
+            )));
+        }
+    }
+    let [(u, _), (s, _), (vt, _)] = outputs;
+    check_output(u, &[input, s, vt])?;
+    check_output(s, &[input, vt])?;
+    check_output(vt, &[input])
 }
 
 /// The factors of a batch stacked: `U` (`count × m × k`), `S` (`count × k`), `Vᵀ` (`count × k × n`).
