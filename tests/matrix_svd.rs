@@ -1,6 +1,6 @@
 //! The exact truncated SVD of any matrix (`matrix_svd::truncated_svd`, and the device's
 //! `svd_factor::factor_accurate` under it) on matrices of known spectra `Q₁·diag(σ)·Q₂ᵀ`: every
-//! `σᵢ` within 1e-12·σ₁ of the constructed one and of faer's (LAPACK-style) SVD, `UᵀU = VᵀV = I`
+//! `σᵢ` within 1e-12·σ₁ of the constructed one and of faer's SVD (`cpu_svd`), `UᵀU = VᵀV = I`
 //! to 1e-12 and `‖A·vᵢ − σᵢ·uᵢ‖ ≤ 1e-12·‖A‖`; tall, wide, square, batched, f32 and f64, spectra
 //! spanning 1 … 1e-12, repeated and zero values, exact rank below `k`; the simulator at small
 //! sizes, the GPU (or `SKIPPED`) at the issue's.
@@ -114,6 +114,19 @@ fn known_spectra_are_exact_to_1e_12_on_every_device() {
                 check(&label, a.view(), s, &f[0], k);
             }
         }
+    }
+}
+
+/// The CPU path on a tall and a wide matrix of 20 000 rows (columns) whose σ span 1 … 1e-12:
+/// faer's QR step, which its SVD takes first for such shapes, would lose every value below about
+/// `16·rows·ε·σ₁` (7e-11 here); `cpu_svd` bidiagonalises the whole matrix instead.
+#[test]
+fn the_cpu_path_keeps_the_small_values_of_a_tall_or_wide_matrix() {
+    let s = geometric(40, 1e-12);
+    let tall = with_spectrum(21, (20_000, 40), &s);
+    for (label, a) in [("tall 20000×40", tall.view()), ("wide 40×20000", tall.t())] {
+        let f = truncated_svd(None, &[a], 40).unwrap_or_else(|e| panic!("{label}: {e}"));
+        check(&format!("{label} on the CPU"), a, &s, &f[0], 40);
     }
 }
 
