@@ -77,6 +77,11 @@ fn measure() -> anyhow::Result<()> {
     // `SVD_FACTOR_NEAR_IDENTITY=0`: every Cholesky QR pass factors its Gram matrix, also one near
     // the identity (no first-order shortcut).
     let no_shortcut = std::env::var("SVD_FACTOR_NEAR_IDENTITY").is_ok_and(|v| v == "0");
+    // `SVD_FACTOR_PRODUCTS=N`: N products with `G` before the first Rayleigh–Ritz step.
+    let products = match std::env::var("SVD_FACTOR_PRODUCTS") {
+        Ok(v) => Some(v.parse::<usize>().map_err(|e| anyhow::anyhow!("SVD_FACTOR_PRODUCTS={v}: {e}"))?),
+        Err(_) => None,
+    };
     // The device time of `factor` by `method` (None: the plan's choice):
     // median and min of the runs after the first, the last run's factors and the first image.
     let time =
@@ -102,6 +107,9 @@ fn measure() -> anyhow::Result<()> {
                 }
                 if no_shortcut {
                     plan.near_identity = 0.0;
+                }
+                if let Some(products) = products {
+                    plan.products_before_rayleigh_ritz = products;
                 }
                 let f = svd_factor::factor_with(&device, &a, &plan)?;
                 let t1 = device.mark()?;

@@ -222,6 +222,57 @@ pub fn power_step_columns(qy: &mut [f64], weights: &[f64], r: u32, b: u32) {
     }
 }
 
+/// After the first Cholesky QR pass of a plain subspace step (`Y = G·Q` orthonormalised into
+/// `vw`'s left half, before the first Rayleigh–Ritz step): each column of `vw`'s left half whose
+/// squared norm is not within `[1/4, 4]` (not finite, or left near zero by a floored pivot where
+/// `G` has fewer than `b` independent directions) takes back column `i` of Q (`qy`'s left half,
+/// orthonormal), so that the second pass again has `b` independent columns. `qy` and `vw` are
+/// `r × 2b` per image, row-major, images `r·2b` apart.
+///
+/// Launch: grid `(⌈b/32⌉, 1, images)`, block `32 × RESIDUAL_ROWS` (x: a column, y: a row lane),
+/// `32·RESIDUAL_ROWS·8 + 8` bytes of dynamic shared memory.
+#[kernel]
+pub fn restore_lost_columns(qy: &[f64], r: u32, b: u32, vw: &mut [f64]) {
+    let z = thread::block_idx_z() as usize;
+    let (bu, ru) = (b as usize, r as usize);
+    let qy = qy.sub(z * ru * 2 * bu, ru * 2 * bu);
+    let mut vw = vw.sub(z * ru * 2 * bu, ru * 2 * bu);
+    let (lane, row_lane) = (thread::thread_idx_x() as usize, thread::thread_idx_y() as usize);
+    let col = thread::block_idx_x() as usize * 32 + lane;
+    let mut norm = 0.0f64;
+    if col < bu {
+        let mut row = row_lane;
+        while row < ru {
+            let v = vw[row * 2 * bu + col];
+            norm = math::fma(v, v, norm);
+            row += RESIDUAL_ROWS as usize;
+        }
+    }
+    let sums = shared::dynamic::<f64>();
+    let slot = row_lane * 32 + lane;
+    let lost = (32 * RESIDUAL_ROWS) as usize;
+    // SAFETY (the shared accesses): indices below 32·RESIDUAL_ROWS + 32, the launch's f64 count;
+    // each is written by one thread before a barrier and read after it.
+    unsafe { sums.write(slot, norm) };
+    thread::sync_threads();
+    if row_lane == 0 {
+        let mut norm = 0.0;
+        for l in 0..RESIDUAL_ROWS as usize {
+            norm += unsafe { sums.read(l * 32 + lane) };
+        }
+        let kept = (0.25..=4.0).contains(&norm);
+        unsafe { sums.write(lost + lane, if kept { 0.0 } else { 1.0 }) };
+    }
+    thread::sync_threads();
+    if col < bu && unsafe { sums.read(lost + lane) } != 0.0 {
+        let mut row = row_lane;
+        while row < ru {
+            vw[row * 2 * bu + col] = qy[row * 2 * bu + col];
+            row += RESIDUAL_ROWS as usize;
+        }
+    }
+}
+
 /// Leading Ritz pairs per image that a Chebyshev filter may deflate: `G − Σ θ_l·v_l·v_lᵀ` in place of
 /// `G`. A converged pair far above the rest (the mean of a noise image: `θ₁` hundreds of times
 /// `θ₂`) would otherwise get a filter value so large that every other column's rounding-sized

@@ -75,7 +75,8 @@ pub fn factor(
 
 /// [`factor`] by the given plan (tests and benchmarks force methods through its fields): the
 /// algorithm of `docs/svd-gpu.md`. Every eigenpair of `G` at once where the plan says so; else
-/// subspace iteration, with power steps between Rayleigh–Ritz steps where the spectrum decays
+/// subspace iteration (its first Rayleigh–Ritz step after [`Plan::products_before_rayleigh_ritz`]
+/// products), with power steps between Rayleigh–Ritz steps where the spectrum decays
 /// fast enough, a Chebyshev filter where it is flat.
 pub fn factor_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<DeviceFactors> {
     let (work, counts) = converge(device, a, plan, StopTest::IMAGES)?;
@@ -100,6 +101,11 @@ fn converge<'a>(
     work.gram_matrix()?;
     work.start_basis()?;
     let mut counts = IterationCounts::default();
+    for _ in 0..plan.products_before_rayleigh_ritz {
+        counts.iterations += 1;
+        work.multiply_by_g()?;
+        work.subspace_step()?;
+    }
     // Power steps still to take before the next Rayleigh–Ritz step.
     let mut power_steps = 0;
     // The largest residual over its bound at the last Rayleigh–Ritz step (`STALLED_EXCESS`).

@@ -99,6 +99,14 @@ pub const WHOLE_GRAM_MAX_R: usize = 512;
 /// Most images of a batch whose Gram matrices are decomposed whole by default.
 pub const WHOLE_GRAM_MAX_IMAGES: usize = 16;
 
+/// Products with `G` from the random start before the first Rayleigh–Ritz step: its Ritz values
+/// then predict the steps still needed. After one product the smallest Ritz value is far below
+/// `λ_{b+1}` and the prediction too short, which costs a third Rayleigh–Ritz step. Measured (H200,
+/// 2026-11-28, device time of `factor`, one call; 0, 1, 2 products before): 1 × 4096² `k = 100`
+/// 16.55, 20.42, 13.59 ms; `k = 256` 41.00, 41.72, 36.82; 1 × 2048² `k = 50` 4.96, 5.69, 4.28;
+/// 16 × 1024² `k = 50` 13.56, 14.83, 10.90; 64 × 256² `k = 50` 11.44, 10.87, 7.73.
+pub const PRODUCTS_BEFORE_RAYLEIGH_RITZ: usize = 2;
+
 /// How Cholesky QR factors each `b × b` Gram matrix and inverts its factor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -159,6 +167,9 @@ pub struct Plan {
     /// Columns of the iterated subspace ([`subspace_size`]), or `r` for the whole
     /// eigendecomposition.
     pub b: usize,
+    /// Products `Q ← G·Q` (orthonormalised) from the random start before the first
+    /// Rayleigh–Ritz step ([`PRODUCTS_BEFORE_RAYLEIGH_RITZ`]).
+    pub products_before_rayleigh_ritz: usize,
     /// The Ritz eigensolver: **the one line that chooses it is in [`Plan::new`]**.
     pub ritz: RitzMethod,
     /// Cholesky QR's factorisation.
@@ -256,6 +267,7 @@ impl Plan {
             block_jacobi_rows: BlockJacobi::block_rows(device, b),
             cholesky_panel_rows: cholesky_panel_rows(device),
             near_identity: kf::NEAR_IDENTITY,
+            products_before_rayleigh_ritz: PRODUCTS_BEFORE_RAYLEIGH_RITZ,
             tensor_cores: gpu,
         })
     }

@@ -218,20 +218,46 @@ impl<'a> Workspace<'a> {
     /// Two passes of Cholesky QR on the basis in Q's place (`qy`'s left half → `vw`'s left half →
     /// back): each forms the Gram matrix, inverts its Cholesky factor and multiplies.
     fn cholesky_qr2(&mut self) -> Result<()> {
+        self.cholesky_qr2_from(0)
+    }
+
+    /// A step of plain subspace iteration, before the first Rayleigh–Ritz step (no Ritz values
+    /// scale the columns yet): `Q ← Y = G·Q`, orthonormalised; where `G` has fewer than `b`
+    /// independent directions, the columns the first pass loses keep Q's
+    /// ([`kf::restore_lost_columns`]).
+    pub(super) fn subspace_step(&mut self) -> Result<()> {
+        self.cholesky_qr2_from(self.plan.b)
+    }
+
+    /// Two passes of Cholesky QR on the `b` columns of `qy` from `first_column` (Q's, 0, or Y's,
+    /// `b`), orthonormalised into Q's place through `vw`'s left half.
+    fn cholesky_qr2_from(&mut self, first_column: usize) -> Result<()> {
         let (r, b) = (self.plan.r, self.plan.b);
         let (qy_layout, square) = (self.qy_layout(), self.square_layout());
         for pass in 0..2 {
-            let from = if pass == 0 { &self.qy } else { &self.vw }.view(..)?;
+            let from = if pass == 0 { self.qy.view(first_column..)? } else { self.vw.view(..)? };
             let operands = (op(from, qy_layout.transposed()), op(from, qy_layout));
             // SAFETY: the module's argument.
             unsafe {
                 self.gemms.product(operands, (self.gram.view_mut(..)?, square), None, (b, b, r), true)?
             };
             self.inverse_cholesky_factor()?;
-            let (from, to) = if pass == 0 { (&self.qy, &mut self.vw) } else { (&self.vw, &mut self.qy) };
-            let operands = (op(from.view(..)?, qy_layout), op(self.rinv.view(..)?, square));
+            let (from, to) = if pass == 0 {
+                (self.qy.view(first_column..)?, self.vw.view_mut(..)?)
+            } else {
+                (self.vw.view(..)?, self.qy.view_mut(..)?)
+            };
+            let operands = (op(from, qy_layout), op(self.rinv.view(..)?, square));
             // SAFETY: the module's argument.
-            unsafe { self.gemms.product(operands, (to.view_mut(..)?, qy_layout), None, (r, b, b), false)? };
+            unsafe { self.gemms.product(operands, (to, qy_layout), None, (r, b, b), false)? };
+            if pass == 0 && first_column > 0 {
+                let config = LaunchConfig {
+                    shared_bytes: (32 * kf::RESIDUAL_ROWS + 32) * 8,
+                    ..self.residuals_config()
+                };
+                let args = (&self.qy, r as u32, b as u32, &mut self.vw);
+                launch(self.device, &kf::RESTORE_LOST_COLUMNS, config, args)?;
+            }
         }
         Ok(())
     }
