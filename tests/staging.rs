@@ -179,21 +179,21 @@ fn zero_on_zeroes_a_view_on_another_queue() {
     }
 }
 
-/// Buffers from the device's memory pool (`alloc_temporary`, and `alloc_scratch` below and above
-/// the pool's largest) take every kind of copy as `alloc`'s do — direct, staged, device to device —
-/// and start poisoned when poisoning is on; after they are dropped the pool's idle memory counts as
-/// free.
+/// Buffers from the device's memory pool (`alloc_temporary`, from one value to more than the pool
+/// reserves at start and more than a staging chunk) take every kind of copy as `alloc`'s do —
+/// direct, staged, device to device — and start poisoned when poisoning is on; after they are
+/// dropped the pool's idle memory counts as free.
 #[test]
 fn pool_buffers_copy_and_poison_as_allocated_ones() {
     for device in common::devices("pool_buffers_copy_and_poison_as_allocated_ones") {
         device.set_poison_allocations(true);
         let queue = device.queue();
-        let pool_max = kernel_suite::device::POOL_MAX_BUFFER_BYTES / 4;
-        for (seed, len) in [(5, 1usize), (6, 1001), (7, STAGING_CHUNK_BYTES / 4 + 3), (8, pool_max + 5)] {
+        let reserved = kernel_suite::device::POOL_RESERVE_BYTES / 4;
+        for (seed, len) in [(5, 1usize), (6, 1001), (7, STAGING_CHUNK_BYTES / 4 + 3), (8, reserved + 5)] {
             let label = format!("{len} values on {}", device.describe());
             let data = common::random_vec(&mut common::rng(seed), len, -1.0, 1.0);
             let mut first = device.alloc_temporary::<f32>(queue, len).unwrap();
-            let mut second = device.alloc_scratch::<f32>(queue, len).unwrap();
+            let mut second = device.alloc_temporary::<f32>(queue, len).unwrap();
             assert!(device.download(&first).unwrap().iter().all(|v| v.is_nan()), "{label}: poisoned");
             device.upload_into(&mut first, &data).unwrap();
             device.copy_view(queue, first.view(..).unwrap(), second.view_mut(..).unwrap()).unwrap();

@@ -107,8 +107,9 @@ pub fn to_py(e: Error) -> PyErr {
     }
 }
 
-/// Adds [`CudaError`], `OutOfMemoryError`, [`NumericalError`] and, for a package's Python code,
-/// `_empty_like` and `_caller_stream` ([`library`]) to the extension's module `m`, and makes
+/// Adds [`CudaError`], `OutOfMemoryError`, [`NumericalError`], `empty_cache`
+/// ([`devices::empty_cache`]) and, for a package's Python code, `_empty_like` and
+/// `_caller_stream` ([`library`]) to the extension's module `m`, and makes
 /// `kernels` (the extension's kernels, as `gpu-builder` embedded them) the module every GPU of a
 /// call loads.
 pub fn register(m: &Bound<'_, PyModule>, kernels: &'static EmbeddedKernels) -> PyResult<()> {
@@ -116,6 +117,7 @@ pub fn register(m: &Bound<'_, PyModule>, kernels: &'static EmbeddedKernels) -> P
     m.add("CudaError", m.py().get_type::<CudaError>())?;
     m.add("OutOfMemoryError", out_of_memory_error(m.py())?)?;
     m.add("NumericalError", m.py().get_type::<NumericalError>())?;
+    m.add_function(wrap_pyfunction!(devices::empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(library::_empty_like, m)?)?;
     m.add_function(wrap_pyfunction!(library::_caller_stream, m)?)?;
     Ok(())

@@ -26,11 +26,11 @@ import numpy as _np
 
 from ._driver import DRIVER_MISSING  # first: loads the driver (or its stand-in) that _native links
 from . import _native
-from ._native import CudaError, NumericalError, OutOfMemoryError
+from ._native import CudaError, NumericalError, OutOfMemoryError, empty_cache
 from ._native import saxpy  # the kernel families' functions (scripts/new-family adds each here and below)
 
-__all__ = ["CudaError", "DRIVER_MISSING", "NumericalError", "OutOfMemoryError", "convolve", "lombscargle", "reconstruct",
-           "spiral", "svd"]
+__all__ = ["CudaError", "DRIVER_MISSING", "NumericalError", "OutOfMemoryError", "convolve", "empty_cache",
+           "lombscargle", "reconstruct", "spiral", "svd"]
 __all__ += ["saxpy"]  # the kernel families' functions
 
 _KDL_CUDA = 2

@@ -110,7 +110,7 @@ pub fn _svd_into(
                     vt.view_mut().view_mut(first * k * n..part.end * k * n)?,
                 )?;
                 let values = f.singular_values.concat();
-                let mut values_buffer = target.alloc_scratch::<f64>(q, values.len())?;
+                let mut values_buffer = target.alloc_temporary::<f64>(q, values.len())?;
                 target.upload_into(&mut values_buffer, &values)?;
                 let values = values_buffer;
                 target.copy_view(q, values.view(..)?, s.view_mut().view_mut(first * k..part.end * k)?)?;

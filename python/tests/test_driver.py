@@ -1,5 +1,5 @@
 """The package without the NVIDIA driver: it imports (the stand-in driver answers the extension's
-libcuda.so.1), says why, and runs on the CPU and in the simulator. Run in a child process with
+libcuda.so.1), says why, runs on the CPU and in the simulator, and empty_cache() is a no-op. Run in a child process with
 KERNEL_SUITE_DRIVER=stub, which makes the package load the stand-in as it does where
 libcuda.so.1 is missing."""
 
@@ -28,6 +28,7 @@ CHILD = textwrap.dedent(
         raise SystemExit("device='gpu' worked without a driver")
     except ks.CudaError as e:
         print("gpu:", e)
+    ks.empty_cache()  # no GPU opened: nothing to give back, and no error
     print("ok")
     """
 )

@@ -40,7 +40,7 @@ impl Device {
                     unsafe { DeviceBuffer::uninitialized(len) }
                 };
                 let buf = match allocate() {
-                    Err(CudaError::OutOfMemory) if self.release_pool_memory()? => allocate(),
+                    Err(CudaError::OutOfMemory) if self.release_idle_memory()? => allocate(),
                     other => other,
                 }
                 .map_err(|e| match e {
@@ -79,7 +79,7 @@ impl Device {
     /// The GPU's free and total memory, bytes (`cuMemGetInfo`), or the simulator's where it has a
     /// size it reports ([`Device::simulator_with_memory`]); `None` in another simulator, or where
     /// the driver does not say.
-    /// The memory pool's idle bytes count as free ([`POOL_KEEPS_BYTES`](super::POOL_KEEPS_BYTES)).
+    /// The memory pool's idle bytes count as free ([`pool_keeps_bytes`](super::pool_keeps_bytes)).
     pub fn free_memory(&self) -> Option<(usize, usize)> {
         match &self.inner {
             Inner::Gpu(g) => {
@@ -164,7 +164,7 @@ impl Device {
     /// freed in the queue's order (`cuMemAllocFromPoolAsync`/`cuMemFreeAsync` from the device's own
     /// memory pool): unlike [`Device::alloc`] neither synchronizes the device, and after the first
     /// use the pool hands the same memory back (it keeps up to
-    /// [`POOL_KEEPS_BYTES`](super::POOL_KEEPS_BYTES) of it), so a launcher can take scratch space
+    /// [`pool_keeps_bytes`](super::pool_keeps_bytes) of it), so a launcher can take scratch space
     /// on every call. Use it only on `queue`, and drop it before `queue`.
     pub fn alloc_temporary<T: Element>(&self, queue: &Queue, len: usize) -> Result<Buffer<T>> {
         match (&self.inner, &queue.stream) {
@@ -182,7 +182,7 @@ impl Device {
                 };
                 let mut result = allocate(&mut ptr);
                 if result == cust::sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY
-                    && self.release_pool_memory()?
+                    && self.release_idle_memory()?
                 {
                     result = allocate(&mut ptr);
                 }
@@ -205,22 +205,11 @@ impl Device {
         }
     }
 
-    /// A buffer of `len` elements for work on `queue` alone: from the memory pool where it is at most
-    /// [`POOL_MAX_BUFFER_BYTES`](super::POOL_MAX_BUFFER_BYTES) ([`Device::alloc_temporary`]: no
-    /// allocation cost after a first call), else by [`Device::alloc`] (which the pool would not
-    /// keep across calls anyway). Drop it before `queue`.
-    pub fn alloc_scratch<T: Element>(&self, queue: &Queue, len: usize) -> Result<Buffer<T>> {
-        if len.saturating_mul(std::mem::size_of::<T>()) <= super::POOL_MAX_BUFFER_BYTES {
-            self.alloc_temporary(queue, len)
-        } else {
-            self.alloc(len)
-        }
-    }
-
     /// Gives the memory pool's idle memory back to the GPU, after every queued free has completed
-    /// (the whole context waits): before a second try at an allocation that found no room.
-    /// Whether there was any to give.
-    fn release_pool_memory(&self) -> Result<bool> {
+    /// (the whole context waits): before a second try at an allocation that found no room, and for
+    /// other libraries or processes that need the memory the pool keeps between calls (as
+    /// `torch.cuda.empty_cache()` gives back PyTorch's). Whether there was any to give.
+    pub fn release_idle_memory(&self) -> Result<bool> {
         let Inner::Gpu(g) = &self.inner else { return Ok(false) };
         cust::context::CurrentContext::synchronize().map_err(|source| self.kernel_error(source))?;
         if g.pool.idle_bytes() == 0 {

@@ -47,7 +47,7 @@ pub use launch::{IntoKernelArgs, KernelArg};
 use memory::SimulatedMemory;
 pub use memory::{Buffer, BufferView, BufferViewMut, CopyTotals, HostBuffer};
 use pool::MemoryPool;
-pub use pool::{POOL_KEEPS_BYTES, POOL_MAX_BUFFER_BYTES};
+pub use pool::{POOL_KEEPS_MAX_BYTES, POOL_RESERVE_BYTES, pool_keeps_bytes};
 pub use queue::{Mark, Queue};
 use queue::{QueueStream, new_stream};
 pub use staging::{STAGING_CHUNK_BYTES, Staging};
@@ -269,7 +269,7 @@ impl Device {
         let (after_context, total) = startup::free_memory()?;
         let default_stack_bytes = startup::stack_limit()?;
         let t = Instant::now();
-        let pool = MemoryPool::new(ordinal)?;
+        let pool = MemoryPool::new(ordinal, total)?;
         let context_ms = context_ms + ms(t);
         let cubin_fits = compute_capability.0 * 10 + compute_capability.1 == kernels.cubin_arch;
         let cubin =

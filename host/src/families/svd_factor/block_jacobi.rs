@@ -63,12 +63,12 @@ impl BlockJacobi {
             images,
             x: [device.upload(&zeros)?, device.upload(&zeros)?],
             z: [
-                device.alloc_scratch::<f64>(device.queue(), images * n * n)?,
-                device.alloc_scratch::<f64>(device.queue(), images * n * n)?,
+                device.alloc_temporary::<f64>(device.queue(), images * n * n)?,
+                device.alloc_temporary::<f64>(device.queue(), images * n * n)?,
             ],
             current: 0,
-            rot: device.alloc_scratch::<f64>(device.queue(), images * n * 2 * nb)?,
-            rotated: device.alloc_scratch::<u32>(device.queue(), images)?,
+            rot: device.alloc_temporary::<f64>(device.queue(), images * n * 2 * nb)?,
+            rotated: device.alloc_temporary::<u32>(device.queue(), images)?,
             ordering: PairOrdering::new(device, b, images)?,
             sweeps: 0,
         })

@@ -132,7 +132,7 @@ impl<'a> Gemms<'a> {
             Some(buffer) if buffer.len() >= len => buffer,
             smaller => {
                 parts.replaced.extend(smaller);
-                self.device.alloc_scratch::<f64>(self.device.queue(), len)?
+                self.device.alloc_temporary::<f64>(self.device.queue(), len)?
             }
         };
         use_parts(parts.current.insert(buffer))

@@ -31,8 +31,8 @@ impl HostEigensolver {
         Ok(HostEigensolver {
             b,
             images,
-            t: device.alloc_scratch(device.queue(), images * b * b)?,
-            values: device.alloc_scratch(device.queue(), images * b)?,
+            t: device.alloc_temporary(device.queue(), images * b * b)?,
+            values: device.alloc_temporary(device.queue(), images * b)?,
             ordering: PairOrdering::new(device, b, images)?,
         })
     }

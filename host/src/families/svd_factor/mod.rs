@@ -52,8 +52,8 @@ pub use passes::{
     finish_squared_sums, launch_f32_to_f64, launch_gray8_to_f64, queue_squared_sums, squared_sum_blocks,
 };
 pub use plan::{
-    CholeskyMethod, GramMethod, ONE_BLOCK_JACOBI_MAX_B, ONE_BLOCK_JACOBI_MIN_IMAGES, Plan, RitzMethod,
-    WHOLE_GRAM_MAX_IMAGES, WHOLE_GRAM_MAX_R, subspace_size,
+    CholeskyMethod, GramMethod, ONE_BLOCK_JACOBI_MAX_B, ONE_BLOCK_JACOBI_MIN_IMAGES,
+    PRODUCTS_BEFORE_RAYLEIGH_RITZ, Plan, RitzMethod, WHOLE_GRAM_MAX_IMAGES, WHOLE_GRAM_MAX_R, subspace_size,
 };
 pub use refine::{AccurateFactors, factor_accurate, factor_accurate_with};
 pub use ritz::{RitzPairs, RitzSolver};
@@ -171,7 +171,7 @@ pub fn factor_pixels(
     ensure(m > 0 && n > 0 && images > 0, || format!("cannot factor {images} images of {m} × {n}"))?;
     // The device's queue reads the pixels after the caller's work; everything after is on it.
     device.queue_wait(device.queue(), device.mark_on(queue)?)?;
-    let mut a = device.alloc_scratch::<f64>(device.queue(), pixels.len())?;
+    let mut a = device.alloc_temporary::<f64>(device.queue(), pixels.len())?;
     // SAFETY: `a` lives until `factor` has waited for its work; `pixels` is the caller's.
     unsafe { launch_f32_to_f64(device, device.queue(), pixels, a.view_mut(..)?)? };
     // SAFETY: `a` outlives the wait in `finish_squared_sums`.

@@ -22,8 +22,8 @@ impl OneBlockJacobi {
     pub fn new(device: &Device, b: usize, images: usize, config: LaunchConfig) -> Result<OneBlockJacobi> {
         Ok(OneBlockJacobi {
             b,
-            t: device.alloc_scratch(device.queue(), images * b * b)?,
-            scratch: device.alloc_scratch(device.queue(), images * kf::eigen_scratch(b as u32) as usize)?,
+            t: device.alloc_temporary(device.queue(), images * b * b)?,
+            scratch: device.alloc_temporary(device.queue(), images * kf::eigen_scratch(b as u32) as usize)?,
             config,
         })
     }

@@ -39,7 +39,7 @@ pub unsafe fn queue_squared_sums(
     }
     const THREADS: u32 = 256;
     let blocks = squared_sum_blocks(count);
-    let mut partial = device.alloc_scratch::<f64>(queue, images * blocks)?;
+    let mut partial = device.alloc_temporary::<f64>(queue, images * blocks)?;
     let cfg = LaunchConfig {
         grid: Dim3 { x: blocks as u32, y: 1, z: images as u32 },
         block: Dim3::x(THREADS),

@@ -26,10 +26,10 @@ impl RitzPairs {
     /// Buffers for `images` sets of `b` pairs.
     pub fn new(device: &Device, b: usize, images: usize) -> Result<RitzPairs> {
         Ok(RitzPairs {
-            theta: device.alloc_scratch(device.queue(), images * b)?,
-            sigma: device.alloc_scratch(device.queue(), images * b)?,
-            inv_sigma: device.alloc_scratch(device.queue(), images * b)?,
-            vectors: device.alloc_scratch(device.queue(), images * b * b)?,
+            theta: device.alloc_temporary(device.queue(), images * b)?,
+            sigma: device.alloc_temporary(device.queue(), images * b)?,
+            inv_sigma: device.alloc_temporary(device.queue(), images * b)?,
+            vectors: device.alloc_temporary(device.queue(), images * b * b)?,
         })
     }
 }
@@ -46,7 +46,7 @@ impl PairOrdering {
     /// The work space for `images` sets of `b` pairs.
     pub(super) fn new(device: &Device, b: usize, images: usize) -> Result<Self> {
         let scratch =
-            device.alloc_scratch(device.queue(), images * kf::sorted_pairs_scratch(b as u32) as usize)?;
+            device.alloc_temporary(device.queue(), images * kf::sorted_pairs_scratch(b as u32) as usize)?;
         Ok(PairOrdering { scratch, b, images })
     }
 

@@ -183,11 +183,11 @@ impl TridiagonalEigensolver {
         Ok(TridiagonalEigensolver {
             b,
             images,
-            t: device.alloc_scratch(device.queue(), images * b * b)?,
+            t: device.alloc_temporary(device.queue(), images * b * b)?,
             scratch: device
-                .alloc_scratch(device.queue(), images * kf::tridiagonal_scratch(b as u32) as usize)?,
+                .alloc_temporary(device.queue(), images * kf::tridiagonal_scratch(b as u32) as usize)?,
             ordering: PairOrdering::new(device, b, images)?,
-            barriers: device.alloc_scratch(device.queue(), 2 * images)?,
+            barriers: device.alloc_temporary(device.queue(), 2 * images)?,
             reduction,
             divide_and_conquer,
         })

@@ -93,21 +93,22 @@ impl<'a> Workspace<'a> {
         let (images, r, b) = (plan.images, plan.r, plan.b);
         let deflated = kf::DEFLATED_PAIRS;
         let (m, n) = plan.dims;
-        let g = device.alloc_scratch::<f64>(device.queue(), images * r * r)?;
-        let qy = device.alloc_scratch::<f64>(device.queue(), images * r * 2 * b)?;
-        let vw = device.alloc_scratch::<f64>(device.queue(), images * r * 2 * b)?;
+        let g = device.alloc_temporary::<f64>(device.queue(), images * r * r)?;
+        let qy = device.alloc_temporary::<f64>(device.queue(), images * r * 2 * b)?;
+        let vw = device.alloc_temporary::<f64>(device.queue(), images * r * 2 * b)?;
         let (gram, rinv) = (
-            device.alloc_scratch::<f64>(device.queue(), images * b * b)?,
-            device.alloc_scratch::<f64>(device.queue(), images * b * b)?,
+            device.alloc_temporary::<f64>(device.queue(), images * b * b)?,
+            device.alloc_temporary::<f64>(device.queue(), images * b * b)?,
         );
         let solver = plan.ritz_solver(device)?;
-        let mut locked = device.alloc_scratch::<f64>(device.queue(), images * r * deflated)?;
+        let mut locked = device.alloc_temporary::<f64>(device.queue(), images * r * deflated)?;
         device.fill(&mut locked, 0.0)?;
         let filter = FilterSpace {
-            coefficients: device.alloc_scratch::<f64>(device.queue(), chebyshev::MAX_DEGREE * images * 3)?,
+            coefficients: device
+                .alloc_temporary::<f64>(device.queue(), chebyshev::MAX_DEGREE * images * 3)?,
             locked,
-            locked_theta: device.alloc_scratch::<f64>(device.queue(), images * deflated)?,
-            overlaps: device.alloc_scratch::<f64>(device.queue(), images * deflated * b)?,
+            locked_theta: device.alloc_temporary::<f64>(device.queue(), images * deflated)?,
+            overlaps: device.alloc_temporary::<f64>(device.queue(), images * deflated * b)?,
         };
         // SAFETY: `a` is borrowed for the workspace's life; the module's argument.
         let norms = unsafe { queue_squared_sums(device, device.queue(), a, None, m * n, images)? };
@@ -123,12 +124,12 @@ impl<'a> Workspace<'a> {
             rinv,
             // The one-block kernels' work space per image; the blocked Cholesky's `b` diagonal values.
             scratch: device
-                .alloc_scratch::<f64>(device.queue(), images * kf::eigen_scratch(b as u32) as usize)?,
+                .alloc_temporary::<f64>(device.queue(), images * kf::eigen_scratch(b as u32) as usize)?,
             solver,
             pairs: RitzPairs::new(device, b, images)?,
-            stats: device.alloc_scratch::<f64>(device.queue(), images * 2 * b)?,
-            weights: device.alloc_scratch::<f64>(device.queue(), images * 3 * b)?,
-            converged: device.alloc_scratch::<u32>(device.queue(), images)?,
+            stats: device.alloc_temporary::<f64>(device.queue(), images * 2 * b)?,
+            weights: device.alloc_temporary::<f64>(device.queue(), images * 3 * b)?,
+            converged: device.alloc_temporary::<u32>(device.queue(), images)?,
             filter,
             norms,
         })
@@ -442,9 +443,9 @@ impl<'a> Workspace<'a> {
         let plan = self.plan;
         let ((m, n), images, k, r, b) = (plan.dims, plan.images, plan.k, plan.r, plan.b);
         let device = self.device;
-        let mut x = device.alloc_scratch::<f64>(device.queue(), images * r * k)?;
-        let mut u = device.alloc_scratch::<f32>(device.queue(), images * m * k)?;
-        let mut vt = device.alloc_scratch::<f32>(device.queue(), images * k * n)?;
+        let mut x = device.alloc_temporary::<f64>(device.queue(), images * r * k)?;
+        let mut u = device.alloc_temporary::<f32>(device.queue(), images * m * k)?;
+        let mut vt = device.alloc_temporary::<f32>(device.queue(), images * k * n)?;
         let x_layout = Layout::row_major(k as u32, (r * k) as u32);
         let u_layout = Layout::row_major(k as u32, (m * k) as u32);
         // Vᵀ (k × n) written as the transpose of an n × k result.
@@ -468,7 +469,7 @@ impl<'a> Workspace<'a> {
         let sigma = device.download(&self.pairs.sigma)?;
         let singular_values: Vec<Vec<f64>> = sigma.chunks(b).map(|c| c[..k].to_vec()).collect();
         let s32: Vec<f32> = singular_values.iter().flatten().map(|&v| v as f32).collect();
-        let mut s = device.alloc_scratch::<f32>(device.queue(), s32.len())?;
+        let mut s = device.alloc_temporary::<f32>(device.queue(), s32.len())?;
         device.upload_into(&mut s, &s32)?;
         let frobenius_norms =
             finish_squared_sums(device, &self.norms.0, self.norms.1)?.into_iter().map(f64::sqrt).collect();
