@@ -101,11 +101,16 @@ pub const WHOLE_GRAM_MAX_IMAGES: usize = 16;
 
 /// Products with `G` from the random start before the first Rayleigh–Ritz step: its Ritz values
 /// then predict the steps still needed. After one product the smallest Ritz value is far below
-/// `λ_{b+1}` and the prediction too short, which costs a third Rayleigh–Ritz step. Measured (H200,
-/// 2026-11-28, device time of `factor`, one call; 0, 1, 2 products before): 1 × 4096² `k = 100`
-/// 16.55, 20.42, 13.59 ms; `k = 256` 41.00, 41.72, 36.82; 1 × 2048² `k = 50` 4.96, 5.69, 4.28;
-/// 16 × 1024² `k = 50` 13.56, 14.83, 10.90; 64 × 256² `k = 50` 11.44, 10.87, 7.73.
-pub const PRODUCTS_BEFORE_RAYLEIGH_RITZ: usize = 2;
+/// `λ_{b+1}` and the residuals too large for a Chebyshev filter, so the host predicted too few
+/// power steps. Measured (H200, 2026-11-28, `benches/svd_factor --batches`, device time, one call;
+/// 0, 2, 3 products before, then the σ error of image 0 against faer): 1 × 4096² `k = 100` 16.26,
+/// 14.31, 14.89 ms (3.8e-7, 4.2e-7, 1.2e-7); `k = 256` 40.97, 35.90, 38.83; 1 × 2048² `k = 50`
+/// 5.16, 4.17, 4.92 (1.5e-9, **2.5e-8**, 1.8e-10); 16 × 1024² `k = 50` 13.11, 10.52, 11.18;
+/// noise 16.07, 14.28, 14.88; 256 × 512² `k = 20` 22.45, 19.24, 16.45; 8 × 2048² `k = 256` 51.19,
+/// 49.22, 41.63; 64 × 256² `k = 50` 10.40, 7.04, 7.87. Three: faster than none on every row,
+/// and the 2048² photograph's σ within the 2e-9·σ₁ of LAPACK's that two missed (each passes the
+/// stop test; how far below it the last step lands varies with the path).
+pub const PRODUCTS_BEFORE_RAYLEIGH_RITZ: usize = 3;
 
 /// How Cholesky QR factors each `b × b` Gram matrix and inverts its factor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
