@@ -41,6 +41,22 @@ impl StopTest {
 /// the GEMMs'), the most the subspace gets, rather than an error after [`MAX_ITERATIONS`].
 pub const STALLED_EXCESS: f64 = 100.0;
 
+/// Each image's `stats` (`2b` values) and `theta` (`b`) of the batch's, for the images whose
+/// `converged` flag is not set.
+fn unconverged_images<'a>(
+    stats: &'a [f64],
+    theta: &'a [f64],
+    converged: &'a [u32],
+    b: usize,
+) -> impl Iterator<Item = (&'a [f64], &'a [f64])> + 'a {
+    stats
+        .chunks(2 * b)
+        .zip(theta.chunks(b))
+        .zip(converged)
+        .filter(|(_, flag)| **flag != 1)
+        .map(|(pair, _)| pair)
+}
+
 /// How far the batch's unconverged images are from `test` after a Rayleigh–Ritz step (`stats`,
 /// `theta` and the `converged` flags of the whole batch, `2b`, `b` and 1 per image): the largest
 /// ratio of a leading pair's residual to its bound, 0 where all have converged.
@@ -52,8 +68,7 @@ pub(super) fn worst_excess(
     test: StopTest,
 ) -> f64 {
     let mut worst = 0.0f64;
-    for img in (0..converged.len()).filter(|&img| converged[img] != 1) {
-        let (stats, theta) = (&stats[img * 2 * b..(img + 1) * 2 * b], &theta[img * b..(img + 1) * b]);
+    for (stats, theta) in unconverged_images(stats, theta, converged, b) {
         for (_, residual, target) in pairs_to_converge(stats, theta, k, test) {
             worst = worst.max(residual / target);
         }
@@ -111,8 +126,7 @@ pub(super) fn steps_to_convergence(
     test: StopTest,
 ) -> usize {
     let mut steps = 1.0f64;
-    for img in (0..converged.len()).filter(|&img| converged[img] != 1) {
-        let (stats, theta) = (&stats[img * 2 * b..(img + 1) * 2 * b], &theta[img * b..(img + 1) * b]);
+    for (stats, theta) in unconverged_images(stats, theta, converged, b) {
         let floor = theta[b - 1].max(0.0);
         for (th, residual, target) in pairs_to_converge(stats, theta, k, test) {
             let rate = floor / th;
