@@ -82,6 +82,11 @@ fn measure() -> anyhow::Result<()> {
         Ok(v) => Some(v.parse::<usize>().map_err(|e| anyhow::anyhow!("SVD_FACTOR_PRODUCTS={v}: {e}"))?),
         Err(_) => None,
     };
+    // `SVD_FACTOR_B=N`: subspace iteration on N columns (at least k).
+    let subspace = match std::env::var("SVD_FACTOR_B") {
+        Ok(v) => Some(v.parse::<usize>().map_err(|e| anyhow::anyhow!("SVD_FACTOR_B={v}: {e}"))?),
+        Err(_) => None,
+    };
     // The device time of `factor` by `method` (None: the plan's choice):
     // median and min of the runs after the first, the last run's factors and the first image.
     let time =
@@ -98,9 +103,16 @@ fn measure() -> anyhow::Result<()> {
             let mut last = None;
             for _ in 0..if profile { 2 } else { 6 } {
                 let t0 = device.mark()?;
-                let mut plan = match method {
-                    Some(method) => Plan::with_method(&device, (size, size), count, k, method)?,
-                    None => Plan::new(&device, (size, size), count, k)?,
+                let mut plan = match (method, subspace) {
+                    (Some(method), _) => Plan::with_method(&device, (size, size), count, k, method)?,
+                    (None, Some(b)) => Plan::with_subspace(
+                        &device,
+                        (size, size),
+                        count,
+                        (k, b.max(k)),
+                        GramMethod::SubspaceIteration,
+                    )?,
+                    (None, None) => Plan::new(&device, (size, size), count, k)?,
                 };
                 if let Some(cholesky) = forced_cholesky {
                     plan.cholesky = cholesky;
@@ -253,8 +265,20 @@ fn cholesky_steps(device: &Device) -> anyhow::Result<()> {
     use rand::{Rng, SeedableRng};
     println!("\n## Cholesky QR's small step alone (device time, median of 20 after 3 warm-ups)\n");
     let mut table = Table::new(&["images × b", "method", "median ms", "min ms", "max |Δ| vs packed"]);
-    let cases: &[(usize, usize)] =
-        &[(1, 64), (1, 104), (1, 128), (1, 200), (1, 232), (1, 512), (16, 104), (16, 200), (64, 104)];
+    let cases: &[(usize, usize)] = &[
+        (1, 64),
+        (1, 104),
+        (1, 128),
+        (1, 200),
+        (1, 232),
+        (1, 320),
+        (1, 384),
+        (1, 512),
+        (8, 512),
+        (16, 104),
+        (16, 200),
+        (64, 104),
+    ];
     for &(images, b) in cases {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(b as u64);
         let x = faer::Mat::<f64>::from_fn(2 * b + 9, b, |_, _| rng.random_range(-1.0..1.0));

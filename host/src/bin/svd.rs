@@ -184,7 +184,7 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
     let mut job = Job::collect(&args, &options, shard)?;
     // Decoding starts before the device opens, so the first images are ready when it is.
     let queue = job.source.queue()?;
-    let (engine, count_ms) = Engine::open(&engine_options)?;
+    let (mut engine, count_ms) = Engine::open(&engine_options)?;
     let label = engine.describe();
     job.print_header(&args, &options, &label);
     // The report starts once the job can run: a job that cannot leaves the earlier report as it was.
@@ -212,7 +212,7 @@ fn run(command_start: Instant) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    if let Engine::One(device) = engine {
+    if let Engine::One(device, _) = engine {
         args.device.print_profile(&Target::Kernels(device))?;
     }
     Ok(exit_status(&args, &job, (&totals, &run.failed_gpus), &signal))

@@ -12,7 +12,7 @@ use super::input_queue::{ImageQueue, decode_file, decode_into_queue, image_name}
 use super::lock::{into_inner, lock, wait};
 use super::outputs::{ImageReport, Outputs};
 use crate::families::svd::phantom::shepp_logan;
-use crate::launch::device::{Device, GpuOptions, Startup, gpu_count};
+use crate::launch::device::{Device, GpuOptions, Staging, Startup, gpu_count};
 use crate::launch::error;
 use crate::launch::profile::Report;
 use anyhow::{Context, anyhow, bail, ensure};
@@ -230,8 +230,10 @@ pub struct EngineOptions {
 pub enum Engine {
     /// The CPU engine, parallel across images.
     Cpu,
-    /// The GPU engine on one device (a GPU or the simulator), on the calling thread.
-    One(Device),
+    /// The GPU engine on one device (a GPU or the simulator), on the calling thread, with the
+    /// page-locked staging it copies through, made as the device opens (milliseconds of the
+    /// driver's page-locking, done while the first images decode).
+    One(Device, Staging),
     /// The GPU engine on several GPUs (or simulated devices), one thread each, all taking images
     /// from one queue.
     Many(Vec<u32>),
@@ -384,7 +386,7 @@ impl Engine {
         let count_ms = start.elapsed().as_secs_f64() * 1e3;
         if let [ordinal] = ordinals[..] {
             return Ok(match Engine::open_one(options, ordinal)? {
-                engine @ Engine::One(_) => (engine, count_ms),
+                engine @ Engine::One(..) => (engine, count_ms),
                 engine => (engine, 0.0),
             });
         }
@@ -422,7 +424,13 @@ impl Engine {
         if options.profile && !recording {
             eprintln!("note: --profile needs a GPU; this run is not profiled");
         }
-        Ok(device.map_or(Engine::Cpu, Engine::One))
+        Ok(match device {
+            Some(device) => {
+                let staging = device.staging().map_err(|e| start_failure(gpu, e))?;
+                Engine::One(device, staging)
+            }
+            None => Engine::Cpu,
+        })
     }
 
     /// What the GPU engine does with an image too large for the GPU: with `--device auto`, the
@@ -435,7 +443,7 @@ impl Engine {
     pub fn describe(&self) -> String {
         match self {
             Engine::Cpu => format!("CPU (faer, {} threads)", rayon::current_num_threads()),
-            Engine::One(device) => device.describe(),
+            Engine::One(device, _) => device.describe(),
             Engine::Many(ordinals) => format!("{} GPUs ({ordinals:?})", ordinals.len()),
         }
     }
@@ -453,7 +461,7 @@ impl Engine {
     /// files are written on a pool of the encoders' own, whose threads block on nothing but
     /// their own work, so the consumer of the channel always makes progress.
     pub fn run(
-        &self,
+        &mut self,
         options: &EngineOptions,
         (queue, images): (&ImageQueue, usize),
         job: &JobOptions,
@@ -476,7 +484,7 @@ impl Engine {
             }
             match self {
                 Engine::Cpu => run.on_cpu(job, sender),
-                Engine::One(device) => run.on_device(device, options, job, sender),
+                Engine::One(device, staging) => run.on_device((device, staging), options, job, sender),
                 Engine::Many(ordinals) => {
                     let spread = JobOptions {
                         batch_images: job.batch_images.min(images.div_ceil(ordinals.len()).max(1)),
@@ -578,7 +586,7 @@ impl<'a> RunState<'a> {
     /// thread.
     fn on_device(
         &self,
-        device: &Device,
+        (device, staging): (&Device, &mut Staging),
         options: &EngineOptions,
         job: &JobOptions,
         sender: SyncSender<ImageResult>,
@@ -588,8 +596,7 @@ impl<'a> RunState<'a> {
         let faults = Faults::injected(gpu)
             .map(|fail_at_batch| Faults { fail_at_batch, ..Faults::alone(Engine::too_large(options)) });
         let batches = faults.and_then(|faults| {
-            let mut staging = device.staging()?;
-            run_gpu_staged(device, &mut staging, self.queue, (job, faults), &self.sink(sender))
+            run_gpu_staged(device, staging, self.queue, (job, faults), &self.sink(sender))
         });
         match batches {
             Ok(batches) => lock(&self.gpu_runs).push(GpuRun { gpu, batches, profile: None }),

@@ -14,14 +14,20 @@
 //! 3. [`cholesky_trailing_update`], a block per 64 × 64 tile of the trailing upper triangle and
 //!    image: `W_jl −= R_pjᵀ·R_pl`, a product only `len` deep.
 //!
-//! Then per column panel `j`, [`triangular_inverse_column`], a block per row panel and image:
-//! `X_ij = −(Σ_{i ≤ q < j} X_iq·R_qj)·X_jj` above the diagonal and zeros below, `X = R⁻¹`.
+//! Then `X = R⁻¹` by recursive doubling over the diagonal blocks: at level `l` (blocks of
+//! `s = nb·2^l`), each pair of neighbouring blocks `A` (rows `2s·p …`) and `C` (the up to `s` after
+//! it), whose inverses `X_AA` and `X_CC` the earlier levels made, gets its off-diagonal block
+//! `X_AC = −X_AA·R_AC·X_CC` in two products: [`triangular_inverse_product`] `T = R_AC·X_CC` (into
+//! `W`'s free lower triangle; zeros below `R⁻¹`'s diagonal) and [`triangular_inverse_block`]
+//! `X_AC = −X_AA·T`, a block per 64 × 64 tile, pair and image. `⌈log₂ panels⌉` levels, where a
+//! column-by-column inverse took one dependent step per panel, each a product as deep as the
+//! panels left of it.
 //!
 //! First of all, [`cholesky_near_identity`] flags each image whose `W` is near the identity (as
 //! Cholesky QR's second pass usually finds it) and writes its `R⁻¹ = I − U` to first order
 //! ([`first_order_inverse`]); every later kernel returns at once for a flagged image.
 //!
-//! `b = 512` in panels of 64 takes 8 + 7 + 7 + 8 launches; every one serves all images. Each
+//! `b = 512` in panels of 64 takes 8 + 7 + 7 + 2·3 launches; every one serves all images. Each
 //! block's products go through the 64 × 64 output tile of the batched GEMM (256 threads, 4 × 4
 //! outputs each, stages of 16 along the inner dimension in shared memory).
 
@@ -118,9 +124,29 @@ fn for_each_output(acc: &[[f64; 4]; 4], (rows, cols): (u32, u32), mut store: imp
     }
 }
 
+/// Which index of an operand consecutive threads take when [`tile_product`] loads it: the one
+/// along which the operand lies contiguous in memory, so that the loads coalesce.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Along {
+    /// The tile's index (`i` of `a`, `j` of `b`).
+    Tile,
+    /// The depth `p`.
+    Depth,
+}
+
+/// Element `idx` of a stage's load (`64·16` per stage) as (tile index, depth index) when
+/// consecutive threads go `along`.
+#[inline(always)]
+fn stage_element(idx: u32, along: Along) -> (u32, u32) {
+    match along {
+        Along::Tile => (idx % GEMM_TILE, idx / GEMM_TILE),
+        Along::Depth => (idx / GEMM_TILE_K, idx % GEMM_TILE_K),
+    }
+}
+
 /// `Σ_{p ∈ depth} a(i, p)·b(p, j)` for the `rows × cols` corner of a 64 × 64 tile, this thread's
 /// 4 × 4 part ([`outputs`]); zero outside `rows × cols`. Called by every thread of the block (it
-/// waits at barriers). `a` is read along `i` and `b` along `j` by consecutive threads.
+/// waits at barriers). Consecutive threads read `a` and `b` along the given indices.
 ///
 /// # Safety
 /// Every thread of the block calls it, with the same `(rows, cols)` and `(start, end)`; no thread
@@ -128,8 +154,8 @@ fn for_each_output(acc: &[[f64; 4]; 4], (rows, cols): (u32, u32), mut store: imp
 #[inline(always)]
 unsafe fn tile_product(
     space: &Space,
-    a: impl Fn(u32, u32) -> f64,
-    b: impl Fn(u32, u32) -> f64,
+    (a, a_along): (impl Fn(u32, u32) -> f64, Along),
+    (b, b_along): (impl Fn(u32, u32) -> f64, Along),
     (rows, cols): (u32, u32),
     (start, end): (u32, u32),
 ) -> [[f64; 4]; 4] {
@@ -142,12 +168,12 @@ unsafe fn tile_product(
     while p0 < end {
         for q in 0..(TILE * TK / GEMM_THREADS) {
             let idx = tid + GEMM_THREADS * q;
-            let (i, p) = (idx % TILE, idx / TILE);
+            let (i, p) = stage_element(idx, a_along);
             let v = if i < rows && p0 + p < end { a(i, p0 + p) } else { 0.0 };
             // SAFETY (this write and the next): indices below TK·GEMM_LD, the stages' length;
             // each element is written by one thread between the barriers and read after them.
             unsafe { space.stages.a.write(p as usize * GEMM_LD + i as usize, v) };
-            let (p, j) = (idx / TILE, idx % TILE);
+            let (j, p) = stage_element(idx, b_along);
             let v = if j < cols && p0 + p < end { b(p0 + p, j) } else { 0.0 };
             // SAFETY: as above.
             unsafe { space.stages.b.write(p as usize * GEMM_LD + j as usize, v) };
@@ -182,12 +208,17 @@ fn panel_span(b: u32, nb: u32, panel: u32) -> (u32, u32) {
     (start, nb.min(b - start))
 }
 
-/// Whether [`cholesky_near_identity`] flagged this block's image (`blockIdx.z`): its flag is
-/// `diagonal[images·b + z]`, after every image's `b` diagonal values.
+/// Whether [`cholesky_near_identity`] flagged this block's image (`blockIdx.z`, of `gridDim.z`).
 #[inline(always)]
 fn near_identity(diagonal: Slice<f64>, b: u32) -> bool {
-    let (z, images) = (thread::block_idx_z() as usize, thread::grid_dim_z() as usize);
-    diagonal[images * b as usize + z] != 0.0
+    near_identity_image(diagonal, b, (thread::block_idx_z(), thread::grid_dim_z()))
+}
+
+/// Whether [`cholesky_near_identity`] flagged `image` of `images`: its flag is
+/// `diagonal[images·b + image]`, after every image's `b` diagonal values.
+#[inline(always)]
+fn near_identity_image(diagonal: Slice<f64>, b: u32, (image, images): (u32, u32)) -> bool {
+    diagonal[(images * b + image) as usize] != 0.0
 }
 
 /// Step 0 (module docs), one block per image (`blockIdx.z`), any whole number of warps: whether
@@ -324,35 +355,71 @@ unsafe fn pivot(space: &Space, j: u32) -> f64 {
     unsafe { space.tile.at(j, j).max(PIVOT_FLOOR * space.vector.read(j as usize)).max(f64::MIN_POSITIVE) }
 }
 
+/// Rows of the tile each thread of [`factor_tile`] keeps in registers: 256 threads, a column and
+/// every fourth row each.
+const FACTOR_ROWS: usize = GEMM_TILE as usize * GEMM_TILE as usize / GEMM_THREADS as usize;
+
 /// Step 1, second part: right-looking Cholesky of the tile's `len × len` upper triangle in place,
-/// one barrier per step, as [`cholesky_inverse`](super::ritz::cholesky_inverse): step `j`
-/// subtracts row `j`'s outer product divided by the (floored) pivot from the trailing triangle.
+/// as [`cholesky_inverse`](super::ritz::cholesky_inverse): step `j` subtracts row `j`'s outer
+/// product divided by the (floored) pivot from the trailing triangle. Each thread keeps its
+/// elements (column `tid % 64`, rows `tid / 64 + 4·i`) in registers, and writes each to the tile
+/// once final (row `j + 1` after step `j`), so a step reads only row `j` from shared memory and
+/// ends at one barrier. Ends at a barrier.
 ///
 /// # Safety
 /// `len ≤ 64`; every thread of the block calls it, after [`load_diagonal_block`].
 #[inline(always)]
 unsafe fn factor_tile(space: &Space, len: u32) {
     let tid = thread::thread_idx_x();
-    for j in 0..len {
-        // SAFETY: j < len ≤ 64, written before the last barrier.
-        let inv = 1.0 / unsafe { pivot(space, j) };
-        let mut e = tid;
-        let trailing = len - j - 1;
-        while e < trailing * trailing {
-            let (r, c) = (j + 1 + e / trailing, j + 1 + e % trailing);
-            if r <= c {
-                // SAFETY: r, c < len; each (r, c) of this step is written by one thread, and row
-                // j, which all read, by none.
-                unsafe {
-                    space.tile.set(
-                        r,
-                        c,
-                        space.tile.at(r, c) - space.tile.at(j, r) * inv * space.tile.at(j, c),
-                    )
-                };
-            }
-            e += GEMM_THREADS;
+    let (c, first_row) = (tid % GEMM_TILE, tid / GEMM_TILE);
+    let row = |i: usize| first_row + (GEMM_THREADS / GEMM_TILE) * i as u32;
+    let mut mine = [0.0f64; FACTOR_ROWS];
+    // Every index of `mine` a constant, so that it lives in registers.
+    macro_rules! each_row {
+        ($f:ident) => {
+            $f(0);
+            $f(1);
+            $f(2);
+            $f(3);
+            $f(4);
+            $f(5);
+            $f(6);
+            $f(7);
+            $f(8);
+            $f(9);
+            $f(10);
+            $f(11);
+            $f(12);
+            $f(13);
+            $f(14);
+            $f(15);
+        };
+    }
+    const _: () = assert!(FACTOR_ROWS == 16);
+    let mut load = |i: usize| {
+        let r = row(i);
+        if r <= c && c < len {
+            // SAFETY: r ≤ c < 64, written before the last barrier.
+            mine[i] = unsafe { space.tile.at(r, c) };
         }
+    };
+    each_row!(load);
+    for j in 0..len {
+        // SAFETY: j < len ≤ 64; row j is final and in the tile since the last barrier.
+        let (inv, row_c) = unsafe { (1.0 / pivot(space, j), space.tile.at(j, c.min(len - 1))) };
+        let mut update = |i: usize| {
+            let r = row(i);
+            if r > j && r <= c && c < len {
+                // SAFETY: j < r < 64: row j is read-only during this step.
+                mine[i] -= unsafe { space.tile.at(j, r) } * inv * row_c;
+                if r == j + 1 {
+                    // SAFETY: r, c < 64; only this thread writes element (r, c), and no thread
+                    // reads row j + 1 before the barrier below.
+                    unsafe { space.tile.set(r, c, mine[i]) };
+                }
+            }
+        };
+        each_row!(update);
         thread::sync_threads();
     }
 }
@@ -397,35 +464,52 @@ unsafe fn write_factor(
 
 /// Step 1, last part: `R_pp⁻¹` into the inverse tile by back substitution in shared memory, four
 /// threads per column (`tid / 4`) each summing every fourth term, combined by shuffles: rows from
-/// the last up, the same steps in every thread, so each shuffle has the whole warp. Ends at a
-/// barrier.
+/// the last up, the same steps in every thread, so each shuffle has the whole warp. The diagonal's
+/// reciprocals go to the vector first, and each thread's terms are a fixed number of predicated
+/// ones in two sums, so that a row's step is one short chain. Ends at a barrier.
 ///
 /// # Safety
 /// `len ≤ 64`; every thread of the block calls it, after [`write_factor`].
 #[inline(always)]
 unsafe fn invert_factor(space: &Space, len: u32) {
     let tid = thread::thread_idx_x();
+    if tid < len {
+        // SAFETY: tid < 64; the vector is read only after the barrier below.
+        unsafe { space.vector.write(tid as usize, 1.0 / space.tile.at(tid, tid)) };
+    }
+    thread::sync_threads();
     let (c, part) = (tid / 4, tid % 4);
     let mut r = len;
     while r > 0 {
         r -= 1;
-        let mut sum = 0.0;
+        let (mut even, mut odd) = (0.0, 0.0);
         if c < len && r < c {
-            let mut l = r + 1 + part;
-            while l <= c {
-                // SAFETY: r, l, c < 64; X(l, c) for l > r was written by this column's first
+            for t in 0..GEMM_TILE / 8 {
+                let l = r + 1 + part + 8 * t;
+                // SAFETY: r < l ≤ c < 64; X(l, c) for l > r was written by this column's first
                 // thread before the warp barrier of an earlier step, R is read-only now.
-                sum += unsafe { space.tile.at(r, l) * space.inverse.at(l, c) };
-                l += 4;
+                unsafe {
+                    if l <= c {
+                        even = math::fma(space.tile.at(r, l), space.inverse.at(l, c), even);
+                    }
+                    if l + 4 <= c {
+                        odd = math::fma(space.tile.at(r, l + 4), space.inverse.at(l + 4, c), odd);
+                    }
+                }
             }
         }
+        let mut sum = even + odd;
         sum += warp::shfl_xor_sync(u32::MAX, sum, 1);
         sum += warp::shfl_xor_sync(u32::MAX, sum, 2);
         if c < len && part == 0 {
             let identity = if r == c { 1.0 } else { 0.0 };
-            // SAFETY: r, c < 64; only this thread writes X(r, c).
+            // SAFETY: r, c < 64; only this thread writes X(r, c); the vector is read-only.
             unsafe {
-                space.inverse.set(r, c, if r > c { 0.0 } else { (identity - sum) / space.tile.at(r, r) })
+                space.inverse.set(
+                    r,
+                    c,
+                    if r > c { 0.0 } else { (identity - sum) * space.vector.read(r as usize) },
+                )
             };
         }
         warp::sync_warp(u32::MAX);
@@ -468,11 +552,17 @@ pub fn cholesky_row_panel(w: &mut [f64], rinv: &[f64], diagonal: &[f64], b: u32,
     let acc = unsafe {
         tile_product(
             &space,
-            #[inline(always)]
-            |i, l| if l <= i { rinv[at(start + l, start + i)] } else { 0.0 },
+            (
+                #[inline(always)]
+                |i, l| if l <= i { rinv[at(start + l, start + i)] } else { 0.0 },
+                Along::Tile,
+            ),
             // The tile: l, j < 64, written before the barrier above.
-            #[inline(always)]
-            |l, j| space.tile.at(l, j),
+            (
+                #[inline(always)]
+                |l, j| space.tile.at(l, j),
+                Along::Tile,
+            ),
             (len, cols),
             (0, len),
         )
@@ -504,10 +594,16 @@ pub fn cholesky_trailing_update(w: &mut [f64], diagonal: &[f64], b: u32, nb: u32
         unsafe {
             tile_product(
                 &space,
-                #[inline(always)]
-                |i, q| r[at(q, row0 + i)],
-                #[inline(always)]
-                |q, j| r[at(q, col0 + j)],
+                (
+                    #[inline(always)]
+                    |i, q| r[at(q, row0 + i)],
+                    Along::Tile,
+                ),
+                (
+                    #[inline(always)]
+                    |q, j| r[at(q, col0 + j)],
+                    Along::Tile,
+                ),
                 (rows, cols),
                 (start, start + len),
             )
@@ -520,70 +616,137 @@ pub fn cholesky_trailing_update(w: &mut [f64], diagonal: &[f64], b: u32, nb: u32
     });
 }
 
-/// Column panel `panel` of `X = R⁻¹` (module docs): a block per row panel (`blockIdx.x`) and image
-/// (`blockIdx.z`), 256 threads, [`BLOCKED_CHOLESKY_SHARED_BYTES`]. `w` holds `R` (upper
-/// triangle, every panel factored), `rinv` the diagonal blocks of `X` and its column panels left
-/// of this one; the blocks above this panel's diagonal block are computed, those below set to 0.
+/// The 64 × 64 tile a block of a level of the recursive doubling computes, of the `s × |C|`
+/// off-diagonal block of one pair `(A, C)` of neighbouring diagonal blocks, for one image.
+struct LevelTile {
+    image: usize,
+    /// `A`'s first row, and its length `s`.
+    a0: u32,
+    span: u32,
+    /// `C`'s first row (its length is at most `s`).
+    c0: u32,
+    /// The tile's first row and column in the pair's block, and its rows and columns.
+    row0: u32,
+    col0: u32,
+    rows: u32,
+    cols: u32,
+}
+
+/// The tile of level `level` that this block computes (`blockIdx.y` rows, `blockIdx.x` columns,
+/// `blockIdx.z = image·pairs + pair`): `A` the `s = nb·2^level` rows and columns from `2s·pair`,
+/// `C` the up to `s` after them; `None` where `C` lies past `b`, the tile past the block, or the
+/// image is near the identity.
+#[inline(always)]
+fn level_tile(diagonal: Slice<f64>, b: u32, nb: u32, level: u32) -> Option<LevelTile> {
+    let span = nb << level;
+    let pairs = level_pairs(b, span).max(1);
+    let z = thread::block_idx_z();
+    let (image, pair) = (z / pairs, z % pairs);
+    let (a0, c0) = (2 * span * pair, 2 * span * pair + span);
+    let (row0, col0) = (thread::block_idx_y() * GEMM_TILE, thread::block_idx_x() * GEMM_TILE);
+    if c0 >= b || row0 >= span || col0 >= span.min(b - c0) {
+        return None;
+    }
+    if near_identity_image(diagonal, b, (image, thread::grid_dim_z() / pairs)) {
+        return None;
+    }
+    let (rows, cols) = (GEMM_TILE.min(span - row0), GEMM_TILE.min(span.min(b - c0) - col0));
+    Some(LevelTile { image: image as usize, a0, span, c0, row0, col0, rows, cols })
+}
+
+/// Pairs `(A, C)` of the recursive doubling's level whose blocks are `span` long, for `b` rows:
+/// those whose `C` starts before `b`.
+pub const fn level_pairs(b: u32, span: u32) -> u32 {
+    if span >= b { 0 } else { (b - span).div_ceil(2 * span) }
+}
+
+/// Level `level`, first half, of `X = R⁻¹` by recursive doubling (module docs): for each pair
+/// `(A, C)` of the level, `T = R_AC·X_CC` into `w`'s strict lower triangle, transposed (`T(i, j)`
+/// at `w(C + j, A + i)`), and zeros into `rinv`'s block `(C, A)` below the diagonal. A block per
+/// 64 × 64 tile of `T` (`blockIdx.y` rows, `blockIdx.x` columns) and per image and pair
+/// (`blockIdx.z = image·pairs + pair`), 256 threads, [`BLOCKED_CHOLESKY_SHARED_BYTES`]. `w` holds
+/// `R` (upper triangle), `rinv` the blocks of `X` inside `A` and inside `C` (earlier levels).
 #[kernel]
-pub fn triangular_inverse_column(w: &[f64], rinv: &mut [f64], diagonal: &[f64], b: u32, nb: u32, panel: u32) {
-    if near_identity(diagonal, b) {
+pub fn triangular_inverse_product(
+    w: &mut [f64],
+    rinv: &mut [f64],
+    diagonal: &[f64],
+    b: u32,
+    nb: u32,
+    level: u32,
+) {
+    let Some(LevelTile { image, a0, c0, row0, col0, rows, cols, .. }) = level_tile(diagonal, b, nb, level)
+    else {
         return;
-    }
-    let z = thread::block_idx_z() as usize;
+    };
     let bu = b as usize;
-    let w = w.sub(z * bu * bu, bu * bu);
-    let mut rinv = rinv.sub(z * bu * bu, bu * bu);
-    let (col0, cols) = panel_span(b, nb, panel);
-    let row_panel = thread::block_idx_x();
-    if row_panel * nb >= b || row_panel == panel {
-        return;
-    }
-    let (row0, rows) = panel_span(b, nb, row_panel);
-    let at = |i: u32, j: u32| i as usize * bu + j as usize;
-    if row_panel > panel {
-        let mut e = thread::thread_idx_x();
-        while e < rows * cols {
-            rinv[at(row0 + e / cols, col0 + e % cols)] = 0.0;
-            e += GEMM_THREADS;
-        }
-        return;
-    }
+    let mut w = w.sub(image * bu * bu, bu * bu);
+    let mut rinv = rinv.sub(image * bu * bu, bu * bu);
     let space = Space::new();
-    // Σ_{row0 ≤ q < col0} X(i, q)·R(q, j) into the tile.
+    let at = |i: u32, j: u32| i as usize * bu + j as usize;
     let acc = {
-        let x = rinv.as_slice();
-        // SAFETY: every thread of the block calls it (the early returns are per block).
+        let (r, x) = (w.as_slice(), rinv.as_slice());
+        // SAFETY: every thread of the block calls it (the early returns are per block). X_CC is
+        // upper triangular: the depth ends at this tile's last column.
         unsafe {
             tile_product(
                 &space,
-                #[inline(always)]
-                |i, q| x[at(row0 + i, q)],
-                #[inline(always)]
-                |q, j| w[at(q, col0 + j)],
+                (
+                    #[inline(always)]
+                    |i, q| r[at(a0 + row0 + i, c0 + q)],
+                    Along::Depth,
+                ),
+                (
+                    #[inline(always)]
+                    |q, j| if q <= col0 + j { x[at(c0 + q, c0 + col0 + j)] } else { 0.0 },
+                    Along::Tile,
+                ),
                 (rows, cols),
-                (row0, col0),
+                (0, col0 + cols),
             )
         }
     };
-    // SAFETY: i, j < 64; one thread per element.
-    for_each_output(&acc, (rows, cols), |i, j, value| unsafe { space.tile.set(i, j, value) });
-    thread::sync_threads();
-    // X_ij = −tile·X_jj (X_jj upper triangular: zero for l > j).
+    for_each_output(&acc, (rows, cols), |i, j, value| {
+        let (row, col) = (c0 + col0 + j, a0 + row0 + i);
+        w[at(row, col)] = value;
+        rinv[at(row, col)] = 0.0;
+    });
+}
+
+/// Level `level`, second half: `X_AC = −X_AA·T` into `rinv` for each pair `(A, C)`, `T` as
+/// [`triangular_inverse_product`] left it in `w`'s lower triangle. Launched as it.
+#[kernel]
+pub fn triangular_inverse_block(w: &[f64], rinv: &mut [f64], diagonal: &[f64], b: u32, nb: u32, level: u32) {
+    let Some(LevelTile { image, a0, span, c0, row0, col0, rows, cols }) = level_tile(diagonal, b, nb, level)
+    else {
+        return;
+    };
+    let bu = b as usize;
+    let w = w.sub(image * bu * bu, bu * bu);
+    let mut rinv = rinv.sub(image * bu * bu, bu * bu);
+    let space = Space::new();
+    let at = |i: u32, j: u32| i as usize * bu + j as usize;
     let acc = {
         let x = rinv.as_slice();
-        // SAFETY: every thread calls it; the tile is only read in it.
+        // SAFETY: every thread of the block calls it (the early returns are per block). X_AA is
+        // upper triangular: the depth starts at this tile's first row.
         unsafe {
             tile_product(
                 &space,
-                // The tile: i, l < 64, written before the barrier above.
-                #[inline(always)]
-                |i, l| space.tile.at(i, l),
-                #[inline(always)]
-                |l, j| if l <= j { x[at(col0 + l, col0 + j)] } else { 0.0 },
+                (
+                    #[inline(always)]
+                    |i, q| if q >= row0 + i { x[at(a0 + row0 + i, a0 + q)] } else { 0.0 },
+                    Along::Depth,
+                ),
+                (
+                    #[inline(always)]
+                    |q, j| w[at(c0 + col0 + j, a0 + q)],
+                    Along::Depth,
+                ),
                 (rows, cols),
-                (0, cols),
+                (row0, span),
             )
         }
     };
-    for_each_output(&acc, (rows, cols), |i, j, value| rinv[at(row0 + i, col0 + j)] = -value);
+    for_each_output(&acc, (rows, cols), |i, j, value| rinv[at(a0 + row0 + i, c0 + col0 + j)] = -value);
 }

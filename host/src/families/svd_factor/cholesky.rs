@@ -71,9 +71,10 @@ pub unsafe fn inverse_cholesky_factor(
 /// triangular) for the Gram matrix `w = RᵀR` (`b × b`, row-major, upper triangle read), pivots
 /// floored as [`kf::cholesky_inverse`] floors them. `w`'s upper triangle is overwritten with `R`,
 /// except where `w` is within `near_identity/b` of the identity (then `R⁻¹` is `I − U` to first
-/// order and the other kernels skip the image: [`kf::cholesky_near_identity`]; 0 turns it off); `diagonal` (`images·(b + 1)` values)
-/// is work space. Queued on `queue`: `4·⌈b/nb⌉ − 1` launches ([`cholesky_panel_rows`]), each for
-/// every image, and no wait.
+/// order and the other kernels skip the image: [`kf::cholesky_near_identity`]; 0 turns it off); `w`'s
+/// strict lower triangle and `diagonal` (`images·(b + 1)` values) are work space. Queued on
+/// `queue`: `3·⌈b/nb⌉ − 1` launches for the factor ([`cholesky_panel_rows`]) and 2 per level of
+/// the inverse's recursive doubling (`⌈log₂⌈b/nb⌉⌉`), each for every image, and no wait.
 ///
 /// # Safety
 /// The buffers must live until the queue reaches the launches (as for [`Device::launch_on`]).
@@ -145,16 +146,29 @@ pub unsafe fn blocked_cholesky_inverse(
             }
         }
     }
-    for panel in 0..panels {
+    let mut level = 0u32;
+    while nb << level < b {
+        let span = (nb << level) as u32;
+        let tiles = span.div_ceil(kf::GEMM_TILE);
+        let pairs = kf::level_pairs(b32, span) as usize;
+        let level_config =
+            LaunchConfig { grid: Dim3 { x: tiles, y: tiles, z: (images * pairs) as u32 }, ..config(1) };
         // SAFETY: as above.
         unsafe {
             device.launch_on(
                 queue,
-                &kf::TRIANGULAR_INVERSE_COLUMN,
-                config(panels),
-                (&*w, &mut *rinv, &*diagonal, b32, nb32, panel as u32),
+                &kf::TRIANGULAR_INVERSE_PRODUCT,
+                level_config,
+                (&mut *w, &mut *rinv, &*diagonal, b32, nb32, level),
+            )?;
+            device.launch_on(
+                queue,
+                &kf::TRIANGULAR_INVERSE_BLOCK,
+                level_config,
+                (&*w, &mut *rinv, &*diagonal, b32, nb32, level),
             )?;
         }
+        level += 1;
     }
     Ok(())
 }

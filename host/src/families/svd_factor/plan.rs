@@ -218,15 +218,31 @@ impl Plan {
         k: usize,
         method: GramMethod,
     ) -> Result<Plan> {
+        let r = m.min(n);
+        let b = match method {
+            GramMethod::SubspaceIteration => subspace_size(k, r),
+            GramMethod::WholeEigendecomposition => r,
+        };
+        Plan::with_subspace(device, (m, n), images, (k, b), method)
+    }
+
+    /// As [`Plan::with_method`] with the subspace's `b` columns given too (`k ≤ b ≤ r`; benchmarks
+    /// compare sizes with this).
+    pub fn with_subspace(
+        device: &Device,
+        (m, n): (usize, usize),
+        images: usize,
+        (k, b): (usize, usize),
+        method: GramMethod,
+    ) -> Result<Plan> {
         ensure(m > 0 && n > 0 && images > 0, || format!("cannot factor {images} images of {m} × {n}"))?;
         let r = m.min(n);
         ensure(k >= 1 && k <= r, || {
             format!("rank k = {k} is outside 1..={r} (min(rows, cols) of the image)")
         })?;
-        let b = match method {
-            GramMethod::SubspaceIteration => subspace_size(k, r),
-            GramMethod::WholeEigendecomposition => r,
-        };
+        ensure(k <= b && b <= r, || {
+            format!("a subspace of {b} columns for k = {k} of a Gram matrix of {r} × {r}")
+        })?;
         // The largest arrays the kernels index (32-bit): the images and `[Q Y]` (`r × 2b` each;
         // `G`, `r²`, is no larger than an image).
         let largest = images.saturating_mul((m * n).max(r * 2 * b));
