@@ -87,6 +87,7 @@ fn measure() -> anyhow::Result<()> {
         Ok(v) => Some(v.parse::<usize>().map_err(|e| anyhow::anyhow!("SVD_FACTOR_B={v}: {e}"))?),
         Err(_) => None,
     };
+    let panel_rows = panel_rows_knob()?;
     // The device time of `factor` by `method` (None: the plan's choice):
     // median and min of the runs after the first, the last run's factors and the first image.
     let time =
@@ -122,6 +123,9 @@ fn measure() -> anyhow::Result<()> {
                 }
                 if let Some(products) = products {
                     plan.products_before_rayleigh_ritz = products;
+                }
+                if let Some(rows) = panel_rows {
+                    plan.cholesky_panel_rows = rows;
                 }
                 let f = svd_factor::factor_with(&device, &a, &plan)?;
                 let t1 = device.mark()?;
@@ -256,6 +260,23 @@ fn measure() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `SVD_FACTOR_PANEL_ROWS=N`: the blocked Cholesky's panels of N rows (1 to 64) instead of the
+/// plan's.
+fn panel_rows_knob() -> anyhow::Result<Option<usize>> {
+    match std::env::var("SVD_FACTOR_PANEL_ROWS") {
+        Ok(v) => {
+            let rows = v.parse::<usize>().map_err(|e| anyhow::anyhow!("SVD_FACTOR_PANEL_ROWS={v}: {e}"))?;
+            anyhow::ensure!(
+                (1..=kf::CHOLESKY_PANEL_MAX as usize).contains(&rows),
+                "SVD_FACTOR_PANEL_ROWS={v}: 1 to {}",
+                kf::CHOLESKY_PANEL_MAX
+            );
+            Ok(Some(rows))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
 /// Cholesky QR's small step alone (`-- --cholesky`): `R⁻¹` of the Gram matrices of random
 /// `(2b + 9) × b` bases, by every [`CholeskyMethod`] whose work space fits, for one image at
 /// b = 64 … 239 and batches of 16 and 64: device time of the step (the blocked method's input
@@ -287,6 +308,9 @@ fn cholesky_steps(device: &Device) -> anyhow::Result<()> {
         let source = device.upload(&host)?;
         let mut plan = Plan::new(device, (b, b), images, b / 2)?;
         anyhow::ensure!(plan.b == b, "plan's b = {} for {b}", plan.b);
+        if let Some(rows) = panel_rows_knob()? {
+            plan.cholesky_panel_rows = rows;
+        }
         let mut gram = device.upload(&host)?;
         let mut rinv = device.alloc::<f64>(images * b * b)?;
         let mut scratch = device.alloc::<f64>(images * kf::eigen_scratch(b as u32) as usize)?;

@@ -596,7 +596,7 @@ fn a_large_batch_comes_back_whole_and_in_place() {
 }
 
 /// `R⁻¹` for `W = RᵀR` by the blocked device Cholesky (several panels in the simulator, whose
-/// panels are 16 rows) on matrices whose answer is known exactly — `W` formed from an upper
+/// panels are 16 rows; the plan's panels and half as many rows) on matrices whose answer is known exactly — `W` formed from an upper
 /// triangular `R` with a unit diagonal and entries of 0 or ±1/256 above it (well conditioned, and
 /// `RᵀR` exact in f64) — and
 /// on Gram matrices of random bases against faer's Cholesky and triangular solve; a numerically
@@ -643,19 +643,13 @@ fn the_blocked_and_packed_choleskys_invert_the_factor_on_any_size() {
                 gram_of_random(b as u64 + 2, b),
             ];
             let host: Vec<f64> = grams.iter().flat_map(to_vec).collect();
-            let mut w = device.upload(&host).unwrap();
-            let mut rinv = device.upload(&vec![f64::NAN; images * b * b]).unwrap();
-            let mut diagonal = device.upload(&vec![f64::NAN; images * (b + 1)]).unwrap();
             let w_copy = device.upload(&host).unwrap();
             let mut packed = device.upload(&vec![f64::NAN; images * b * b]).unwrap();
             let packed_fits =
                 b as u32 <= kf::cholesky_packed_max_b(device.max_shared_bytes_per_block().unwrap());
-            // SAFETY: the buffers live until the downloads below wait for the queue.
-            unsafe {
-                let buffers = (&mut w, &mut rinv, &mut diagonal);
-                blocked_cholesky_inverse(&device, device.queue(), buffers, (b, images), kf::NEAR_IDENTITY)
-                    .unwrap();
-                if packed_fits {
+            // SAFETY: the buffers live until the download below waits for the queue.
+            if packed_fits {
+                unsafe {
                     device
                         .launch(
                             &kf::CHOLESKY_INVERSE_PACKED,
@@ -665,10 +659,29 @@ fn the_blocked_and_packed_choleskys_invert_the_factor_on_any_size() {
                         .unwrap();
                 }
             }
-            let mut results = vec![(
-                format!("b = {b} (panels of {nb}) on {}", device.describe()),
-                device.download(&rinv).unwrap(),
-            )];
+            // The plan's panels and half as many rows.
+            let mut results = Vec::new();
+            for rows in [nb, nb / 2] {
+                let mut w = device.upload(&host).unwrap();
+                let mut rinv = device.upload(&vec![f64::NAN; images * b * b]).unwrap();
+                let mut diagonal = device.upload(&vec![f64::NAN; images * (b + 1)]).unwrap();
+                // SAFETY: the buffers live until the download below waits for the queue.
+                unsafe {
+                    let buffers = (&mut w, &mut rinv, &mut diagonal);
+                    blocked_cholesky_inverse(
+                        &device,
+                        device.queue(),
+                        buffers,
+                        (b, images, rows),
+                        kf::NEAR_IDENTITY,
+                    )
+                    .unwrap();
+                }
+                results.push((
+                    format!("b = {b} (panels of {rows}) on {}", device.describe()),
+                    device.download(&rinv).unwrap(),
+                ));
+            }
             if packed_fits {
                 results.push((
                     format!("b = {b} (packed) on {}", device.describe()),
@@ -725,7 +738,7 @@ fn the_blocked_and_packed_choleskys_invert_the_factor_on_any_size() {
                 &device,
                 device.queue(),
                 (&mut w, &mut rinv, &mut diagonal),
-                (b, 1),
+                (b, 1, cholesky_panel_rows(&device)),
                 kf::NEAR_IDENTITY,
             )
             .unwrap();

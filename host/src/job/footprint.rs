@@ -111,6 +111,7 @@ impl<'a> Footprint<'a> {
             + 3 * f64s(images * b)
             + f64s(images * b * b)
             + f64s(images * 2 * b)
+            + f64s(images * b)
             + f64s(images * 3 * b)
             + buffer(images, 4)
             + self.split_parts(&plan, images);

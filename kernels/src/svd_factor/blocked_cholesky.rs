@@ -23,9 +23,10 @@
 //! column-by-column inverse took one dependent step per panel, each a product as deep as the
 //! panels left of it.
 //!
-//! First of all, [`cholesky_near_identity`] flags each image whose `W` is near the identity (as
-//! Cholesky QR's second pass usually finds it) and writes its `R⁻¹ = I − U` to first order
-//! ([`first_order_inverse`]); every later kernel returns at once for a flagged image.
+//! First of all, [`cholesky_distance_to_identity`] and [`cholesky_near_identity`] flag each image
+//! whose `W` is near the identity (as Cholesky QR's second pass usually finds it) and write its
+//! `R⁻¹ = I − U` to first order ([`first_order_inverse`]); every later kernel returns at once for a
+//! flagged image.
 //!
 //! `b = 512` in panels of 64 takes 8 + 7 + 7 + 2·3 launches; every one serves all images. Each
 //! block's products go through the 64 × 64 output tile of the batched GEMM (256 threads, 4 × 4
@@ -37,7 +38,7 @@ use super::packed_cholesky::first_order_inverse;
 use gpu_std::math;
 use gpu_std::shared::{self, DynamicShared};
 use gpu_std::slice::{Slice, SliceMut};
-use gpu_std::{block, kernel, thread, warp};
+use gpu_std::{kernel, thread, warp};
 
 /// Largest panel: one output tile.
 pub const CHOLESKY_PANEL_MAX: u32 = GEMM_TILE;
@@ -221,41 +222,56 @@ fn near_identity_image(diagonal: Slice<f64>, b: u32, (image, images): (u32, u32)
     diagonal[(images * b + image) as usize] != 0.0
 }
 
-/// Step 0 (module docs), one block per image (`blockIdx.z`), any whole number of warps: whether
-/// the image's `W` (upper triangle read) is near the identity (`b·max|W − I| ≤ near_identity`),
-/// as `diagonal[images·b + z]` (1 or 0; `diagonal` holds `images·(b + 1)` values), and where it
-/// is, `R⁻¹ = I − U` ([`first_order_inverse`]) into `rinv`. Layouts as [`cholesky_diagonal_block`].
+/// Rows of `W` per block of [`cholesky_distance_to_identity`] and [`cholesky_near_identity`]: a
+/// warp each (one block of 1024 threads per image read the whole matrix in 40–90 µs at `b = 512`).
+pub const NEAR_IDENTITY_ROWS: u32 = 8;
+
+/// Step 0, first half (module docs): per image (`blockIdx.z`), `diagonal[z·b]` becomes the largest
+/// `|W − I|` over `W`'s upper triangle (it must hold 0: each block's largest is added by an atomic
+/// max). Grid `(⌈b/NEAR_IDENTITY_ROWS⌉, 1, images)`, `NEAR_IDENTITY_ROWS` warps per block, a row
+/// each, its lanes along the row. Layouts as [`cholesky_diagonal_block`].
 #[kernel]
-pub fn cholesky_near_identity(w: &[f64], rinv: &mut [f64], diagonal: &mut [f64], b: u32, near_identity: f64) {
-    let (z, images) = (thread::block_idx_z() as usize, thread::grid_dim_z() as usize);
+pub fn cholesky_distance_to_identity(w: &[f64], diagonal: &mut [f64], b: u32) {
+    let z = thread::block_idx_z() as usize;
     let bu = b as usize;
     let w = w.sub(z * bu * bu, bu * bu);
-    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
-    let (lane, warp_id, warps) = (tid % 32, tid / 32, nt / 32);
+    let (lane, row) = (warp::lane_id() as usize, warp::warp_id() as usize);
+    let r = thread::block_idx_x() as usize * NEAR_IDENTITY_ROWS as usize + row;
     let mut distance = 0.0f64;
-    let mut r = warp_id;
-    while r < bu {
+    if r < bu {
         let mut c = r + lane;
         while c < bu {
             distance = distance.max((w[r * bu + c] - if r == c { 1.0 } else { 0.0 }).abs());
             c += 32;
         }
-        r += warps;
     }
-    let near = block::sync_threads_and(distance * bu as f64 <= near_identity);
-    if near {
+    let distance = warp::reduce(distance, f64::max);
+    if lane == 0 && distance > 0.0 {
+        diagonal.atomic(z * bu).fetch_max(distance);
+    }
+}
+
+/// Step 0, second half (module docs), after [`cholesky_distance_to_identity`]: whether the
+/// image's `W` is near the identity (`b·max|W − I| ≤ near_identity`), as `diagonal[images·b + z]`
+/// (1 or 0; `diagonal` holds `images·(b + 1)` values), and where it is, `R⁻¹ = I − U`
+/// ([`first_order_inverse`]) into `rinv`. Launch as [`cholesky_distance_to_identity`].
+#[kernel]
+pub fn cholesky_near_identity(w: &[f64], rinv: &mut [f64], diagonal: &mut [f64], b: u32, near_identity: f64) {
+    let (z, images) = (thread::block_idx_z() as usize, thread::grid_dim_z() as usize);
+    let bu = b as usize;
+    let near = diagonal[z * bu] * bu as f64 <= near_identity;
+    let (lane, row) = (warp::lane_id() as usize, warp::warp_id() as usize);
+    let r = thread::block_idx_x() as usize * NEAR_IDENTITY_ROWS as usize + row;
+    if near && r < bu {
+        let w = w.sub(z * bu * bu, bu * bu);
         let mut rinv = rinv.sub(z * bu * bu, bu * bu);
-        let mut r = warp_id;
-        while r < bu {
-            let mut c = lane;
-            while c < bu {
-                rinv[r * bu + c] = first_order_inverse(r, c, if r <= c { w[r * bu + c] } else { 0.0 });
-                c += 32;
-            }
-            r += warps;
+        let mut c = lane;
+        while c < bu {
+            rinv[r * bu + c] = first_order_inverse(r, c, if r <= c { w[r * bu + c] } else { 0.0 });
+            c += 32;
         }
     }
-    if tid == 0 {
+    if thread::block_idx_x() == 0 && thread::thread_idx_x() == 0 {
         diagonal[images * bu + z] = if near { 1.0 } else { 0.0 };
     }
 }

@@ -29,15 +29,17 @@ pub fn f32_to_f64(src: &[f32], dst: &mut [f64]) {
 }
 
 /// Starts every image's subspace: writes the seeded pseudo-random `r × b` matrix (entries
-/// uniform in `[−1, 1)`, the same for every image and run: a hash of the seed and the element's
-/// index) into the left half of each image's `r × 2b` work matrix in `qy` (row-major, images
-/// `batch` apart), to be orthonormalised by Cholesky QR. Grid `(x, 1, images)`, any 1-D block.
+/// uniform in `±√(3/r)`, so that each column's expected squared norm is 1 and any two columns are
+/// about `1/√r` from orthogonal; the same for every image and run: a hash of the seed and the
+/// element's index) into the left half of each image's `r × 2b` work matrix in `qy` (row-major,
+/// images `batch` apart). Grid `(x, 1, images)`, any 1-D block.
 #[kernel]
 pub fn random_subspace(qy: &mut [f64], r: u32, b: u32, batch: u32, seed: u32) {
     let mut qy = qy.sub(thread::block_idx_z() as usize * batch as usize, (r * 2 * b) as usize);
+    let scale = math::sqrt(3.0 / r as f64);
     let mut i = thread::index_1d();
     while i < r * b {
-        qy[((i / b) * 2 * b + i % b) as usize] = uniform_pm1(seed, i);
+        qy[((i / b) * 2 * b + i % b) as usize] = scale * uniform_pm1(seed, i);
         i += thread::grid_stride_1d();
     }
 }

@@ -28,6 +28,9 @@ use kernels::svd_factor as kf;
 /// Most products with `G` one filter takes before the next Rayleigh–Ritz step.
 pub const MAX_DEGREE: usize = 16;
 
+/// Most rounds of one filter between two Rayleigh–Ritz steps ([`ChebyshevFilter::rounds`]).
+pub const MAX_ROUNDS: usize = 4;
+
 /// How many times the degree the residuals predict a filter takes (within the contamination
 /// limit): the prediction reads `x_i` from the last Ritz values, and `θ_b` still underestimates
 /// the spectrum it stands for in the first steps, so a filter of the predicted degree falls short
@@ -65,6 +68,11 @@ pub struct ChebyshevFilter {
     /// `W`'s, for odd degrees) divided by the filter's value at its Ritz value; 1 for a locked
     /// column, which the last step puts back unfiltered.
     pub weights: Vec<f64>,
+    /// Times the filter runs, each followed by Cholesky QR, before the next Rayleigh–Ritz step:
+    /// more than 1 where the residuals need a higher degree than [`CONTAMINATION_LIMIT`] allows
+    /// in one (the orthonormalisation between rounds takes the columns' errors along larger
+    /// eigenvectors out again), at most [`MAX_ROUNDS`].
+    pub rounds: usize,
 }
 
 /// The filter of one image: its interval's centre and half-width (both `θ_b/2`) and the σ
@@ -128,8 +136,9 @@ impl ChebyshevFilter {
     /// products. Each image that has not converged gets [`OVERSHOOT`] times the degree after
     /// which its `k` leading pairs should meet `test`, capped by [`CONTAMINATION_LIMIT`] over
     /// the columns it does not lock (its leading pairs that meet `test` already); the batch takes
-    /// the largest. `None` (power steps instead) where that is below 2, or an image
-    /// still iterating has a numerically zero `θ_b`.
+    /// the largest, in as many [`rounds`](Self::rounds) as the most capped image needs for its
+    /// whole degree (within [`MAX_ROUNDS`] and `budget`). `None` (power steps instead) where the
+    /// degree is below 2, or an image still iterating has a numerically zero `θ_b`.
     pub fn plan(
         stats: &[f64],
         theta: &[f64],
@@ -146,6 +155,8 @@ impl ChebyshevFilter {
         let mut filters = Vec::with_capacity(images);
         let mut degrees = Vec::with_capacity(images);
         let mut locked_theta = vec![0.0; images * kf::DEFLATED_PAIRS];
+        // Rounds the most demanding image needs at the degree its columns allow.
+        let mut rounds = 1usize;
         for img in 0..images {
             let (stats, theta) = (&stats[img * 2 * b..(img + 1) * 2 * b], &theta[img * b..(img + 1) * b]);
             if converged[img] == 1 {
@@ -182,9 +193,13 @@ impl ChebyshevFilter {
                 })
                 .last()
                 .unwrap_or(1);
-            degrees.push((OVERSHOOT * need).min(allowed));
+            let wanted = OVERSHOOT * need;
+            rounds = rounds.max(wanted.div_ceil(allowed));
+            degrees.push(wanted.min(allowed));
             filters.push(Some(filter));
         }
+        let widest = degrees.iter().copied().max().unwrap_or(0).max(1);
+        let rounds = rounds.min(MAX_ROUNDS).min(budget / widest).max(1);
         let degree = degrees.iter().copied().max().unwrap_or(0);
         if degree < 2 {
             return None;
@@ -215,7 +230,7 @@ impl ChebyshevFilter {
             }
         }
         let deflates = locked_theta.iter().any(|&t| t != 0.0);
-        Some(Self { degree, locked_theta, deflates, coefficients, weights })
+        Some(Self { degree, locked_theta, deflates, coefficients, weights, rounds })
     }
 }
 
@@ -314,6 +329,28 @@ mod tests {
         }
         assert!(plan.weights[3 * b + half..3 * b + half + b].iter().all(|&w| w == 1.0));
         assert!(!plan.deflates);
+    }
+
+    /// A residual that wants a higher degree than the columns' contamination allows gets the
+    /// allowed degree in several rounds, within the budget.
+    #[test]
+    fn a_degree_past_the_contamination_limit_runs_in_rounds() {
+        let (b, k) = (4, 2);
+        let flat = [4.0, 3.6, 3.3, 3.0];
+        // Pair 1: residual 0.5 against its bound 4e-5: T_d(5/3) ≥ 12 500 wants d = 10, twice that
+        // 20; its error along larger vectors, 0.5/(θ₁ − θ_b) = 0.5, allows T_d(5/3) ≤ 2e7: d ≤ 15.
+        let mut stats = vec![1.0; b];
+        stats.extend([0.5f64, 1e-2, 1e-2, 1e-2].iter().map(|r| r * r));
+        let plan = ChebyshevFilter::plan(&stats, &flat, &[0], (b, k), StopTest::IMAGES, 100).unwrap();
+        assert_eq!((plan.degree, plan.rounds), (15, 2), "{plan:?}");
+        // Without the budget for a second round, one.
+        let plan = ChebyshevFilter::plan(&stats, &flat, &[0], (b, k), StopTest::IMAGES, 20).unwrap();
+        assert_eq!((plan.degree, plan.rounds), (15, 1), "{plan:?}");
+        // A smaller residual fits in one round.
+        let mut stats = vec![1.0; b];
+        stats.extend([1e-2f64; 4].iter().map(|r| r * r));
+        let plan = ChebyshevFilter::plan(&stats, &flat, &[0], (b, k), StopTest::IMAGES, 100).unwrap();
+        assert_eq!(plan.rounds, 1, "{plan:?}");
     }
 
     /// Converged leading pairs are locked: the filter is scaled at the first unlocked pair, an

@@ -9,9 +9,6 @@ use crate::launch::error::{Result, ensure};
 use gpu_std::sim::{Dim3, LaunchConfig};
 use kernels::svd_factor as kf;
 
-/// Threads of [`kf::cholesky_near_identity`]'s block per image: it reads the whole matrix.
-const NEAR_IDENTITY_THREADS: u32 = 1024;
-
 /// Panel rows of [`blocked_cholesky_inverse`]: 64 on a GPU (a panel is one GEMM tile); 16 in
 /// the simulator, so that its tests on small matrices take several panels.
 pub fn cholesky_panel_rows(device: &Device) -> usize {
@@ -59,7 +56,7 @@ pub unsafe fn inverse_cholesky_factor(
                 device,
                 device.queue(),
                 (gram, rinv, scratch),
-                (b, images),
+                (b, images, plan.cholesky_panel_rows),
                 plan.near_identity,
             ),
         }
@@ -73,8 +70,9 @@ pub unsafe fn inverse_cholesky_factor(
 /// except where `w` is within `near_identity/b` of the identity (then `R⁻¹` is `I − U` to first
 /// order and the other kernels skip the image: [`kf::cholesky_near_identity`]; 0 turns it off); `w`'s
 /// strict lower triangle and `diagonal` (`images·(b + 1)` values) are work space. Queued on
-/// `queue`: `3·⌈b/nb⌉ − 1` launches for the factor ([`cholesky_panel_rows`]) and 2 per level of
-/// the inverse's recursive doubling (`⌈log₂⌈b/nb⌉⌉`), each for every image, and no wait.
+/// `queue`: `3·⌈b/nb⌉ − 1` launches for the factor (panels of `nb` rows, at most
+/// [`kf::CHOLESKY_PANEL_MAX`]; the plan's [`cholesky_panel_rows`]) and 2 per level of the
+/// inverse's recursive doubling (`⌈log₂⌈b/nb⌉⌉`), each for every image, and no wait.
 ///
 /// # Safety
 /// The buffers must live until the queue reaches the launches (as for [`Device::launch_on`]).
@@ -82,10 +80,13 @@ pub unsafe fn blocked_cholesky_inverse(
     device: &Device,
     queue: &Queue,
     (w, rinv, diagonal): (&mut Buffer<f64>, &mut Buffer<f64>, &mut Buffer<f64>),
-    (b, images): (usize, usize),
+    (b, images, nb): (usize, usize, usize),
     near_identity: f64,
 ) -> Result<()> {
     let len = images * b * b;
+    ensure((1..=kf::CHOLESKY_PANEL_MAX as usize).contains(&nb), || {
+        format!("blocked Cholesky with panels of {nb} rows: 1 to {}", kf::CHOLESKY_PANEL_MAX)
+    })?;
     ensure(
         b > 0 && images > 0 && w.len() >= len && rinv.len() >= len && diagonal.len() >= images * (b + 1),
         || {
@@ -97,7 +98,6 @@ pub unsafe fn blocked_cholesky_inverse(
             )
         },
     )?;
-    let nb = cholesky_panel_rows(device);
     let panels = b.div_ceil(nb);
     let config = |blocks: usize| LaunchConfig {
         grid: Dim3 { x: blocks as u32, y: 1, z: images as u32 },
@@ -105,12 +105,24 @@ pub unsafe fn blocked_cholesky_inverse(
         shared_bytes: kf::BLOCKED_CHOLESKY_SHARED_BYTES,
     };
     let (b32, nb32) = (b as u32, nb as u32);
+    let near_identity_config = LaunchConfig {
+        grid: Dim3 { x: b.div_ceil(kf::NEAR_IDENTITY_ROWS as usize) as u32, y: 1, z: images as u32 },
+        block: Dim3::x(32 * kf::NEAR_IDENTITY_ROWS),
+        shared_bytes: 0,
+    };
+    device.zero_on(queue, diagonal.view_mut(..images * (b + 1))?)?;
     // SAFETY: as below.
     unsafe {
         device.launch_on(
             queue,
+            &kf::CHOLESKY_DISTANCE_TO_IDENTITY,
+            near_identity_config,
+            (&*w, &mut *diagonal, b32),
+        )?;
+        device.launch_on(
+            queue,
             &kf::CHOLESKY_NEAR_IDENTITY,
-            LaunchConfig { block: Dim3::x(NEAR_IDENTITY_THREADS), shared_bytes: 0, ..config(1) },
+            near_identity_config,
             (&*w, &mut *rinv, &mut *diagonal, b32, near_identity),
         )?;
     }

@@ -101,10 +101,10 @@ fn converge<'a>(
     work.gram_matrix()?;
     work.start_basis()?;
     let mut counts = IterationCounts::default();
-    for _ in 0..plan.products_before_rayleigh_ritz {
+    for i in 0..plan.products_before_rayleigh_ritz {
         counts.iterations += 1;
         work.multiply_by_g()?;
-        work.subspace_step()?;
+        work.subspace_step(i + 1 == plan.products_before_rayleigh_ritz)?;
     }
     // Power steps still to take before the next Rayleigh–Ritz step.
     let mut power_steps = 0;
@@ -142,6 +142,13 @@ fn converge<'a>(
                 counts.filter_steps += filter.degree;
                 counts.iterations += filter.degree - 1;
                 work.chebyshev_filter(&filter)?;
+                // Further rounds start from the orthonormalised basis, one product more each.
+                for _ in 1..filter.rounds {
+                    work.next_basis()?;
+                    counts.filter_steps += filter.degree;
+                    counts.iterations += filter.degree;
+                    work.filter_again(&filter)?;
+                }
             }
             None => {
                 power_steps =
