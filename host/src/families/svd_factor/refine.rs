@@ -12,7 +12,7 @@
 //! 1. `W = A_eff·V` (`m_eff × b`) and its orthonormal basis `X`;
 //! 2. `Bᵀ = A_effᵀ·X` (`r × b`) and its orthonormal basis `Y`;
 //! 3. `S = Yᵀ·Bᵀ` (`b × b`), so that `A_eff ≈ X·Sᵀ·Yᵀ`; the SVD `Sᵀ = U_s·Σ·V_sᵀ` on the host
-//!    (faer);
+//!    (faer), of `Sᵀ` without the zero rows and columns of the bases' left-out columns;
 //! 4. the triplets `X·U_s`, `Σ`, `Y·V_s`, the first `k` of them.
 //!
 //! The singular values are those of `Xᵀ·A_eff`, `A` restricted to a subspace that holds the leading
@@ -150,16 +150,10 @@ fn refine(
     let mut right = Vec::with_capacity(images * b * k);
     let mut singular_values = Vec::with_capacity(images);
     for st in small.chunks(b * b) {
-        let st = Mat::from_fn(b, b, |i, j| st[j * b + i]);
-        let svd = st.thin_svd().map_err(|e| {
-            Error::Numerical(format!("the SVD of the {b} × {b} projected matrix failed: {e:?}"))
-        })?;
-        // faer's singular values are non-negative and non-increasing.
-        singular_values.push(svd.S().column_vector().iter().take(k).copied().collect());
-        for i in 0..b {
-            left.extend((0..k).map(|p| svd.U()[(i, p)]));
-            right.extend((0..k).map(|p| svd.V()[(i, p)]));
-        }
+        let (values, u_s, v_s) = projected_svd(Mat::from_fn(b, b, |i, j| st[j * b + i]), k)?;
+        singular_values.push(values);
+        left.extend(u_s);
+        right.extend(v_s);
     }
     let left = device.upload(&left)?;
     let right = device.upload(&right)?;
@@ -192,6 +186,39 @@ fn refine(
         iterations: counts.iterations,
         plan: plan.clone(),
     })
+}
+
+/// The leading `k` singular triplets of the projected matrix `Sᵀ` (`b × b`): the values
+/// (non-increasing, 0 past its rank) and the left and right vectors (`b × k` each, row-major), by
+/// faer's SVD of `Sᵀ` without its zero rows and columns. Those belong to the columns the bases
+/// left out (zero vectors), and kept in they would let faer mix a singular vector of a tiny `σᵢ`
+/// with them by up to `ε·‖S‖/σᵢ` (1e-4 at `σᵢ = 1e-12·σ₁`): weight on a zero column, which
+/// leaves `X·uᵢ` short of unit norm by its square.
+fn projected_svd(st: Mat<f64>, k: usize) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    let b = st.nrows();
+    let rows: Vec<usize> = (0..b).filter(|&i| (0..b).any(|j| st[(i, j)] != 0.0)).collect();
+    let cols: Vec<usize> = (0..b).filter(|&j| (0..b).any(|i| st[(i, j)] != 0.0)).collect();
+    let mut values = vec![0.0; k];
+    let (mut u_s, mut v_s) = (vec![0.0; b * k], vec![0.0; b * k]);
+    if rows.is_empty() || cols.is_empty() {
+        return Ok((values, u_s, v_s));
+    }
+    let kept = Mat::from_fn(rows.len(), cols.len(), |i, j| st[(rows[i], cols[j])]);
+    let svd = kept
+        .thin_svd()
+        .map_err(|e| Error::Numerical(format!("the SVD of the {b} × {b} projected matrix failed: {e:?}")))?;
+    // faer's singular values are non-negative and non-increasing.
+    let found = k.min(rows.len()).min(cols.len());
+    for p in 0..found {
+        values[p] = svd.S().column_vector()[p];
+        for (i, &row) in rows.iter().enumerate() {
+            u_s[row * k + p] = svd.U()[(i, p)];
+        }
+        for (j, &col) in cols.iter().enumerate() {
+            v_s[col * k + p] = svd.V()[(j, p)];
+        }
+    }
+    Ok((values, u_s, v_s))
 }
 
 /// An orthonormal basis of the columns of each `rows × cols` row-major matrix in `input` (`images`
@@ -306,4 +333,40 @@ fn cholesky_leaving_out(scaled: &Mat<f64>, kept: &[usize]) -> (Mat<f64>, Vec<usi
     }
     let l = Mat::from_fn(at.len(), at.len(), |i, j| if j <= i { rows[i][j] } else { 0.0 });
     (l, at.iter().map(|&c| kept[c]).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The projected matrix's zero rows and columns (the bases' left-out columns) get no weight in
+    /// any singular vector, also beside a singular value of 1e-12; its values are exact.
+    #[test]
+    fn the_projected_svd_leaves_the_left_out_columns_out() {
+        let (c, s) = (0.6f64, 0.8f64);
+        // Sᵀ = G·diag(1, 1e-12)·Hᵀ on rows and columns {0, 2} of 3 (G, H rotations); row and column
+        // 1 zero.
+        let sigma = [1.0, 1e-12];
+        let (g, h) = ([[c, -s], [s, c]], [[s, c], [-c, s]]);
+        let mut st = Mat::<f64>::zeros(3, 3);
+        let at = [0, 2];
+        for i in 0..2 {
+            for j in 0..2 {
+                st[(at[i], at[j])] = (0..2).map(|p| g[i][p] * sigma[p] * h[j][p]).sum();
+            }
+        }
+        let k = 3;
+        let (values, u_s, v_s) = projected_svd(st, k).unwrap();
+        assert!((values[0] - 1.0).abs() < 1e-15 && (values[1] - 1e-12).abs() < 1e-15, "{values:?}");
+        assert_eq!(values[2], 0.0);
+        for p in 0..k {
+            assert_eq!((u_s[k + p], v_s[k + p]), (0.0, 0.0), "vector {p} on the left-out row or column");
+        }
+        // The first two vectors are unit vectors; the third (σ = 0) is zero, for the completion.
+        for p in 0..2 {
+            let norm = |m: &[f64]| (0..3).map(|i| m[i * k + p] * m[i * k + p]).sum::<f64>();
+            assert!((norm(&u_s) - 1.0).abs() < 1e-15 && (norm(&v_s) - 1.0).abs() < 1e-15);
+        }
+        assert!((0..3).all(|i| u_s[i * k + 2] == 0.0 && v_s[i * k + 2] == 0.0));
+    }
 }
