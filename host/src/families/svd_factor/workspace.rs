@@ -26,7 +26,8 @@ use kernels::svd_factor::{self as kf, Layout};
 const STARTING_SEED: u32 = 0x5eed_0000;
 
 /// Rows of the basis per block of the kernels that sum over them ([`kf::ritz_residuals`],
-/// [`kf::deflation_overlaps`]): one block per 32 columns took 0.2 ms at `r = 4096`, `b = 512`.
+/// [`kf::deflation_overlaps`], [`kf::basis_column_norms`]): one block per 32 columns took 0.1–0.2
+/// ms at `r = 4096`, `b = 512`.
 const SUMMED_ROWS: usize = 256;
 
 /// Queues `kernel` on the device's queue, under the module's safety argument.
@@ -180,7 +181,7 @@ impl<'a> Workspace<'a> {
     }
 
     /// [`Self::residuals_config`] with the rows dealt over blocks too, a run of [`SUMMED_ROWS`]
-    /// each (the kernels that add their sums atomically: `ritz_residuals`, `deflation_overlaps`).
+    /// each (the kernels that add their sums atomically).
     fn row_blocks_config(&self) -> LaunchConfig {
         let residuals = self.residuals_config();
         let row_blocks = self.plan.r.div_ceil(SUMMED_ROWS) as u32;
@@ -377,12 +378,18 @@ impl<'a> Workspace<'a> {
     /// The Chebyshev filter of `[V W]` in place: the halves of `vw` take turns holding its last two
     /// bases; each product `G·X` goes to Y's place in `qy`.
     pub(super) fn chebyshev_filter(&mut self, filter: &ChebyshevFilter) -> Result<()> {
-        let (r, b) = (self.plan.r, self.plan.b);
         let mut padded = filter.coefficients.clone();
         padded.resize(self.filter.coefficients.len(), 0.0);
         self.device.upload_into(&mut self.filter.coefficients, &padded)?;
         self.device.upload_into(&mut self.weights, &filter.weights)?;
         self.device.upload_into(&mut self.filter.locked_theta, &filter.locked_theta)?;
+        self.run_filter(filter)
+    }
+
+    /// The steps of the filter whose coefficients, weights and locked values
+    /// [`Self::chebyshev_filter`] uploaded, on `[V W]` in place.
+    fn run_filter(&mut self, filter: &ChebyshevFilter) -> Result<()> {
+        let (r, b) = (self.plan.r, self.plan.b);
         let columns = self.columns_config();
         let mut newer = 0;
         for step in 0..filter.degree {
@@ -438,11 +445,12 @@ impl<'a> Workspace<'a> {
         Ok(())
     }
 
-    /// The filter again on the orthonormalised basis: `Y = G·Q`, then `[Q Y]` taken as `[V W]`.
+    /// The last [`Self::chebyshev_filter`] again (its values already on the device) on the
+    /// orthonormalised basis: `Y = G·Q`, then `[Q Y]` taken as `[V W]`.
     pub(super) fn filter_again(&mut self, filter: &ChebyshevFilter) -> Result<()> {
         self.multiply_by_g()?;
         std::mem::swap(&mut self.qy, &mut self.vw);
-        self.chebyshev_filter(filter)
+        self.run_filter(filter)
     }
 
     /// The next basis `X = V·E + W·F` in Q's place, orthonormalised by two passes of Cholesky QR
