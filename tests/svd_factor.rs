@@ -1292,8 +1292,10 @@ fn the_pipelined_tensor_core_gemm_matches_exact_products() {
 
 /// Symmetric `b × b` matrices whose eigenvalues are known exactly: `Q·diag(λ)·Qᵀ` with `Q` a
 /// seeded random orthogonal matrix, for spectra with repeated and zero eigenvalues, with a tight
-/// cluster and decay, and a spread one; and the zero matrix. Row-major, with their `λ` sorted
-/// decreasingly.
+/// cluster and decay, and a spread one; the zero matrix; and the tridiagonal `(−1, 2, −1)`, whose
+/// `λₖ = 2 − 2·cos(kπ/(b + 1))` and whose halves are alike, so that the divide and conquer's
+/// merges of equal pieces meet equal eigenvalues and rotate them out. Row-major, with their `λ`
+/// sorted decreasingly.
 fn known_spectra(seed: u64, b: usize) -> Vec<(Vec<f64>, Vec<f64>)> {
     let mut rng = common::rng(seed);
     let repeated: Vec<f64> = (0..b)
@@ -1320,6 +1322,17 @@ fn known_spectra(seed: u64, b: usize) -> Vec<(Vec<f64>, Vec<f64>)> {
         all.push((matrix, lambda));
     }
     all.push((vec![0.0; b * b], vec![0.0; b]));
+    let second_difference = (0..b * b)
+        .map(|e| match (e / b).abs_diff(e % b) {
+            0 => 2.0,
+            1 => -1.0,
+            _ => 0.0,
+        })
+        .collect();
+    let mut lambda: Vec<f64> =
+        (1..=b).map(|k| 2.0 - 2.0 * (k as f64 * std::f64::consts::PI / (b + 1) as f64).cos()).collect();
+    lambda.sort_by(|x, y| y.total_cmp(x));
+    all.push((second_difference, lambda));
     all
 }
 

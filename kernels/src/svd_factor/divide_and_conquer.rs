@@ -10,17 +10,19 @@
 //!
 //! 1. `z = [last row of Q₁, ±first row of Q₂]/√2` and the two pieces' eigenvalues merged into
 //!    ascending order (a thread per eigenvalue, by binary search in the other piece);
-//! 2. deflation, a thread per merge (LAPACK's `laed2`): pairs with `ρ·|zᵢ| ≤ tol` keep their
-//!    eigenpair, and an eigenvalue close to the next is rotated out (a Givens rotation of the two
-//!    vectors) so that it keeps its pair too;
+//! 2. deflation (LAPACK's `laed2`): pairs with `ρ·|zᵢ| ≤ tol` keep their eigenpair, and an
+//!    eigenvalue close to the next is rotated out (a Givens rotation of the two vectors) so that
+//!    it keeps its pair too; a thread per element by warp votes and counts where no rotation is
+//!    due, else a thread per merge in order;
 //! 3. the rotations (a warp per merge, in order) and the roots of the secular equation
-//!    `1/ρ + Σ zᵢ²/(dᵢ − λ) = 0`, a thread per root: each relative to its nearer pole, so that
+//!    `1/ρ + Σ zᵢ²/(dᵢ − λ) = 0`, a warp per root: each relative to its nearer pole, so that
 //!    `dᵢ − λ` is accurate for the vectors, by a two-pole rational model step (Bunch, Nielsen and
 //!    Sorensen) safeguarded by bisection of the root's bracket;
 //! 4. `ẑ` from the roots (Gu and Eisenstat: the `z` for which the computed roots are exact, so
 //!    the vectors below are orthogonal to working precision) and each eigenvalue's place in the
 //!    merged order;
-//! 5. the secular vectors `ẑᵢ/(dᵢ − λⱼ)`, normalised, a thread each;
+//! 5. the secular vectors `ẑᵢ/(dᵢ − λⱼ)`, normalised, a warp each (a warp's lanes on consecutive
+//!    elements of a vector, so that its reads and writes are whole lines);
 //! 6. the new eigenvectors: the pieces' vectors times the secular vectors (a warp per four
 //!    vectors and 32 rows), deflated ones copied, all into their places in ascending order.
 //!
@@ -33,7 +35,7 @@
 
 use super::tridiagonal::{TRIDIAGONAL_MAX_B, Vector, tridiagonal_scratch, tridiagonal_scratch_parts};
 use gpu_std::grid::GridBarrier;
-use gpu_std::{kernel, math, shared, thread};
+use gpu_std::{block, kernel, math, shared, thread, warp};
 
 /// Vectors of `b` f64 of one level's work ([`Level`]).
 const LEVEL_VECTORS: usize = 16;
@@ -440,17 +442,23 @@ unsafe fn merge_level(
             g += nt;
         }
         thread::sync_threads();
-        // 2. Deflation, a thread per merge.
-        let mut q = tid;
+        // 2. Deflation: a thread per element where no rotation is due, else a thread per merge.
+        deflate_without_rotations(level, e, half, bu, scale);
+        let (mut q, mut rotating) = (tid, false);
         while q < merges {
             let (s, m, t) = merge_of(q * 2 * half, half, bu);
-            if m < t {
+            if m < t && level.counts().get(s + 1) != 0.0 {
                 deflate(level, (s, t), tear(m).0);
+                rotating |= level.counts().get(s + 1) > 0.0;
             }
             q += nt;
         }
-        thread::sync_threads();
-        // 3. The rotations, a warp per merge, and the roots, a thread each.
+        // The rotations below overwrite vectors that phase 1 of a group's other blocks may still
+        // read: where there are any (every block finds the same), the whole group waits first.
+        if block::sync_threads_or(rotating) {
+            wk.sync();
+        }
+        // 3. The rotations, a warp per merge, and the roots, a warp each.
         let mut q = gwarp;
         while q < merges {
             let (s, m, t) = merge_of(q * 2 * half, half, bu);
@@ -467,10 +475,11 @@ unsafe fn merge_level(
             }
             q += gwarps;
         }
-        // The roots into shared memory for one block, else into the scratch for every block.
+        // The roots, a warp each (its lanes share the sums over the poles and write the row of
+        // `u` together), into shared memory for one block, else into the scratch for every block.
         let grouped = wk.blocks() > 1;
         let roots = if grouped { sp.roots } else { level.roots() };
-        let mut g = gtid;
+        let mut g = gwarp;
         while g < bu {
             let (s, m, t) = merge_of(g, half, bu);
             let k = if m < t { level.counts().get(s) as usize } else { 0 };
@@ -478,12 +487,16 @@ unsafe fn merge_level(
                 let (poles, weights) = (level.pole().sub(s, k), level.weight().sub(s, k));
                 let (origin, tau) = secular_root(poles, weights, tear(m).0, g - s);
                 let at = poles.get(origin);
-                roots.set(g, at + tau);
-                for i in 0..k {
+                if lane == 0 {
+                    roots.set(g, at + tau);
+                }
+                let mut i = lane;
+                while i < k {
                     u.set(g * bu + s + i, (poles.get(i) - at) - tau);
+                    i += 32;
                 }
             }
-            g += gnt;
+            g += gwarps;
         }
         wk.sync();
         if grouped {
@@ -542,26 +555,31 @@ unsafe fn merge_level(
             }
             g += nt;
         }
-        thread::sync_threads();
-        // 5. The secular vectors, normalised, a thread each.
-        let mut g = gtid;
+        // Every block's reads of `u` above before any block overwrites its rows below.
+        wk.sync();
+        // 5. The secular vectors, normalised, a warp each.
+        let mut g = gwarp;
         while g < bu {
             let (s, m, t) = merge_of(g, half, bu);
             let k = if m < t { level.counts().get(s) as usize } else { 0 };
             if g - s < k {
                 let row = u.sub(g * bu + s, k);
                 let mut ss = 0.0f64;
-                for i in 0..k {
+                let mut i = lane;
+                while i < k {
                     let x = level.zhat().get(s + i) / row.get(i);
                     row.set(i, x);
                     ss = math::fma(x, x, ss);
+                    i += 32;
                 }
-                let inv = 1.0 / math::sqrt(ss);
-                for i in 0..k {
+                let inv = 1.0 / math::sqrt(warp::reduce(ss, |a, b| a + b));
+                let mut i = lane;
+                while i < k {
                     row.set(i, row.get(i) * inv);
+                    i += 32;
                 }
             }
-            g += gnt;
+            g += gwarps;
         }
         wk.sync();
         // 6. The new eigenvectors into their places: for pieces of up to 16 rows a warp per
@@ -636,6 +654,129 @@ unsafe fn count_below(values: Vector, (s, t): (usize, usize), value: f64, or_equ
         }
     }
     lo - s
+}
+
+/// LAPACK's `laed2` deflation of every merge of the level at once, a thread per element, on the
+/// premise that no merge needs a rotation (eigenvalues close together are rare): each element's
+/// tolerance test and the counts of kept and set-aside elements before it (by warp ballots and
+/// per-warp counts) give its place, as [`deflate`] would give it. A merge where some element
+/// would rotate gets `counts()[s + 1] ≠ 0` instead, for [`deflate`] to redo it. The level's
+/// `roots`, `zhat` and `place` vectors, unused until phase 3, hold the maxima of `|z|` per merge
+/// (or per warp of a wide merge), and each warp's kept elements and last kept element. All
+/// threads of the block call it; a barrier follows. Not inlined: inlined, it raised the kernel's
+/// spills (ptxas: 364 bytes of stores against 232).
+///
+/// # Safety
+/// As for [`divide_and_conquer`] (`e` the off-diagonal); phase 1 of the level ran, and a barrier
+/// followed it.
+#[inline(never)]
+unsafe fn deflate_without_rotations(level: Level, e: Vector, half: usize, bu: usize, scale: f64) {
+    let tid = thread::thread_idx_x() as usize;
+    let lane = tid % 32;
+    let (d, z) = (level.sorted_d(), level.sorted_z());
+    let (zmax_of, warp_kept, warp_last) = (level.roots(), level.zhat(), level.place());
+    // A merge narrower than a warp: its `seg` lanes from a multiple of `seg`.
+    let seg = (2 * half).min(32);
+    let seg_lanes = if seg == 32 { u32::MAX } else { ((1u32 << seg) - 1) << (lane / seg * seg) };
+    let below = (1u32 << lane) - 1;
+    // SAFETY (whole body): every index is below b (elements) or b / seg rounded up; between
+    // barriers each element is written by one thread.
+    unsafe {
+        // |z|'s maximum over each merge's lanes (by a warp of a wide merge).
+        for_each_element(bu, |j| {
+            let (s, m, t) = merge_of(j.min(bu - 1), half, bu);
+            let mut zmax = if j < bu && m < t { math::abs(z.get(j)) } else { 0.0 };
+            let mut step = 1;
+            while step < seg {
+                zmax = zmax.max(warp::shfl_xor_sync(u32::MAX, zmax, step as u32));
+                step *= 2;
+            }
+            if j < bu && j % seg == 0 {
+                zmax_of.set(j / seg, zmax);
+            }
+            if j < bu && j == s && m < t {
+                level.counts().set(s + 1, 0.0);
+            }
+        });
+        thread::sync_threads();
+        // Each element's test: whether it keeps a pole, and the merge's tolerance.
+        let tested = #[inline(always)]
+        |j: usize| -> (bool, f64, (usize, usize, usize)) {
+            let (s, m, t) = merge_of(j.min(bu - 1), half, bu);
+            if j >= bu || m >= t {
+                return (false, 0.0, (s, m, t));
+            }
+            let mut zmax = 0.0f64;
+            for i in s / seg..(t - 1) / seg + 1 {
+                zmax = zmax.max(zmax_of.get(i));
+            }
+            let tol = 8.0 * f64::EPSILON * math::abs(d.get(s)).max(math::abs(d.get(t - 1))).max(zmax);
+            let rho = 2.0 * math::abs(e.get(m - 1)) / scale;
+            (rho * math::abs(z.get(j)) > tol, tol, (s, m, t))
+        };
+        // The kept elements of each warp (of a wide merge).
+        for_each_element(bu, |j| {
+            let kept = warp::ballot_sync(u32::MAX, tested(j).0);
+            if lane == 0 && j < bu {
+                warp_kept.set(j / 32, kept.count_ones() as f64);
+                let last = if kept == 0 { -1.0 } else { (j + 31 - kept.leading_zeros() as usize) as f64 };
+                warp_last.set(j / 32, last);
+            }
+        });
+        thread::sync_threads();
+        // Places: the kept elements from `s` in order, the set-aside ones from `t − 1` down.
+        for_each_element(bu, |j| {
+            let (keep, tol, (s, m, t)) = tested(j);
+            let kept = warp::ballot_sync(u32::MAX, keep) & seg_lanes;
+            if j >= bu || m >= t {
+                return;
+            }
+            let mut before = (kept & below).count_ones() as usize;
+            for w in s / 32..j / 32 {
+                before += warp_kept.get(w) as usize;
+            }
+            let to = if keep { s + before } else { t - 1 - (j - s - before) };
+            level.pole().set(to, d.get(j));
+            level.row().set(to, level.sorted_row().get(j));
+            if keep {
+                level.weight().set(to, z.get(j));
+                // The kept element before it, in its warp or the merge's warps before.
+                let mut p = -1.0f64;
+                if kept & below != 0 {
+                    p = (j - lane + 31 - (kept & below).leading_zeros() as usize) as f64;
+                } else {
+                    let mut w = j / 32;
+                    while w > s / 32 && p < 0.0 {
+                        w -= 1;
+                        p = warp_last.get(w);
+                    }
+                }
+                if p >= 0.0 {
+                    let (zp, zj) = (z.get(p as usize), z.get(j));
+                    let r = math::sqrt(math::fma(zp, zp, zj * zj));
+                    if math::abs((d.get(j) - d.get(p as usize)) * (zj / r) * (-zp / r)) <= tol {
+                        level.counts().set(s + 1, 1.0);
+                    }
+                }
+            }
+            if j == t - 1 {
+                level.counts().set(s, (before + keep as usize) as f64);
+            }
+        });
+        thread::sync_threads();
+    }
+}
+
+/// Runs `body(j)` for every element `j` of the block's share, a warp's worth at a time: every lane
+/// of a warp takes every step (for the warp votes), those past `b` with `j ≥ b`.
+#[inline(always)]
+fn for_each_element(bu: usize, mut body: impl FnMut(usize)) {
+    let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
+    let mut j = tid;
+    while j - tid % 32 < bu {
+        body(j);
+        j += nt;
+    }
 }
 
 /// LAPACK's `laed2` deflation of the merge `[s, t)` from the sorted `d`, `z` (unit norm) and rows:
@@ -814,14 +955,19 @@ unsafe fn product_tile(
 
 /// Root `j` (ascending) of `1/ρ + Σ zᵢ²/(dᵢ − λ) = 0` for poles `d` (ascending, distinct) and
 /// weights `z` (none zero), as `(o, τ)` with `λ = d[o] + τ`: `o` the nearer pole, so that every
-/// `dᵢ − λ = (dᵢ − d[o]) − τ` is accurate. One thread.
+/// `dᵢ − λ = (dᵢ − d[o]) − τ` is accurate. One warp: each lane sums every 32nd pole and the sums
+/// meet by [`warp::reduce`], which gives every lane the same bits, so that the lanes take the
+/// same steps and return the same root.
 ///
 /// # Safety
-/// `d` and `z` hold `k ≥ 1` values, `j < k`, `ρ > 0`.
+/// `d` and `z` hold `k ≥ 1` values, `j < k`, `ρ > 0`; all 32 lanes of the warp call it alike.
 #[inline(always)]
 unsafe fn secular_root(d: Vector, z: Vector, rho: f64, j: usize) -> (usize, f64) {
     let k = d.len;
     let inv_rho = 1.0 / rho;
+    let lane = thread::thread_idx_x() as usize % 32;
+    let sum = #[inline(always)]
+    |x: f64| warp::reduce(x, |a, b| a + b);
     // SAFETY: every index is below k (the contract).
     unsafe {
         if k == 1 {
@@ -832,25 +978,30 @@ unsafe fn secular_root(d: Vector, z: Vector, rho: f64, j: usize) -> (usize, f64)
         let (origin, mut lo, mut hi) = if j + 1 < k {
             // The root's half of (d_j, d_j+1), from the function's sign at the middle.
             let mid = 0.5 * (d.get(j + 1) - dj);
-            let mut f = inv_rho;
-            for i in 0..k {
+            let mut f = 0.0f64;
+            let mut i = lane;
+            while i < k {
                 let zi = z.get(i);
                 f += zi * zi / ((d.get(i) - dj) - mid);
+                i += 32;
             }
-            if f >= 0.0 { (j, 0.0, mid) } else { (j + 1, -mid, 0.0) }
+            if inv_rho + sum(f) >= 0.0 { (j, 0.0, mid) } else { (j + 1, -mid, 0.0) }
         } else {
             let mut zz = 0.0f64;
-            for i in 0..k {
+            let mut i = lane;
+            while i < k {
                 zz = math::fma(z.get(i), z.get(i), zz);
+                i += 32;
             }
-            (j, 0.0, rho * zz)
+            (j, 0.0, rho * sum(zz))
         };
         let at = d.get(origin);
         let mut tau = 0.5 * (lo + hi);
         for _ in 0..MAX_SECULAR_STEPS {
             // f and its parts from the poles left (ψ) and right (φ) of the root.
             let (mut psi, mut dpsi, mut phi, mut dphi) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
-            for i in 0..k {
+            let mut i = lane;
+            while i < k {
                 let zi = z.get(i);
                 let q = zi / ((d.get(i) - at) - tau);
                 if i <= j {
@@ -860,7 +1011,9 @@ unsafe fn secular_root(d: Vector, z: Vector, rho: f64, j: usize) -> (usize, f64)
                     phi = math::fma(zi, q, phi);
                     dphi = math::fma(q, q, dphi);
                 }
+                i += 32;
             }
+            let (psi, dpsi, phi, dphi) = (sum(psi), sum(dpsi), sum(phi), sum(dphi));
             let f = inv_rho + psi + phi;
             let bound = f64::EPSILON * (8.0 * (phi - psi) + inv_rho + math::abs(tau) * (dpsi + dphi));
             if math::abs(f) <= bound {
