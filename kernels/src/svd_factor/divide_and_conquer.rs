@@ -19,8 +19,8 @@
 //!    `dᵢ − λ` is accurate for the vectors, by a two-pole rational model step (Bunch, Nielsen and
 //!    Sorensen) safeguarded by bisection of the root's bracket;
 //! 4. `ẑ` from the roots (Gu and Eisenstat: the `z` for which the computed roots are exact, so
-//!    the vectors below are orthogonal to working precision) and each eigenvalue's place in the
-//!    merged order;
+//!    the vectors below are orthogonal to working precision), a thread per pole over the group,
+//!    and each eigenvalue's place in the merged order;
 //! 5. the secular vectors `ẑᵢ/(dᵢ − λⱼ)`, normalised, a warp each (a warp's lanes on consecutive
 //!    elements of a vector, so that its reads and writes are whole lines);
 //! 6. the new eigenvectors: the pieces' vectors times the secular vectors (a warp per four
@@ -76,7 +76,7 @@ struct DcSpace {
     d: Vector,
     /// The off-diagonal, `e[i]` coupling rows `i` and `i + 1` (read only).
     e: Vector,
-    /// The eigenvalues, out (ascending).
+    /// The eigenvalues, out (ascending); until then, a group's `ẑ` of the level.
     lam: Vector,
     /// The eigenvectors, out: vector `j` (eigenvalue `lam[j]`) in row `j`.
     w: Vector,
@@ -247,7 +247,7 @@ impl Level {
         self.vector(13)
     }
 
-    /// Gu and Eisenstat's `ẑ`.
+    /// Gu and Eisenstat's `ẑ` (for one block; a group's is in `DcSpace::lam`).
     #[inline(always)]
     fn zhat(self) -> Vector {
         self.vector(14)
@@ -507,7 +507,41 @@ unsafe fn merge_level(
             }
             thread::sync_threads();
         }
-        // 4. ẑ, and every eigenvalue's place in the merged order.
+        // 4. ẑ, a lane per pole: 32 poles a warp, the warps dealt to a group's blocks in turn, into
+        //    the (not yet written) eigenvalues' place in the scratch for a group, else shared memory.
+        let zhat = if grouped { sp.lam } else { level.zhat() };
+        let mut chunk = tid / 32 * wk.blocks() + wk.block();
+        while chunk * 32 < bu {
+            let g = chunk * 32 + lane;
+            let (s, m, t) = merge_of(g.min(bu - 1), half, bu);
+            let k = if g < bu && m < t { level.counts().get(s) as usize } else { 0 };
+            let i = g.wrapping_sub(s);
+            if g < bu && i < k {
+                let (di, poles) = (level.pole().get(g), level.pole());
+                let mut prod = u.get(g * bu + g);
+                let mut j = 0;
+                while j < k {
+                    let n = UNROLL.min(k - j);
+                    let mut delta = [1.0f64; UNROLL];
+                    // Index loops with constant bounds, so that the arrays stay in registers.
+                    for q in 0..UNROLL {
+                        if q < n {
+                            delta[q] = u.get((s + j + q) * bu + g);
+                        }
+                    }
+                    for q in 0..UNROLL {
+                        if q < n && j + q != i {
+                            prod *= delta[q] / (di - poles.get(s + j + q));
+                        }
+                    }
+                    j += n;
+                }
+                let magnitude = math::sqrt((-prod).max(0.0));
+                zhat.set(g, if level.weight().get(g) < 0.0 { -magnitude } else { magnitude });
+            }
+            chunk += gwarps;
+        }
+        //    Every eigenvalue's place in the merged order, in every block alike.
         let mut g = tid;
         while g < bu {
             let (s, m, t) = merge_of(g, half, bu);
@@ -516,30 +550,6 @@ unsafe fn merge_level(
                 level.merged_values().set(g, level.values().get(g));
             } else {
                 let k = level.counts().get(s) as usize;
-                let i = g - s;
-                if i < k {
-                    let (di, poles) = (level.pole().get(g), level.pole());
-                    let mut prod = u.get(g * bu + g);
-                    let mut j = 0;
-                    while j < k {
-                        let n = UNROLL.min(k - j);
-                        let mut delta = [1.0f64; UNROLL];
-                        // Index loops with constant bounds, so that the arrays stay in registers.
-                        for q in 0..UNROLL {
-                            if q < n {
-                                delta[q] = u.get((s + j + q) * bu + g);
-                            }
-                        }
-                        for q in 0..UNROLL {
-                            if q < n && j + q != i {
-                                prod *= delta[q] / (di - poles.get(s + j + q));
-                            }
-                        }
-                        j += n;
-                    }
-                    let magnitude = math::sqrt((-prod).max(0.0));
-                    level.zhat().set(g, if level.weight().get(g) < 0.0 { -magnitude } else { magnitude });
-                }
                 let value_of = #[inline(always)]
                 |h: usize| if h - s < k { level.roots().get(h) } else { level.pole().get(h) };
                 let value = value_of(g);
@@ -555,7 +565,8 @@ unsafe fn merge_level(
             }
             g += nt;
         }
-        // Every block's reads of `u` above before any block overwrites its rows below.
+        // ẑ in every block, and every block's reads of `u` above before any block overwrites its
+        // rows below.
         wk.sync();
         // 5. The secular vectors, normalised, a warp each.
         let mut g = gwarp;
@@ -567,7 +578,7 @@ unsafe fn merge_level(
                 let mut ss = 0.0f64;
                 let mut i = lane;
                 while i < k {
-                    let x = level.zhat().get(s + i) / row.get(i);
+                    let x = zhat.get(s + i) / row.get(i);
                     row.set(i, x);
                     ss = math::fma(x, x, ss);
                     i += 32;
