@@ -1478,8 +1478,10 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                     (64, Reduction::OneBlock { shared: false }),
                     (200, Reduction::OneBlock { shared: false }),
                     (200, Reduction::Grid { groups: 3, shared: false }),
-                    (512, Reduction::Grid { groups: 32, shared: true }),
-                    (1024, Reduction::Grid { groups: 32, shared: true }),
+                    // 26 blocks for each of the five matrices: a cooperative launch within the
+                    // 132 multiprocessors of an H100.
+                    (512, Reduction::Grid { groups: 26, shared: true }),
+                    (1024, Reduction::Grid { groups: 26, shared: true }),
                 ])
                 .collect()
         } else {
@@ -1517,6 +1519,15 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
         for (b, reduction) in cases {
             let problems = known_spectra(b as u64, b);
             let images = problems.len();
+            // A cooperative launch's blocks all resident at once: on a GPU, at most its
+            // multiprocessors.
+            let reduction = reduction.map(|reduction| match reduction {
+                Reduction::Grid { groups, shared } if gpu => Reduction::Grid {
+                    groups: groups.min(device.multiprocessors().unwrap() / images as u32),
+                    shared,
+                },
+                other => other,
+            });
             let mut pairs = RitzPairs {
                 theta: poisoned(images * b),
                 sigma: poisoned(images * b),
