@@ -6,7 +6,8 @@ Usage (on the GPU machine, the bundle's wheel on PYTHONPATH; images from `svd-wo
 Torch tensors on the GPU (the image as floats in [0, 1]), CUDA events around one call (the GPU waits for
 the host between calls, so the host's share shows), median and minimum of 10 after two warm-ups (3 for
 `torch.linalg.svd`); ours checked against LAPACK's f64 singular values up to 2048². Cases: 512² at
-k = 100, 2048² at k = 50, 4096² at k = 100 and 256 (issue 40's single images).
+k = 100, 512² of seeded uniform noise at k = 100 (a flat spectrum), 2048² at k = 50, 4096² at k = 100
+and 256 (issue 51's single images).
 """
 
 import statistics
@@ -36,8 +37,21 @@ def per_call(fn, runs=10):
 
 
 small, medium, large = sys.argv[1:4]
-for path, k in [(small, 100), (medium, 50), (large, 100), (large, 256)]:
-    image = torch.from_numpy(np.asarray(Image.open(path), dtype=np.float32) / 255.0).cuda()
+
+
+def load(path):
+    """The image at `path` as floats in [0, 1] on the GPU."""
+    return torch.from_numpy(np.asarray(Image.open(path), dtype=np.float32) / 255.0).cuda()
+
+
+noise = torch.from_numpy(np.random.default_rng(0).random((512, 512), dtype=np.float32)).cuda()
+for label, image, k in [
+    ("", load(small), 100),
+    (" noise", noise, 100),
+    ("", load(medium), 50),
+    ("", load(large), 100),
+    ("", load(large), 256),
+]:
     _, s, _ = ks.svd(image, k)
     accuracy = "—"
     if image.shape[0] <= 2048:
@@ -48,5 +62,5 @@ for path, k in [(small, 100), (medium, 50), (large, 100), (large, 256)]:
         ("torch.linalg.svd", per_call(lambda: torch.linalg.svd(image, full_matrices=False), 3)),
         ("torch.svd_lowrank", per_call(lambda: torch.svd_lowrank(image, q=k + 10, niter=2))),
     ]:
-        print(f"{tuple(image.shape)} k={k:<4} {name:18s} median {median:8.2f} ms  min {least:8.2f}")
-    print(f"{tuple(image.shape)} k={k:<4} kernel_suite.svd max |Δσ|/σ₁ against LAPACK (f64): {accuracy}")
+        print(f"{tuple(image.shape)}{label} k={k:<4} {name:18s} median {median:8.2f} ms  min {least:8.2f}")
+    print(f"{tuple(image.shape)}{label} k={k:<4} kernel_suite.svd max |Δσ|/σ₁ against LAPACK (f64): {accuracy}")
