@@ -19,6 +19,7 @@ pub mod conv;
 pub mod gpu_std_probe;
 pub mod histogram;
 pub mod lombscargle;
+pub mod matrix_svd;
 pub mod mma_probe;
 pub mod reduce;
 pub mod saxpy;

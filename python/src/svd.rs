@@ -197,14 +197,9 @@ pub fn _svd_f64_into(
                     widen(target, &queue, a.view::<f32>().view(values)?, widened.view_mut(..)?)?;
                 }
                 target.queue_wait(target.queue(), target.mark_on(&queue)?)?;
-                let factors = matrix_svd::truncated_svd_of_buffer(target, &widened, (m, n), part.len(), k)?;
-                let (fu, fs, fvt) = stacked(&factors, (m, n), k);
+                let factors = matrix_svd::truncated_svd_on_device(target, &widened, (m, n), part.len(), k)?;
                 let q = target.queue();
-                let (fu, fs, fvt) = (
-                    target.upload(fu.as_slice().expect("standard layout"))?,
-                    target.upload(fs.as_slice().expect("standard layout"))?,
-                    target.upload(fvt.as_slice().expect("standard layout"))?,
-                );
+                let (fu, fs, fvt) = (&factors.u, target.upload(&factors.s.concat())?, &factors.vt);
                 target.copy_view(q, fu.view(..)?, u.view_mut().view_mut(first * m * k..end * m * k)?)?;
                 target.copy_view(q, fs.view(..)?, s.view_mut().view_mut(first * k..end * k)?)?;
                 target.copy_view(q, fvt.view(..)?, vt.view_mut().view_mut(first * k * n..end * k * n)?)?;

@@ -18,6 +18,7 @@ use crate::families::svd::reference::cpu_svd;
 use crate::families::svd_factor::{factor_accurate, finish_squared_sums, queue_squared_sums};
 use crate::launch::device::{Buffer, Device};
 use crate::launch::error::{Error, Result, ensure};
+use gpu_std::sim::{Dim3, LaunchConfig};
 use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
@@ -86,6 +87,40 @@ pub fn truncated_svd_of_buffer(
     count: usize,
     k: usize,
 ) -> Result<Vec<MatrixFactors>> {
+    let f = truncated_svd_on_device(device, a, (m, n), count, k)?;
+    let (u, vt) = (device.download(&f.u)?, device.download(&f.vt)?);
+    Ok(f.s
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| MatrixFactors {
+            u: Array2::from_shape_vec((m, k), u[i * m * k..(i + 1) * m * k].to_vec()).expect("m·k values"),
+            s,
+            vt: Array2::from_shape_vec((k, n), vt[i * k * n..(i + 1) * k * n].to_vec()).expect("k·n values"),
+        })
+        .collect())
+}
+
+/// The factors of a batch left on the device, finished as [`truncated_svd`]'s: for a caller whose
+/// arrays live on the GPU, which copies them into its own without a round trip through the host.
+pub struct DeviceFactors {
+    /// `U` of every matrix, `count × m × k`, row-major.
+    pub u: Buffer<f64>,
+    /// Per matrix, `σ₁ ≥ … ≥ σ_k ≥ 0`.
+    pub s: Vec<Vec<f64>>,
+    /// `Vᵀ` of every matrix, `count × k × n`, row-major.
+    pub vt: Buffer<f64>,
+}
+
+/// [`truncated_svd_of_buffer`] with the factors left on the device. The sign convention is applied
+/// there (`kernels::matrix_svd::sign_convention`); only a matrix whose accurate pass left a vector
+/// zero (a singular value of zero) crosses to the host to have its vectors completed.
+pub fn truncated_svd_on_device(
+    device: &Device,
+    a: &Buffer<f64>,
+    (m, n): (usize, usize),
+    count: usize,
+    k: usize,
+) -> Result<DeviceFactors> {
     check_problem((m, n), k)?;
     ensure(count > 0 && a.len() == count * m * n, || {
         format!("{} values for {count} matrices of {m} × {n}", a.len())
@@ -98,20 +133,69 @@ pub fn truncated_svd_of_buffer(
             "matrix {i} holds a NaN or infinite value (or values whose squares overflow): the matrix must be finite"
         )));
     }
-    let f = factor_accurate(device, a, (m, n), count, k)?;
-    let (u, vt) = (device.download(&f.u)?, device.download(&f.vt)?);
-    (0..count)
-        .map(|i| {
+    let mut f = factor_accurate(device, a, (m, n), count, k)?;
+    let norms = apply_sign_convention(device, &mut f.u, &mut f.vt, (m, n), count, k)?;
+    let unit = |squares: &f64| (squares.sqrt() - 1.0).abs() < 1e-6;
+    let incomplete: Vec<usize> =
+        (0..count).filter(|i| !norms[2 * i * k..2 * (i + 1) * k].iter().all(unit)).collect();
+    if !incomplete.is_empty() {
+        let (mut u, mut vt) = (device.download(&f.u)?, device.download(&f.vt)?);
+        for &i in &incomplete {
+            let (us, vs) = (i * m * k..(i + 1) * m * k, i * k * n..(i + 1) * k * n);
             let factors = MatrixFactors {
-                u: Array2::from_shape_vec((m, k), u[i * m * k..(i + 1) * m * k].to_vec())
-                    .expect("m·k values"),
+                u: Array2::from_shape_vec((m, k), u[us.clone()].to_vec()).expect("m·k values"),
                 s: f.singular_values[i].clone(),
-                vt: Array2::from_shape_vec((k, n), vt[i * k * n..(i + 1) * k * n].to_vec())
-                    .expect("k·n values"),
+                vt: Array2::from_shape_vec((k, n), vt[vs.clone()].to_vec()).expect("k·n values"),
             };
-            finished(factors, i)
-        })
-        .collect()
+            let factors = finished(factors, i)?;
+            u[us].copy_from_slice(factors.u.as_slice().expect("standard layout"));
+            vt[vs].copy_from_slice(factors.vt.as_slice().expect("standard layout"));
+        }
+        device.upload_into(&mut f.u, &u)?;
+        device.upload_into(&mut f.vt, &vt)?;
+    }
+    Ok(DeviceFactors { u: f.u, s: f.singular_values, vt: f.vt })
+}
+
+/// The sign convention on the device ([`flip_signs`]'s, by `sign_convention`) for the `count`
+/// matrices' `U` (`m × k` each) and `Vᵀ` (`k × n`); returns per matrix and vector `‖uⱼ‖²` and
+/// `‖vⱼ‖²`, interleaved (waits for the queue).
+fn apply_sign_convention(
+    device: &Device,
+    u: &mut Buffer<f64>,
+    vt: &mut Buffer<f64>,
+    (m, n): (usize, usize),
+    count: usize,
+    k: usize,
+) -> Result<Vec<f64>> {
+    ensure(u.len() == count * m * k && vt.len() == count * k * n, || {
+        format!("factors of {} and {} values for {count} matrices of {m} × {n} at k = {k}", u.len(), vt.len())
+    })?;
+    const THREADS: u32 = 256;
+    /// Most matrices per launch: the grid's `z` extent.
+    const MATRICES_PER_LAUNCH: usize = 65_535;
+    let mut norms = device.alloc_temporary::<f64>(device.queue(), 2 * count * k)?;
+    for first in (0..count).step_by(MATRICES_PER_LAUNCH) {
+        let end = (first + MATRICES_PER_LAUNCH).min(count);
+        let cfg = LaunchConfig {
+            grid: Dim3 { x: k as u32, y: 1, z: (end - first) as u32 },
+            block: Dim3::x(THREADS),
+            shared_bytes: (4 * THREADS + 1) * 8,
+        };
+        let args = (
+            u.view_mut(first * m * k..end * m * k)?,
+            vt.view_mut(first * k * n..end * k * n)?,
+            m as u32,
+            n as u32,
+            k as u32,
+            norms.view_mut(2 * first * k..2 * end * k)?,
+        );
+        // SAFETY: the kernel reads and writes each matrix's factors through checked slices of the
+        // lengths checked above, and `norms` holds two values per vector; the download below
+        // waits for the queue.
+        unsafe { device.launch(&kernels::matrix_svd::SIGN_CONVENTION, cfg, args)? };
+    }
+    device.download(&norms)
 }
 
 /// Checks that a matrix of `m × n` has `k` triplets: `m, n > 0` and `1 ≤ k ≤ min(m, n)`.
