@@ -89,15 +89,21 @@ pub fn truncated_svd_of_buffer(
 ) -> Result<Vec<MatrixFactors>> {
     let f = truncated_svd_on_device(device, a, (m, n), count, k)?;
     let (u, vt) = (device.download(&f.u)?, device.download(&f.vt)?);
-    Ok(f.s
-        .into_iter()
-        .enumerate()
-        .map(|(i, s)| MatrixFactors {
-            u: Array2::from_shape_vec((m, k), u[i * m * k..(i + 1) * m * k].to_vec()).expect("m·k values"),
-            s,
-            vt: Array2::from_shape_vec((k, n), vt[i * k * n..(i + 1) * k * n].to_vec()).expect("k·n values"),
-        })
-        .collect())
+    Ok(f.s.into_iter().enumerate().map(|(i, s)| batch_member((&u, s, &vt), (m, n), k, i)).collect())
+}
+
+/// Matrix `i`'s factors from a batch's row-major `U` (`m × k` each) and `Vᵀ` (`k × n` each) values.
+fn batch_member(
+    (u, s, vt): (&[f64], Vec<f64>, &[f64]),
+    (m, n): (usize, usize),
+    k: usize,
+    i: usize,
+) -> MatrixFactors {
+    MatrixFactors {
+        u: Array2::from_shape_vec((m, k), u[i * m * k..(i + 1) * m * k].to_vec()).expect("m·k values"),
+        s,
+        vt: Array2::from_shape_vec((k, n), vt[i * k * n..(i + 1) * k * n].to_vec()).expect("k·n values"),
+    }
 }
 
 /// The factors of a batch left on the device, finished as [`truncated_svd`]'s: for a caller whose
@@ -141,13 +147,9 @@ pub fn truncated_svd_on_device(
     if !incomplete.is_empty() {
         let (mut u, mut vt) = (device.download(&f.u)?, device.download(&f.vt)?);
         for &i in &incomplete {
-            let (us, vs) = (i * m * k..(i + 1) * m * k, i * k * n..(i + 1) * k * n);
-            let factors = MatrixFactors {
-                u: Array2::from_shape_vec((m, k), u[us.clone()].to_vec()).expect("m·k values"),
-                s: f.singular_values[i].clone(),
-                vt: Array2::from_shape_vec((k, n), vt[vs.clone()].to_vec()).expect("k·n values"),
-            };
+            let factors = batch_member((&u, f.singular_values[i].clone(), &vt), (m, n), k, i);
             let factors = finished(factors, i)?;
+            let (us, vs) = (i * m * k..(i + 1) * m * k, i * k * n..(i + 1) * k * n);
             u[us].copy_from_slice(factors.u.as_slice().expect("standard layout"));
             vt[vs].copy_from_slice(factors.vt.as_slice().expect("standard layout"));
         }
