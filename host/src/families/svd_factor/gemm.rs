@@ -90,6 +90,12 @@ impl GemmResult for f32 {
 /// pipelined kernels ([`Gemms`]).
 const PIPELINED_SMALL_BATCH: usize = 4;
 
+/// The inner dimension from which a small batch's products, however small, run on the pipelined
+/// kernels split along it ([`kf::pgemm_splits`]: parts of at least 128): on one image of
+/// 100 000 × 512 at `k = 10` (H200), `G·Q` (512 × 32 × 512) took 80 µs and `QᵀQ` (32 × 32 × 512)
+/// 62 µs on the 64 × 64 kernel, 8 blocks and 1.
+const SPLIT_K_MIN_INNER: usize = 256;
+
 /// The batched GEMMs of one factorisation: on the device's queue, over the plan's images, on the
 /// f64 tensor cores where the plan says — the pipelined kernels ([`kf::gemm_f64_pipelined_to`],
 /// [`kf::gemm_f64_pipelined_wide_to`], split-K where the tiles do not fill the GPU) for all but the
@@ -167,15 +173,18 @@ impl<'a> Gemms<'a> {
 
     /// Whether an `m × n × k` product runs on the pipelined tensor-core kernel
     /// ([`kf::gemm_f64_pipelined_to`]): on the tensor cores, for products of at least 2²⁵
-    /// multiply-adds per image, and for those of at least 2²⁴ over a batch of at most
-    /// [`PIPELINED_SMALL_BATCH`] images; the rest keep the 64 × 64 kernel, whose smaller tiles give
-    /// a batch of small products more blocks (64 × 256² at k = 50 took 49 ms on the pipelined
-    /// kernels against 40 on the 64 × 64 one: `docs/benchmarks/gemm.md`).
+    /// multiply-adds per image, and over a batch of at most [`PIPELINED_SMALL_BATCH`] images for
+    /// those of at least 2²⁴ in all or with an inner dimension of at least [`SPLIT_K_MIN_INNER`]
+    /// (split there, where the 64 × 64 kernel has a few blocks walk the whole inner dimension);
+    /// the rest keep the 64 × 64 kernel, whose smaller tiles give a batch of small products more
+    /// blocks (64 × 256² at k = 50 took 49 ms on the pipelined kernels against 40 on the 64 × 64
+    /// one: `docs/benchmarks/gemm.md`).
     fn pipelined(&self, (m, n, k): (usize, usize, usize)) -> bool {
         let per_image = m * n * k;
+        let small_batch = self.images <= PIPELINED_SMALL_BATCH;
         self.tensor_cores
             && (per_image >= 1 << 25
-                || (self.images <= PIPELINED_SMALL_BATCH && per_image * self.images >= 1 << 24))
+                || (small_batch && (per_image * self.images >= 1 << 24 || k >= SPLIT_K_MIN_INNER)))
     }
 
     /// A GEMM on a pipelined tensor-core kernel (`kernels.0`: [`kf::gemm_f64_pipelined_to`] or,

@@ -11,35 +11,40 @@
 //!
 //! 1. `W = A_eff·V` (`m_eff × b`) and its orthonormal basis `X`;
 //! 2. `Bᵀ = A_effᵀ·X` (`r × b`) and its orthonormal basis `Y`;
-//! 3. `S = Yᵀ·Bᵀ` (`b × b`), so that `A_eff ≈ X·Sᵀ·Yᵀ`; the SVD `Sᵀ = U_s·Σ·V_sᵀ` on the host
-//!    (faer), of `Sᵀ` without the zero rows and columns of the bases' left-out columns;
+//! 3. `S = Yᵀ·Bᵀ` (`b × b`), so that `A_eff ≈ X·Sᵀ·Yᵀ`; the SVD `Sᵀ = U_s·Σ·V_sᵀ` on the device,
+//!    as the eigenproblem of `[[0, Sᵀ], [S, 0]]` by the Ritz solver, where every matrix's
+//!    `σ_k ≥ 1e-3·σ₁` ([`projected_svd_on_device`]), else on the host (faer), of `Sᵀ` without the
+//!    zero rows and columns of the bases' left-out columns;
 //! 4. the triplets `X·U_s`, `Σ`, `Y·V_s`, the first `k` of them.
 //!
 //! The singular values are those of `Xᵀ·A_eff`, `A` restricted to a subspace that holds the leading
 //! left singular vectors to the iteration's accuracy times `σ_{b+1}/σᵢ` (step 2 is a half power
 //! step on `A`, without squaring), computed by two QR factorisations without forming `AᵀA`.
 //!
-//! The QR factorisations are Cholesky QR with column scaling, repeated until the basis is
-//! orthonormal to rounding (two passes, three for bases of condition past about 1e4): each pass
-//! forms `QᵀQ` on the device (a GEMM), factors it on the host (`b × b`), and multiplies on the
-//! device. The columns of `W` are `A·vᵢ`, about `σᵢ·uᵢ`, so their norms span the spectrum but
-//! scaled to unit norm they are nearly orthogonal: what is left of their condition comes from the
-//! Gram matrix's rounding in `V`'s smallest vectors (up to `√ε·σ₁/σᵢ`, 1e4 at `σᵢ = 1e-12·σ₁`).
-//! A column of norm at most [`NULL_COLUMN`]` · ‖w_max‖` (a null direction of `A`) and a column
+//! The QR factorisations are Cholesky QR: two passes on the device and a check of the result
+//! ([`orthonormalize_on_device`], one wait), or, where that basis is not orthonormal to rounding,
+//! with column scaling and the factor on the host, repeated until it is (two passes, three for
+//! bases of condition past about 1e4): each pass forms `QᵀQ` on the device (a GEMM), factors it
+//! on the host (`b × b`), and multiplies on the device. The columns of `W` are `A·vᵢ`, about
+//! `σᵢ·uᵢ`, so their norms span the spectrum but scaled to unit norm they are nearly orthogonal:
+//! what is left of their condition comes from the Gram matrix's rounding in `V`'s smallest
+//! vectors (up to `√ε·σ₁/σᵢ`, 1e4 at `σᵢ = 1e-12·σ₁`). On the host, a column of norm at most [`NULL_COLUMN`]` · ‖w_max‖` (a null direction of `A`) and a column
 //! within [`DEPENDENT_PIVOT`] of the span of the columns before it are left out of the basis (a zero
 //! column): what they hold of `A` is below `1e-13·σ₁`. Their triplets get `σ = 0` here, with zero
 //! vectors; `matrix_svd` completes those vectors to an orthonormal set.
 
+use super::cholesky::inverse_cholesky_factor;
 use super::convergence::StopTest;
 use super::factors::IterationCounts;
 use super::gemm::{Gemms, operand as op};
-use super::plan::{Plan, subspace_size};
+use super::plan::{GramMethod, Plan, subspace_size};
+use super::ritz::RitzPairs;
 use super::workspace::a_eff;
 use crate::launch::device::{Buffer, Device};
 use crate::launch::error::{Error, Result};
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Mat, Par, Side};
-use kernels::svd_factor::Layout;
+use kernels::svd_factor::{self as kf, Layout};
 
 /// A column whose norm is at most this fraction of the largest column's is a null direction of
 /// `A` and is left out of the orthonormal basis.
@@ -120,12 +125,10 @@ fn refine(
     let gemms = Gemms::new(device, images, plan.tensor_cores);
     let tall_layout = Layout::row_major(b as u32, (m_eff * b) as u32);
     let basis_layout = Layout::row_major(b as u32, (r * b) as u32);
-    let square = Layout::row_major(b as u32, (b * b) as u32);
 
     let mut w = device.alloc::<f64>(images * m_eff * b)?;
     let mut bt = device.alloc::<f64>(images * r * b)?;
-    let mut s = device.alloc::<f64>(images * b * b)?;
-    // SAFETY: every buffer lives until the download of `s` below has waited for the queue; the
+    // SAFETY: every buffer lives until the projected SVD below has waited for the queue; the
     // GEMMs check each operand's span against its buffer.
     unsafe {
         let a_v = (op(a.view(..)?, a_eff(plan)), op(v.view(..)?, basis_layout));
@@ -138,29 +141,13 @@ fn refine(
         gemms.product(at_x, (bt.view_mut(..)?, basis_layout), None, (r, b, m_eff), false)?;
     }
     let y = orthonormalize(device, &gemms, &bt, (r, b))?;
-    // SAFETY: as above.
-    unsafe {
-        let yt_bt = (op(y.view(..)?, basis_layout.transposed()), op(bt.view(..)?, basis_layout));
-        gemms.product(yt_bt, (s.view_mut(..)?, square), None, (b, b, r), false)?;
-    }
-    let small = device.download(&s)?;
-
-    // Per matrix the SVD of Sᵀ (b × b): its first k left vectors (for X) and right vectors (for Y).
-    let mut left = Vec::with_capacity(images * b * k);
-    let mut right = Vec::with_capacity(images * b * k);
-    let mut singular_values = Vec::with_capacity(images);
-    for st in small.chunks(b * b) {
-        let (values, u_s, v_s) = projected_svd(Mat::from_fn(b, b, |i, j| st[j * b + i]), k)?;
-        singular_values.push(values);
-        left.extend(u_s);
-        right.extend(v_s);
-    }
-    let left = device.upload(&left)?;
-    let right = device.upload(&right)?;
+    let projected = match projected_svd_on_device(device, plan, &gemms, (&y, &bt), b)? {
+        Some(projected) => projected,
+        None => projected_svd_on_host(device, plan, &gemms, (&y, &bt), b)?,
+    };
 
     let mut u = device.alloc::<f64>(images * m * k)?;
     let mut vt = device.alloc::<f64>(images * k * n)?;
-    let vectors_layout = Layout::row_major(k as u32, (b * k) as u32);
     let u_layout = Layout::row_major(k as u32, (m * k) as u32);
     // Vᵀ (k × n) written as the transpose of an n × k result.
     let v_layout = Layout::row_major(n as u32, (k * n) as u32).transposed();
@@ -169,12 +156,17 @@ fn refine(
     } else {
         ((&mut vt, v_layout), (&mut u, u_layout))
     };
+    let ProjectedVectors { values: singular_values, vectors, left, right, scale } = projected;
+    let scale = match &scale {
+        Some(values) => Some((values.view(..)?, 0)),
+        None => None,
+    };
     // SAFETY: as above; `u` and `vt` go to the caller, and freeing them waits for the queue.
     unsafe {
-        let x_us = (op(x.view(..)?, tall_layout), op(left.view(..)?, vectors_layout));
-        gemms.product(x_us, (x_side.0.view_mut(..)?, x_side.1), None, (m_eff, k, b), false)?;
-        let y_vs = (op(y.view(..)?, basis_layout), op(right.view(..)?, vectors_layout));
-        gemms.product(y_vs, (y_side.0.view_mut(..)?, y_side.1), None, (r, k, b), false)?;
+        let x_us = (op(x.view(..)?, tall_layout), op(vectors.view(left.0..)?, left.1));
+        gemms.product(x_us, (x_side.0.view_mut(..)?, x_side.1), scale, (m_eff, k, b), false)?;
+        let y_vs = (op(y.view(..)?, basis_layout), op(vectors.view(right.0..)?, right.1));
+        gemms.product(y_vs, (y_side.0.view_mut(..)?, y_side.1), scale, (r, k, b), false)?;
     }
     Ok(AccurateFactors {
         images,
@@ -185,6 +177,119 @@ fn refine(
         singular_values,
         iterations: counts.iterations,
         plan: plan.clone(),
+    })
+}
+
+/// The leading `k` singular triplets of every matrix's projected `Sᵀ` (`b × b`), as the last
+/// products read them: the values, and `U_s` and `V_s` (`b × k` per matrix) in `vectors` at the
+/// offsets and through the layouts of `left` and `right`, each column times `scale` (one value per
+/// column, the same for every matrix) where there is one.
+struct ProjectedVectors {
+    values: Vec<Vec<f64>>,
+    vectors: Buffer<f64>,
+    left: (usize, Layout),
+    right: (usize, Layout),
+    scale: Option<Buffer<f64>>,
+}
+
+/// The projected SVD on the device takes a batch whose every matrix has `σ_k ≥` this `·σ₁`
+/// ([`projected_svd_on_device`]).
+const DEVICE_PROJECTED_SVD_MIN: f64 = 1e-3;
+
+/// The projected SVD on the device, from the symmetric eigenproblem of `M = [[0, Sᵀ], [S, 0]]`
+/// (`2b × 2b`, the Jordan–Wielandt matrix, by the Ritz solver the plans choose for its size): its
+/// eigenvalues are `±σᵢ` and the unit eigenvector of `+σᵢ` is `[u_i; v_i]/√2`. An eigensolver's
+/// rounding (`ε·‖S‖` backward) mixes a pair with the others by `ε·‖S‖` over their distance, as an
+/// SVD's does, and with its mirror `−σᵢ` by `ε·‖S‖/2σᵢ`, which moves the halves' norms off `1/√2`
+/// and their orthogonality by that much; so this path takes a batch only where every matrix's
+/// `σ_k ≥` [`DEVICE_PROJECTED_SVD_MIN`]`·σ₁` (the halves then orthonormal to about 1e-13, and
+/// `U_s`, `V_s` read as `√2` times them), and returns `None` for the host's SVD otherwise. The
+/// bases' left-out columns (zero rows and columns of `S`) give eigenvalues 0, which sort below
+/// every pair it takes. One wait, for the eigenvalues.
+fn projected_svd_on_device(
+    device: &Device,
+    plan: &Plan,
+    gemms: &Gemms<'_>,
+    (y, bt): (&Buffer<f64>, &Buffer<f64>),
+    b: usize,
+) -> Result<Option<ProjectedVectors>> {
+    let (images, k, r) = (plan.images, plan.k, plan.r);
+    let jordan =
+        Plan::with_subspace(device, (2 * b, 2 * b), images, (k, 2 * b), GramMethod::WholeEigendecomposition)?;
+    let mut solver = jordan.ritz_solver(device)?;
+    let mut pairs = RitzPairs::new(device, 2 * b, images)?;
+    let basis_layout = Layout::row_major(b as u32, (r * b) as u32);
+    {
+        let (mut m, layout) = solver.input()?;
+        device.zero_on(device.queue(), m.view_mut(..)?)?;
+        let yt_bt = (op(y.view(..)?, basis_layout.transposed()), op(bt.view(..)?, basis_layout));
+        // SAFETY: `y`, `bt` and the solver's input live until the download of the eigenvalues
+        // below waits for the queue; the GEMMs check the spans: S into the lower left block,
+        // Sᵀ (S through the transposed layout) into the upper right one.
+        unsafe {
+            let lower_left = m.view_mut(b * layout.row as usize..)?;
+            gemms.product(yt_bt, (lower_left, layout), None, (b, b, r), false)?;
+            let upper_right = m.view_mut(b * layout.col as usize..)?;
+            gemms.product(yt_bt, (upper_right, layout.transposed()), None, (b, b, r), false)?;
+        }
+    }
+    // SAFETY: `pairs` lives until the download below waits for the queue.
+    unsafe { solver.solve(device, &mut pairs)? };
+    let theta = device.download(&pairs.theta)?;
+    let resolved = theta
+        .chunks(2 * b)
+        .all(|t| t[0].is_finite() && t[0] > 0.0 && t[k - 1] >= DEVICE_PROJECTED_SVD_MIN * t[0]);
+    if !resolved {
+        return Ok(None);
+    }
+    let values = theta.chunks(2 * b).map(|t| t[..k].to_vec()).collect();
+    let halves = Layout::row_major((2 * b) as u32, (4 * b * b) as u32);
+    Ok(Some(ProjectedVectors {
+        values,
+        vectors: pairs.vectors,
+        left: (0, halves),
+        right: (b * 2 * b, halves),
+        scale: Some(device.upload(&vec![std::f64::consts::SQRT_2; k])?),
+    }))
+}
+
+/// The projected SVD on the host: `S = Yᵀ·Bᵀ` downloaded, and per matrix faer's SVD of `Sᵀ`
+/// ([`projected_svd`]).
+fn projected_svd_on_host(
+    device: &Device,
+    plan: &Plan,
+    gemms: &Gemms<'_>,
+    (y, bt): (&Buffer<f64>, &Buffer<f64>),
+    b: usize,
+) -> Result<ProjectedVectors> {
+    let (images, k, r) = (plan.images, plan.k, plan.r);
+    let basis_layout = Layout::row_major(b as u32, (r * b) as u32);
+    let mut s = device.alloc::<f64>(images * b * b)?;
+    // SAFETY: the buffers live until the download of `s` waits for the queue.
+    unsafe {
+        let yt_bt = (op(y.view(..)?, basis_layout.transposed()), op(bt.view(..)?, basis_layout));
+        let square = Layout::row_major(b as u32, (b * b) as u32);
+        gemms.product(yt_bt, (s.view_mut(..)?, square), None, (b, b, r), false)?;
+    }
+    let small = device.download(&s)?;
+    // Per matrix its first k left vectors (for X) then right vectors (for Y), b × k each.
+    let mut vectors = Vec::with_capacity(2 * images * b * k);
+    let mut right = Vec::with_capacity(images * b * k);
+    let mut values = Vec::with_capacity(images);
+    for st in small.chunks(b * b) {
+        let (found, u_s, v_s) = projected_svd(Mat::from_fn(b, b, |i, j| st[j * b + i]), k)?;
+        values.push(found);
+        vectors.extend(u_s);
+        right.extend(v_s);
+    }
+    vectors.extend(right);
+    let layout = Layout::row_major(k as u32, (b * k) as u32);
+    Ok(ProjectedVectors {
+        values,
+        vectors: device.upload(&vectors)?,
+        left: (0, layout),
+        right: (images * b * k, layout),
+        scale: None,
     })
 }
 
@@ -222,9 +327,79 @@ fn projected_svd(st: Mat<f64>, k: usize) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>
 }
 
 /// An orthonormal basis of the columns of each `rows × cols` row-major matrix in `input` (`images`
-/// of them, consecutive), by Cholesky QR with column scaling until `QᵀQ` is the identity to
-/// rounding; the columns left out ([`NULL_COLUMN`], [`DEPENDENT_PIVOT`]) are zero.
+/// of them, consecutive): by Cholesky QR on the device ([`orthonormalize_on_device`]) where that
+/// leaves it orthonormal to rounding, else on the host ([`orthonormalize_on_host`]).
 fn orthonormalize(
+    device: &Device,
+    gemms: &Gemms<'_>,
+    input: &Buffer<f64>,
+    (rows, cols): (usize, usize),
+) -> Result<Buffer<f64>> {
+    match orthonormalize_on_device(device, gemms, input, (rows, cols))? {
+        Some(basis) => Ok(basis),
+        None => orthonormalize_on_host(device, gemms, input, (rows, cols)),
+    }
+}
+
+/// Two passes of Cholesky QR on the device (the iteration's, [`inverse_cholesky_factor`]), then
+/// the result's Gram matrix downloaded, the one wait: the basis where that is the identity to
+/// rounding on every matrix, else `None` (for [`orthonormalize_on_host`]). The columns
+/// `A·vᵢ ≈ σᵢ·uᵢ` are graded (their norms span the spectrum) but nearly orthogonal once scaled, and
+/// Cholesky without pivoting is as accurate on such a `D·C·D` as `C`'s condition allows, so the
+/// host's column scaling is not needed here; what goes to the host is a basis with a column
+/// (nearly) dependent on the others, which the kernels' pivot floor turns into a column that one
+/// more pass cannot make orthonormal, and which the host's factor leaves out.
+fn orthonormalize_on_device(
+    device: &Device,
+    gemms: &Gemms<'_>,
+    input: &Buffer<f64>,
+    (rows, cols): (usize, usize),
+) -> Result<Option<Buffer<f64>>> {
+    let images = input.len() / (rows * cols);
+    let plan =
+        Plan::with_subspace(device, (rows, cols), images, (cols, cols), GramMethod::SubspaceIteration)?;
+    let layout = Layout::row_major(cols as u32, (rows * cols) as u32);
+    let square = Layout::row_major(cols as u32, (cols * cols) as u32);
+    let queue = device.queue();
+    let mut gram = device.alloc_temporary::<f64>(queue, images * cols * cols)?;
+    let mut rinv = device.alloc_temporary::<f64>(queue, images * cols * cols)?;
+    let mut scratch =
+        device.alloc_temporary::<f64>(queue, images * kf::eigen_scratch(cols as u32) as usize)?;
+    let mut current = device.alloc::<f64>(input.len())?;
+    let mut next = device.alloc::<f64>(input.len())?;
+    for pass in 0..2 {
+        let from = if pass == 0 { input } else { &current };
+        // SAFETY: the buffers live until the download below waits for the queue; `next` is
+        // written after the factor that reads `gram`, in the queue's order.
+        unsafe {
+            let operands = (op(from.view(..)?, layout.transposed()), op(from.view(..)?, layout));
+            gemms.product(operands, (gram.view_mut(..)?, square), None, (cols, cols, rows), true)?;
+            inverse_cholesky_factor(device, &plan, (&mut gram, &mut rinv, &mut scratch))?;
+            let operands = (op(from.view(..)?, layout), op(rinv.view(..)?, square));
+            gemms.product(operands, (next.view_mut(..)?, layout), None, (rows, cols, cols), false)?;
+        }
+        std::mem::swap(&mut current, &mut next);
+    }
+    // SAFETY: as above.
+    unsafe {
+        let operands = (op(current.view(..)?, layout.transposed()), op(current.view(..)?, layout));
+        gemms.product(operands, (gram.view_mut(..)?, square), None, (cols, cols, rows), true)?;
+    }
+    let grams = device.download(&gram)?;
+    let tolerance = orthonormal_to_rounding(rows);
+    Ok(grams.chunks(cols * cols).all(|g| is_orthonormal(g, cols, tolerance)).then_some(current))
+}
+
+/// How far from the identity the Gram matrix of a basis of `rows`-long columns orthonormal to
+/// rounding may be: `8·ε·√rows`, at least 1e-13.
+fn orthonormal_to_rounding(rows: usize) -> f64 {
+    (8.0 * f64::EPSILON * (rows as f64).sqrt()).max(1e-13)
+}
+
+/// An orthonormal basis of the columns of each `rows × cols` row-major matrix in `input` (`images`
+/// of them, consecutive), by Cholesky QR with column scaling, factored on the host, until `QᵀQ` is
+/// the identity to rounding; the columns left out ([`NULL_COLUMN`], [`DEPENDENT_PIVOT`]) are zero.
+fn orthonormalize_on_host(
     device: &Device,
     gemms: &Gemms<'_>,
     input: &Buffer<f64>,
@@ -237,8 +412,7 @@ fn orthonormalize(
     let mut factor = device.alloc::<f64>(images * cols * cols)?;
     let mut current = device.alloc::<f64>(input.len())?;
     let mut next = device.alloc::<f64>(input.len())?;
-    // Orthonormal to rounding: the Gram matrix of an orthonormal basis, summed over `rows`.
-    let tolerance = (8.0 * f64::EPSILON * (rows as f64).sqrt()).max(1e-13);
+    let tolerance = orthonormal_to_rounding(rows);
     for pass in 0..=MAX_QR_PASSES {
         let from = if pass == 0 { input } else { &current };
         // SAFETY: the buffers live until the download below waits for the queue.
@@ -338,6 +512,141 @@ fn cholesky_leaving_out(scaled: &Mat<f64>, kept: &[usize]) -> (Mat<f64>, Vec<usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The projected SVD through the Jordan–Wielandt eigenproblem on the device: exact values
+    /// and vectors of two known `Sᵀ` (a Householder reflection times a spread spectrum times
+    /// another), read as the last products read them; and `None` where `σ_k` falls below
+    /// [`DEVICE_PROJECTED_SVD_MIN`]`·σ₁`, for the host's SVD.
+    #[test]
+    fn the_projected_svd_on_the_device_is_exact_where_it_is_taken() -> Result<()> {
+        let device = Device::simulator();
+        device.set_poison_allocations(true);
+        let (b, k, r) = (7usize, 4usize, 9usize);
+        // A Householder reflection I − 2·h·hᵀ/hᵀh, orthogonal and symmetric.
+        let reflection = |seed: usize| -> Vec<f64> {
+            let h: Vec<f64> = (0..b).map(|i| ((i * 5 + seed * 3) % 7) as f64 - 2.5).collect();
+            let norm: f64 = h.iter().map(|v| v * v).sum();
+            (0..b * b)
+                .map(|e| f64::from(u8::from(e / b == e % b)) - 2.0 * h[e / b] * h[e % b] / norm)
+                .collect()
+        };
+        let spectra = [[3.0, 2.0, 1.5, 0.25, 0.1, 0.01, 0.0], [5.0, 4.0, 4.0, 0.5, 1e-3, 1e-5, 0.0]];
+        let check = |spectra: &[[f64; 7]]| -> Result<bool> {
+            let images = spectra.len();
+            let plan = Plan::new(&device, (r, r), images, k)?;
+            // Y = [I; 0] (r × b) and Bᵀ = [S; 0], so that S = Yᵀ·Bᵀ; Sᵀ = G·diag(σ)·Hᵀ.
+            let (g, h) = (reflection(1), reflection(2));
+            let mut y = vec![0.0; images * r * b];
+            let mut bt = vec![0.0; images * r * b];
+            let mut st = Vec::new();
+            for (image, sigma) in spectra.iter().enumerate() {
+                for i in 0..b {
+                    y[image * r * b + i * b + i] = 1.0;
+                }
+                let t: Vec<f64> = (0..b * b)
+                    .map(|e| (0..b).map(|p| g[(e / b) * b + p] * sigma[p] * h[(e % b) * b + p]).sum())
+                    .collect();
+                for i in 0..b {
+                    for j in 0..b {
+                        bt[image * r * b + i * b + j] = t[j * b + i];
+                    }
+                }
+                st.push(t);
+            }
+            let gemms = Gemms::new(&device, images, false);
+            let (y, bt) = (device.upload(&y)?, device.upload(&bt)?);
+            let Some(found) = projected_svd_on_device(&device, &plan, &gemms, (&y, &bt), b)? else {
+                return Ok(false);
+            };
+            let vectors = device.download(&found.vectors)?;
+            let scale = device.download(found.scale.as_ref().expect("a scale"))?;
+            let read = |(offset, layout): (usize, Layout), image: usize| -> Vec<f64> {
+                (0..b * k)
+                    .map(|e| {
+                        let at = offset + image * layout.batch as usize + (e / k) * layout.row as usize;
+                        vectors[at + (e % k) * layout.col as usize] * scale[e % k]
+                    })
+                    .collect()
+            };
+            for (image, t) in st.iter().enumerate() {
+                let (u_s, v_s) = (read(found.left, image), read(found.right, image));
+                for p in 0..k {
+                    let sigma = found.values[image][p];
+                    assert!((sigma - spectra[image][p]).abs() < 1e-14, "σ {p} of {image}: {sigma}");
+                    // Sᵀ·v_p = σ_p·u_p, and unit vectors orthogonal to the others.
+                    for i in 0..b {
+                        let stv: f64 = (0..b).map(|j| t[i * b + j] * v_s[j * k + p]).sum();
+                        assert!((stv - sigma * u_s[i * k + p]).abs() < 1e-14, "Sᵀv − σu of pair {p}");
+                    }
+                    for q in 0..k {
+                        let want = f64::from(u8::from(p == q));
+                        let uu: f64 = (0..b).map(|i| u_s[i * k + p] * u_s[i * k + q]).sum();
+                        let vv: f64 = (0..b).map(|i| v_s[i * k + p] * v_s[i * k + q]).sum();
+                        assert!((uu - want).abs() < 1e-14 && (vv - want).abs() < 1e-14, "pairs {p}, {q}");
+                    }
+                }
+            }
+            Ok(true)
+        };
+        assert!(check(&spectra)?, "σ_k ≥ 1e-3·σ₁ in both: the device's SVD");
+        let low = [[1.0, 0.5, 0.2, 1e-4, 1e-5, 0.0, 0.0]];
+        assert!(!check(&low)?, "σ_k = 1e-4·σ₁: the host's SVD");
+        Ok(())
+    }
+
+    /// Cholesky QR on the device gives an orthonormal basis of the same span where the columns'
+    /// norms fall by 1e-3 and by 1e-12 (as `A·vᵢ` do for spectra that decay that far: graded, not
+    /// ill-conditioned), and leaves a basis with a repeated column to the host (`None`), whose
+    /// factor leaves the column out.
+    #[test]
+    fn the_device_cholesky_qr_keeps_the_span_of_graded_columns() -> Result<()> {
+        let device = Device::simulator();
+        device.set_poison_allocations(true);
+        let (rows, cols, images) = (41usize, 6usize, 2usize);
+        // Columns `spread^(j/5)·(e_j + small mixing)`, nearly orthogonal, of falling norms; with
+        // `repeat`, column 3 of each matrix is column 2 again.
+        let columns = |spread: f64, repeat: bool| -> Vec<f64> {
+            (0..images * rows * cols)
+                .map(|e| {
+                    let (image, i, mut j) = (e / (rows * cols), (e / cols) % rows, e % cols);
+                    if repeat && j == 3 {
+                        j = 2;
+                    }
+                    let mixing = (((i * 7 + j * 3 + image * 5) % 11) as f64 - 5.0) * 0.01;
+                    spread.powf(j as f64 / 5.0) * (f64::from(u8::from(i == j + image)) + mixing)
+                })
+                .collect()
+        };
+        let gemms = Gemms::new(&device, images, false);
+        let repeated = device.upload(&columns(1e-3, true))?;
+        assert!(orthonormalize_on_device(&device, &gemms, &repeated, (rows, cols))?.is_none());
+        for spread in [1e-3, 1e-12] {
+            let w = columns(spread, false);
+            let basis = orthonormalize_on_device(&device, &gemms, &device.upload(&w)?, (rows, cols))?;
+            let q = device.download(&basis.expect("an orthonormal basis from the device"))?;
+            for image in 0..images {
+                let at = |m: &[f64], i: usize, j: usize| m[image * rows * cols + i * cols + j];
+                for p in 0..cols {
+                    for t in 0..cols {
+                        let dot: f64 = (0..rows).map(|i| at(&q, i, p) * at(&q, i, t)).sum();
+                        let want = f64::from(u8::from(p == t));
+                        assert!((dot - want).abs() < 1e-14, "{spread}: QᵀQ ({p}, {t}) = {dot}");
+                    }
+                    // Column p of W lies in the span of Q: W − Q·QᵀW vanishes to rounding of its
+                    // own norm.
+                    let norm: f64 = (0..rows).map(|i| at(&w, i, p).powi(2)).sum::<f64>().sqrt();
+                    let coefficients: Vec<f64> =
+                        (0..cols).map(|t| (0..rows).map(|i| at(&q, i, t) * at(&w, i, p)).sum()).collect();
+                    for i in 0..rows {
+                        let projected: f64 = (0..cols).map(|t| at(&q, i, t) * coefficients[t]).sum();
+                        let off = (at(&w, i, p) - projected).abs();
+                        assert!(off < 1e-14 * norm, "{spread}: column {p}, row {i}: {off:e} of {norm:e}");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 
     /// The projected matrix's zero rows and columns (the bases' left-out columns) get no weight in
     /// any singular vector, also beside a singular value of 1e-12; its values are exact.
