@@ -126,8 +126,9 @@ fn refine(
     let tall_layout = Layout::row_major(b as u32, (m_eff * b) as u32);
     let basis_layout = Layout::row_major(b as u32, (r * b) as u32);
 
-    let mut w = device.alloc::<f64>(images * m_eff * b)?;
-    let mut bt = device.alloc::<f64>(images * r * b)?;
+    let queue = device.queue();
+    let mut w = device.alloc_temporary::<f64>(queue, images * m_eff * b)?;
+    let mut bt = device.alloc_temporary::<f64>(queue, images * r * b)?;
     // SAFETY: every buffer lives until the projected SVD below has waited for the queue; the
     // GEMMs check each operand's span against its buffer.
     unsafe {
@@ -365,8 +366,8 @@ fn orthonormalize_on_device(
     let mut rinv = device.alloc_temporary::<f64>(queue, images * cols * cols)?;
     let mut scratch =
         device.alloc_temporary::<f64>(queue, images * kf::eigen_scratch(cols as u32) as usize)?;
-    let mut current = device.alloc::<f64>(input.len())?;
-    let mut next = device.alloc::<f64>(input.len())?;
+    let mut current = device.alloc_temporary::<f64>(queue, input.len())?;
+    let mut next = device.alloc_temporary::<f64>(queue, input.len())?;
     for pass in 0..2 {
         let from = if pass == 0 { input } else { &current };
         // SAFETY: the buffers live until the download below waits for the queue; `next` is

@@ -469,15 +469,16 @@ impl<'a> Workspace<'a> {
 
     /// The leading `columns` (at most `b`) Ritz vectors `V = Q·Z` of the last Rayleigh–Ritz step
     /// (or `G`'s eigenvectors): `r × columns` row-major f64 per image, the subspace the accurate
-    /// pass (`refine.rs`) starts from.
+    /// pass (`refine.rs`) starts from, a temporary of the device's queue.
     pub(super) fn ritz_vectors(&self, columns: usize) -> Result<Buffer<f64>> {
         let (images, r, b) = (self.plan.images, self.plan.r, self.plan.b);
-        let mut v = self.device.alloc::<f64>(images * r * columns)?;
+        let mut v = self.device.alloc_temporary::<f64>(self.device.queue(), images * r * columns)?;
         let v_layout = Layout::row_major(columns as u32, (r * columns) as u32);
         let basis = op(self.qy.view(..)?, self.qy_layout());
         let vectors = op(self.pairs.vectors.view(..)?, self.square_layout());
         let dims = (r, columns, b);
-        // SAFETY: the module's argument; `v` goes to the caller, and freeing it waits for the queue.
+        // SAFETY: the module's argument; `v` goes to the caller, who uses it on the device's queue,
+        // in whose order it is freed.
         unsafe { self.gemms.product((basis, vectors), (v.view_mut(..)?, v_layout), None, dims, false)? };
         Ok(v)
     }
