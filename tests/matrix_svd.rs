@@ -236,7 +236,8 @@ fn a_large_batch_on_the_one_block_solver_is_exact() {
     }
 }
 
-/// Both ways to the Gram matrix's eigenpairs, forced, end in the same exact pass.
+/// Both ways to the Gram matrix's eigenpairs, forced, end in the same exact pass; the wide matrix
+/// read as it is (`factor_accurate_with`), as where its transpose does not fit the device.
 #[test]
 fn the_accurate_pass_is_exact_after_either_gram_method() {
     let s = geometric(48, 1e-12);
