@@ -93,7 +93,7 @@ pub struct AccurateFactors {
 /// then the accurate pass on `A` (this module's doc). Every `σᵢ` is within about `1e-13·σ₁` of the
 /// exact one where `σ_{b+1}` (`b`, the plan's subspace) is small or the iteration resolved the
 /// subspace; the vectors are orthonormal to rounding. Wide matrices are factored as their
-/// transposes, copied where the device has the memory ([`transposed`]).
+/// transposes, copied on the device where it has the memory for them.
 pub fn factor_accurate(
     device: &Device,
     a: &Buffer<f64>,
