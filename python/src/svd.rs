@@ -184,20 +184,27 @@ pub fn _svd_f64_into(
         // In parts that fit the GPU's free memory (the caller's library may hold most of it).
         in_fitting_parts(count, |part| {
             let (first, end) = (part.start, part.end);
-            let mut widened = target.alloc::<f64>(part.len() * m * n)?;
+            // float64 matrices are read where they are; float32 ones widened into a temporary.
+            let mut widened = None;
             // SAFETY: arrays of the checked shapes and dtypes in the target's memory, not
-            // overlapping one another; each part reads and writes its own matrices; `widened` and
-            // the uploaded factors live until the synchronisation below.
+            // overlapping one another; each part reads and writes its own matrices; the caller's
+            // arrays, `widened` and the uploaded factors live until the synchronisation below.
             unsafe {
                 let values = first * m * n..end * m * n;
-                if a.dtype == Dtype::F64 {
-                    target.copy_view(&queue, a.view::<f64>().view(values)?, widened.view_mut(..)?)?;
+                let matrices = if a.dtype == Dtype::F64 {
+                    a.view::<f64>().view(values)?
                 } else {
-                    let widen = svd_factor::launch_f32_to_f64;
-                    widen(target, &queue, a.view::<f32>().view(values)?, widened.view_mut(..)?)?;
-                }
+                    let into = widened.insert(target.alloc::<f64>(part.len() * m * n)?);
+                    svd_factor::launch_f32_to_f64(
+                        target,
+                        &queue,
+                        a.view::<f32>().view(values)?,
+                        into.view_mut(..)?,
+                    )?;
+                    into.view(..)?
+                };
                 target.queue_wait(target.queue(), target.mark_on(&queue)?)?;
-                let factors = matrix_svd::truncated_svd_on_device(target, &widened, (m, n), part.len(), k)?;
+                let factors = matrix_svd::truncated_svd_on_device(target, matrices, (m, n), part.len(), k)?;
                 let q = target.queue();
                 let (fu, fs, fvt) = (&factors.u, target.upload(&factors.s.concat())?, &factors.vt);
                 target.copy_view(q, fu.view(..)?, u.view_mut().view_mut(first * m * k..end * m * k)?)?;

@@ -16,7 +16,7 @@
 
 use crate::families::svd::reference::cpu_svd;
 use crate::families::svd_factor::{factor_accurate, finish_squared_sums, queue_squared_sums};
-use crate::launch::device::{Buffer, Device};
+use crate::launch::device::{Buffer, BufferView, Device};
 use crate::launch::error::{Error, Result, ensure};
 use gpu_std::sim::{Dim3, LaunchConfig};
 use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis};
@@ -117,16 +117,18 @@ pub struct DeviceFactors {
     pub vt: Buffer<f64>,
 }
 
-/// [`truncated_svd_of_buffer`] with the factors left on the device. The sign convention is applied
-/// there (`kernels::matrix_svd::sign_convention`); only a matrix whose accurate pass left a vector
-/// zero (a singular value of zero) crosses to the host to have its vectors completed.
-pub fn truncated_svd_on_device(
+/// [`truncated_svd_of_buffer`] with the factors left on the device, of matrices in a buffer or in
+/// a view of one or of another library's array (read on the device's queue). The sign convention
+/// is applied there (`kernels::matrix_svd::sign_convention`); only a matrix whose accurate pass
+/// left a vector zero (a singular value of zero) crosses to the host to have its vectors completed.
+pub fn truncated_svd_on_device<'a>(
     device: &Device,
-    a: &Buffer<f64>,
+    a: impl Into<BufferView<'a, f64>>,
     (m, n): (usize, usize),
     count: usize,
     k: usize,
 ) -> Result<DeviceFactors> {
+    let a = a.into();
     check_problem((m, n), k)?;
     ensure(count > 0 && a.len() == count * m * n, || {
         format!("{} values for {count} matrices of {m} × {n}", a.len())

@@ -79,7 +79,7 @@ pub fn factor(
 /// products), with power steps between Rayleigh–Ritz steps where the spectrum decays
 /// fast enough, a Chebyshev filter where it is flat.
 pub fn factor_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<DeviceFactors> {
-    let (work, counts) = converge(device, a, plan, StopTest::IMAGES)?;
+    let (work, counts) = converge(device, a.view(..)?, plan, StopTest::IMAGES)?;
     work.extract(counts)
 }
 
@@ -87,7 +87,7 @@ pub fn factor_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<Devi
 /// converged Ritz pairs (or `G`'s eigenpairs), and the iterations it took.
 fn converge<'a>(
     device: &'a Device,
-    a: &'a Buffer<f64>,
+    a: BufferView<'a, f64>,
     plan: &'a Plan,
     test: StopTest,
 ) -> Result<(Workspace<'a>, IterationCounts)> {

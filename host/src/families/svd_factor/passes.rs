@@ -16,19 +16,21 @@ pub fn squared_sum_blocks(count: usize) -> usize {
 }
 
 /// Sums of squares per image (`Σ (a − x)²`, or `Σ a²` without `x`) over the `count` elements of
-/// each of `images` images (`count` apart), queued on `queue`: returns the partial-sum buffer
-/// (`images × blocks`) to add up on the host.
+/// each of `images` images (`count` apart) of `a` (a buffer, or a view of one or of another
+/// library's array), queued on `queue`: returns the partial-sum buffer (`images × blocks`) to add
+/// up on the host.
 ///
 /// # Safety
 /// `a` and `x` must live until the queue reaches the launch (as for [`Device::launch_on`]).
-pub unsafe fn queue_squared_sums(
+pub unsafe fn queue_squared_sums<'a>(
     device: &Device,
     queue: &Queue,
-    a: &Buffer<f64>,
+    a: impl Into<BufferView<'a, f64>>,
     x: Option<&Buffer<f32>>,
     count: usize,
     images: usize,
 ) -> Result<(Buffer<f64>, usize)> {
+    let a = a.into();
     let len = images * count;
     ensure(count > 0 && images > 0, || format!("squared sums over {images} images of {count} values"))?;
     ensure(a.len() >= len, || format!("squared sums: {} values for {images} images of {count}", a.len()))?;

@@ -41,7 +41,7 @@ use super::plan::{GramMethod, Plan, subspace_size};
 use super::ritz::RitzPairs;
 use super::workspace::a_eff;
 use crate::families::transpose::transpose_batch_f64;
-use crate::launch::device::{Buffer, Device};
+use crate::launch::device::{Buffer, BufferView, Device};
 use crate::launch::error::{Error, Result};
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Mat, Par, Side};
@@ -89,37 +89,41 @@ pub struct AccurateFactors {
 }
 
 /// The leading `k` singular triplets of each of the `images` row-major `m × n` f64 matrices in `a`
-/// (device memory, `m·n` apart), accurate to f64 rounding: [`factor`](super::factor)'s iteration,
+/// (device memory, `m·n` apart: a buffer, or a view of one or of another library's array), accurate to f64 rounding: [`factor`](super::factor)'s iteration,
 /// then the accurate pass on `A` (this module's doc). Every `σᵢ` is within about `1e-13·σ₁` of the
 /// exact one where `σ_{b+1}` (`b`, the plan's subspace) is small or the iteration resolved the
 /// subspace; the vectors are orthonormal to rounding. Wide matrices are factored as their
 /// transposes, copied on the device where it has the memory for them.
-pub fn factor_accurate(
+pub fn factor_accurate<'a>(
     device: &Device,
-    a: &Buffer<f64>,
+    a: impl Into<BufferView<'a, f64>>,
     dims: (usize, usize),
     images: usize,
     k: usize,
 ) -> Result<AccurateFactors> {
-    let (m, n) = dims;
+    let (a, (m, n)) = (a.into(), dims);
     if m < n
         && let Some(at) = transposed(device, a, dims, images)?
     {
-        return accurate_factors(device, &at, &Plan::new(device, (n, m), images, k)?, true);
+        return accurate_factors(device, at.view(..)?, &Plan::new(device, (n, m), images, k)?, true);
     }
     factor_accurate_with(device, a, &Plan::new(device, dims, images, k)?)
 }
 
 /// [`factor_accurate`] by the given plan.
-pub fn factor_accurate_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<AccurateFactors> {
-    accurate_factors(device, a, plan, false)
+pub fn factor_accurate_with<'a>(
+    device: &Device,
+    a: impl Into<BufferView<'a, f64>>,
+    plan: &Plan,
+) -> Result<AccurateFactors> {
+    accurate_factors(device, a.into(), plan, false)
 }
 
 /// The iteration and the pass by `plan` on `a`, which holds the caller's matrices, or their
 /// transposes where `transposed` (the factors are then the caller's: `U` from the pass's right side).
 fn accurate_factors(
     device: &Device,
-    a: &Buffer<f64>,
+    a: BufferView<'_, f64>,
     plan: &Plan,
     transposed: bool,
 ) -> Result<AccurateFactors> {
@@ -138,7 +142,7 @@ fn accurate_factors(
 /// `AᵀA` of 8192² runs at 49.
 fn transposed(
     device: &Device,
-    a: &Buffer<f64>,
+    a: BufferView<'_, f64>,
     (m, n): (usize, usize),
     images: usize,
 ) -> Result<Option<Buffer<f64>>> {
@@ -149,7 +153,7 @@ fn transposed(
     };
     // SAFETY: `at` is a temporary of the device's queue, on which every later use of it runs; `a`
     // is the caller's, borrowed until the factors are made.
-    unsafe { transpose_batch_f64(device, device.queue(), a.view(..)?, (m, n), images, at.view_mut(..)?)? };
+    unsafe { transpose_batch_f64(device, device.queue(), a, (m, n), images, at.view_mut(..)?)? };
     Ok(Some(at))
 }
 
@@ -158,7 +162,7 @@ fn transposed(
 fn refine(
     device: &Device,
     plan: &Plan,
-    a: &Buffer<f64>,
+    a: BufferView<'_, f64>,
     (v, b): (&Buffer<f64>, usize),
     counts: IterationCounts,
     transposed: bool,

@@ -80,8 +80,6 @@ pub(super) struct Workspace<'a> {
     /// 1 per image that has converged.
     converged: Buffer<u32>,
     filter: FilterSpace,
-    /// `‖A‖²` per image, as partial sums (buffer, blocks per image) to add up at the end.
-    norms: (Buffer<f64>, usize),
 }
 
 /// The Chebyshev filter's buffers.
@@ -96,11 +94,10 @@ struct FilterSpace {
 }
 
 impl<'a> Workspace<'a> {
-    /// Every buffer of the plan's factorisation of `a`, and the images' norms queued.
-    pub(super) fn new(device: &'a Device, plan: &'a Plan, a: &'a Buffer<f64>) -> Result<Self> {
+    /// Every buffer of the plan's factorisation of `a`.
+    pub(super) fn new(device: &'a Device, plan: &'a Plan, a: BufferView<'a, f64>) -> Result<Self> {
         let (images, r, b) = (plan.images, plan.r, plan.b);
         let deflated = kf::DEFLATED_PAIRS;
-        let (m, n) = plan.dims;
         let g = device.alloc_temporary::<f64>(device.queue(), images * r * r)?;
         let qy = device.alloc_temporary::<f64>(device.queue(), images * r * 2 * b)?;
         let vw = device.alloc_temporary::<f64>(device.queue(), images * r * 2 * b)?;
@@ -118,13 +115,11 @@ impl<'a> Workspace<'a> {
             locked_theta: device.alloc_temporary::<f64>(device.queue(), images * deflated)?,
             overlaps: device.alloc_temporary::<f64>(device.queue(), images * deflated * b)?,
         };
-        // SAFETY: `a` is borrowed for the workspace's life; the module's argument.
-        let norms = unsafe { queue_squared_sums(device, device.queue(), a, None, m * n, images)? };
         Ok(Workspace {
             device,
             plan,
             gemms: Gemms::new(device, images, plan.tensor_cores),
-            a: a.view(..)?,
+            a,
             g,
             qy,
             vw,
@@ -140,7 +135,6 @@ impl<'a> Workspace<'a> {
             weights: device.alloc_temporary::<f64>(device.queue(), images * 3 * b)?,
             converged: device.alloc_temporary::<u32>(device.queue(), images)?,
             filter,
-            norms,
         })
     }
 
@@ -512,13 +506,17 @@ impl<'a> Workspace<'a> {
             let a_times_x = (op(self.a, a_eff(self.plan)), op(x.view(..)?, x_layout));
             self.gemms.product(a_times_x, (other, other_side), inv_sigma, (m.max(n), k, r), false)?;
         }
+        // `‖A‖²` per image, for the job's rank errors (the accurate pass, which ends elsewhere,
+        // does not read `A` for them).
+        // SAFETY: `a` is borrowed for the workspace's life, past the wait below.
+        let norms = unsafe { queue_squared_sums(device, device.queue(), self.a, None, m * n, images)? };
         let sigma = device.download(&self.pairs.sigma)?;
         let singular_values: Vec<Vec<f64>> = sigma.chunks(b).map(|c| c[..k].to_vec()).collect();
         let s32: Vec<f32> = singular_values.iter().flatten().map(|&v| v as f32).collect();
         let mut s = device.alloc_temporary::<f32>(device.queue(), s32.len())?;
         device.upload_into(&mut s, &s32)?;
         let frobenius_norms =
-            finish_squared_sums(device, &self.norms.0, self.norms.1)?.into_iter().map(f64::sqrt).collect();
+            finish_squared_sums(device, &norms.0, norms.1)?.into_iter().map(f64::sqrt).collect();
         Ok(DeviceFactors {
             images,
             dims: plan.dims,
