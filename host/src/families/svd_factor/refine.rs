@@ -41,7 +41,7 @@ use super::plan::{GramMethod, Plan, subspace_size};
 use super::ritz::RitzPairs;
 use super::workspace::a_eff;
 use crate::families::transpose::transpose_batch_f64;
-use crate::launch::device::{Buffer, BufferView, Device};
+use crate::launch::device::{Buffer, BufferView, BufferViewMut, Device};
 use crate::launch::error::{Error, Result};
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Mat, Par, Side};
@@ -270,19 +270,17 @@ fn projected_svd_on_device(
         Plan::with_subspace(device, (2 * b, 2 * b), images, (k, 2 * b), GramMethod::WholeEigendecomposition)?;
     let mut solver = jordan.ritz_solver(device)?;
     let mut pairs = RitzPairs::new(device, 2 * b, images)?;
-    let basis_layout = Layout::row_major(b as u32, (r * b) as u32);
     {
         let (mut m, layout) = solver.input()?;
         device.zero_on(device.queue(), m.view_mut(..)?)?;
-        let yt_bt = (op(y.view(..)?, basis_layout.transposed()), op(bt.view(..)?, basis_layout));
         // SAFETY: `y`, `bt` and the solver's input live until the download of the eigenvalues
         // below waits for the queue; the GEMMs check the spans: S into the lower left block,
         // Sᵀ (S through the transposed layout) into the upper right one.
         unsafe {
             let lower_left = m.view_mut(b * layout.row as usize..)?;
-            gemms.product(yt_bt, (lower_left, layout), None, (b, b, r), false)?;
+            queue_projected(gemms, (y, bt), (b, r), (lower_left, layout))?;
             let upper_right = m.view_mut(b * layout.col as usize..)?;
-            gemms.product(yt_bt, (upper_right, layout.transposed()), None, (b, b, r), false)?;
+            queue_projected(gemms, (y, bt), (b, r), (upper_right, layout.transposed()))?;
         }
     }
     // SAFETY: `pairs` lives until the download below waits for the queue.
@@ -305,6 +303,23 @@ fn projected_svd_on_device(
     }))
 }
 
+/// Queues the projected matrix `S = Yᵀ·Bᵀ` (`b × b` per matrix, from the bases' `r × b` row-major
+/// `Y` and `Bᵀ`) into `out` through its layout.
+///
+/// # Safety
+/// The buffers must live until the queue reaches the product (as for [`Gemms::product`]).
+unsafe fn queue_projected(
+    gemms: &Gemms<'_>,
+    (y, bt): (&Buffer<f64>, &Buffer<f64>),
+    (b, r): (usize, usize),
+    out: (BufferViewMut<'_, f64>, Layout),
+) -> Result<()> {
+    let basis_layout = Layout::row_major(b as u32, (r * b) as u32);
+    let yt_bt = (op(y.view(..)?, basis_layout.transposed()), op(bt.view(..)?, basis_layout));
+    // SAFETY: forwarded from the caller; the GEMM checks every span.
+    unsafe { gemms.product(yt_bt, out, None, (b, b, r), false) }
+}
+
 /// The projected SVD on the host: `S = Yᵀ·Bᵀ` downloaded, and per matrix faer's SVD of `Sᵀ`
 /// ([`projected_svd`]).
 fn projected_svd_on_host(
@@ -315,14 +330,10 @@ fn projected_svd_on_host(
     b: usize,
 ) -> Result<ProjectedVectors> {
     let (images, k, r) = (plan.images, plan.k, plan.r);
-    let basis_layout = Layout::row_major(b as u32, (r * b) as u32);
     let mut s = device.alloc::<f64>(images * b * b)?;
+    let square = Layout::row_major(b as u32, (b * b) as u32);
     // SAFETY: the buffers live until the download of `s` waits for the queue.
-    unsafe {
-        let yt_bt = (op(y.view(..)?, basis_layout.transposed()), op(bt.view(..)?, basis_layout));
-        let square = Layout::row_major(b as u32, (b * b) as u32);
-        gemms.product(yt_bt, (s.view_mut(..)?, square), None, (b, b, r), false)?;
-    }
+    unsafe { queue_projected(gemms, (y, bt), (b, r), (s.view_mut(..)?, square))? };
     let small = device.download(&s)?;
     // Per matrix its first k left vectors (for X) then right vectors (for Y), b × k each.
     let mut vectors = Vec::with_capacity(2 * images * b * k);
