@@ -230,9 +230,9 @@ unsafe fn pipelined(
     let lp = Layout::row_major(n32, m32 * n32);
     let args = (a, la, b, lb, &mut partial, lp, none, 0u32, m32, n32, k32, kf::pgemm_mode(symmetric, splits));
     let sum_config = LaunchConfig {
-        grid: Dim3 { x: (m * n).div_ceil(kf::SPLIT_SUM_THREADS as usize).min(1024) as u32, y: 1, z: 1 },
+        grid: Dim3 { x: kf::split_sum_blocks(m32, n32), y: 1, z: 1 },
         block: Dim3::x(kf::SPLIT_SUM_THREADS),
-        shared_bytes: 0,
+        shared_bytes: kf::SPLIT_SUM_SHARED_BYTES,
     };
     // SAFETY: forwarded from the caller; `partial` holds the parts and is freed after the sum in
     // the queue's order.

@@ -357,20 +357,27 @@ fn a_device_buffer_is_checked_and_factored() {
     let a = with_spectrum(9, (33, 21), &s);
     for device in common::devices("a_device_buffer_is_checked_and_factored") {
         let on = device.describe();
-        let mut values: Vec<f64> = a.iter().chain(a.iter()).copied().collect();
+        let values: Vec<f64> = a.iter().chain(a.iter()).copied().collect();
         let buffer = device.upload(&values).unwrap();
         let got = matrix_svd::truncated_svd_of_buffer(&device, &buffer, (33, 21), 2, 6)
             .unwrap_or_else(|e| panic!("on {on}: {e}"));
         for (i, f) in got.iter().enumerate() {
             check(&format!("buffer matrix {i} on {on}"), a.view(), &s, f, 6);
         }
-        values[33 * 21 + 40] = f64::NAN;
-        let buffer = device.upload(&values).unwrap();
-        match matrix_svd::truncated_svd_of_buffer(&device, &buffer, (33, 21), 2, 6) {
-            Err(kernel_suite::Error::InvalidInput(e)) => {
-                assert!(e.contains("matrix 1 holds a NaN"), "on {on}: {e}")
+        // A NaN, an infinity and a value whose square overflows, in the tall matrices and read
+        // as wide ones (factored as their transposes).
+        for (bad, what) in [(f64::NAN, "a NaN"), (f64::NEG_INFINITY, "-inf"), (1e200, "1e200")] {
+            let mut values = values.clone();
+            values[33 * 21 + 40] = bad;
+            let buffer = device.upload(&values).unwrap();
+            for dims in [(33, 21), (21, 33)] {
+                match matrix_svd::truncated_svd_of_buffer(&device, &buffer, dims, 2, 6) {
+                    Err(kernel_suite::Error::InvalidInput(e)) => {
+                        assert!(e.contains("matrix 1 holds a NaN or infinite value"), "{what} on {on}: {e}")
+                    }
+                    other => panic!("{what} in {dims:?} on {on}: {:?}", other.map(|f| f.len())),
+                }
             }
-            other => panic!("a NaN on {on}: {:?}", other.map(|f| f.len())),
         }
     }
 }

@@ -1031,9 +1031,9 @@ fn the_pipelined_tensor_core_gemm_matches_exact_products() {
         }
     };
     let sum_config = |m: usize, n: usize| LaunchConfig {
-        grid: Dim3 { x: (m * n).div_ceil(kf::SPLIT_SUM_THREADS as usize) as u32, y: 1, z: images as u32 },
+        grid: Dim3 { x: kf::split_sum_blocks(m as u32, n as u32), y: 1, z: images as u32 },
         block: Dim3::x(kf::SPLIT_SUM_THREADS),
-        shared_bytes: 0,
+        shared_bytes: kf::SPLIT_SUM_SHARED_BYTES,
     };
     for device in common::devices("the_pipelined_tensor_core_gemm_matches_exact_products") {
         for &(wide, kernel, kernel32) in &variants {
@@ -1044,6 +1044,8 @@ fn the_pipelined_tensor_core_gemm_matches_exact_products() {
                 (131, 67, 53, false, true, true, 1),
                 (70, 130, 45, false, false, false, 3),
                 (20, 9, 100, true, true, false, 4),
+                // More parts than the sum's warps take four at a time.
+                (33, 40, 1300, false, true, false, 41),
             ];
             for &(m, n, k, a_t, b_t, c_t, splits) in cases {
                 for integers in [true, false] {

@@ -733,6 +733,12 @@ impl<'a, T: Element> BufferViewMut<'a, T> {
         self.len == 0
     }
 
+    /// Elements `range` of this view, read-only (for a kernel that only reads them).
+    pub fn view(&self, range: impl RangeBounds<usize>) -> Result<BufferView<'_, T>> {
+        let range = view_range(range, self.len)?;
+        Ok(BufferView { ptr: self.ptr.wrapping_add(range.start), len: range.len(), buffer: PhantomData })
+    }
+
     /// Elements `range` of this view, writable, for as long as this view is borrowed.
     pub fn view_mut(&mut self, range: impl RangeBounds<usize>) -> Result<BufferViewMut<'_, T>> {
         let range = view_range(range, self.len)?;

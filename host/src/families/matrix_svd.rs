@@ -15,7 +15,7 @@
 //! the same factors on every device.
 
 use crate::families::svd::reference::cpu_svd;
-use crate::families::svd_factor::{factor_accurate, finish_squared_sums, queue_squared_sums};
+use crate::families::svd_factor::factor_accurate;
 use crate::launch::device::{Buffer, BufferView, Device};
 use crate::launch::error::{Error, Result, ensure};
 use gpu_std::sim::{Dim3, LaunchConfig};
@@ -108,6 +108,8 @@ fn batch_member(
 
 /// The factors of a batch left on the device, finished as [`truncated_svd`]'s: for a caller whose
 /// arrays live on the GPU, which copies them into its own without a round trip through the host.
+/// `u` and `vt` are temporaries of the device's queue ([`Device::alloc_temporary`]): copy them on
+/// that queue, or after waiting for it.
 pub struct DeviceFactors {
     /// `U` of every matrix, `count × m × k`, row-major.
     pub u: Buffer<f64>,
@@ -119,7 +121,7 @@ pub struct DeviceFactors {
 
 /// [`truncated_svd_of_buffer`] with the factors left on the device, of matrices in a buffer or in
 /// a view of one or of another library's array (read on the device's queue). The sign convention
-/// is applied there (`kernels::matrix_svd::sign_convention`); only a matrix whose accurate pass
+/// is applied there (`kernels::matrix_svd`'s sign kernels); only a matrix whose accurate pass
 /// left a vector zero (a singular value of zero) crosses to the host to have its vectors completed.
 pub fn truncated_svd_on_device<'a>(
     device: &Device,
@@ -133,14 +135,6 @@ pub fn truncated_svd_on_device<'a>(
     ensure(count > 0 && a.len() == count * m * n, || {
         format!("{} values for {count} matrices of {m} × {n}", a.len())
     })?;
-    // SAFETY: `a` is borrowed until the sums are downloaded, which waits for the queue.
-    let (partial, blocks) = unsafe { queue_squared_sums(device, device.queue(), a, None, m * n, count)? };
-    let sums = finish_squared_sums(device, &partial, blocks)?;
-    if let Some(i) = sums.iter().position(|s| !s.is_finite()) {
-        return Err(Error::InvalidInput(format!(
-            "matrix {i} holds a NaN or infinite value (or values whose squares overflow): the matrix must be finite"
-        )));
-    }
     let mut f = factor_accurate(device, a, (m, n), count, k)?;
     let norms = apply_sign_convention(device, &mut f.u, &mut f.vt, (m, n), count, k)?;
     let unit = |squares: &f64| (squares.sqrt() - 1.0).abs() < 1e-6;
@@ -161,8 +155,10 @@ pub fn truncated_svd_on_device<'a>(
     Ok(DeviceFactors { u: f.u, s: f.singular_values, vt: f.vt })
 }
 
-/// The sign convention on the device ([`flip_signs`]'s, by `sign_convention`) for the `count`
-/// matrices' `U` (`m × k` each) and `Vᵀ` (`k × n`); returns per matrix and vector `‖uⱼ‖²` and
+/// The sign convention on the device ([`flip_signs`]'s) for the `count` matrices' `U` (`m × k`
+/// each) and `Vᵀ` (`k × n`), in three launches per group of matrices: `sign_partials` reads `U`
+/// along its rows in chunks of rows, `sign_choose` combines the chunks per column and negates
+/// `Vᵀ`'s rows, `negate_columns` negates `U`'s columns. Returns per matrix and vector `‖uⱼ‖²` and
 /// `‖vⱼ‖²`, interleaved (waits for the queue).
 fn apply_sign_convention(
     device: &Device,
@@ -172,32 +168,72 @@ fn apply_sign_convention(
     count: usize,
     k: usize,
 ) -> Result<Vec<f64>> {
+    use kernels::matrix_svd as km;
     ensure(u.len() == count * m * k && vt.len() == count * k * n, || {
         format!("factors of {} and {} values for {count} matrices of {m} × {n} at k = {k}", u.len(), vt.len())
     })?;
     const THREADS: u32 = 256;
     /// Most matrices per launch: the grid's `z` extent.
     const MATRICES_PER_LAUNCH: usize = 65_535;
-    let mut norms = device.alloc_temporary::<f64>(device.queue(), 2 * count * k)?;
+    // Chunks of at least 512 rows (64 steps of the block's 8 rows), at most 1024 chunks.
+    let rows_per_chunk = m.div_ceil(1024).max(512);
+    let chunks = m.div_ceil(rows_per_chunk);
+    let queue = device.queue();
+    let mut partials = device.alloc_temporary::<f64>(queue, 3 * count * chunks * k)?;
+    let mut signs = device.alloc_temporary::<f64>(queue, count * k)?;
+    let mut norms = device.alloc_temporary::<f64>(queue, 2 * count * k)?;
     for first in (0..count).step_by(MATRICES_PER_LAUNCH) {
         let end = (first + MATRICES_PER_LAUNCH).min(count);
-        let cfg = LaunchConfig {
-            grid: Dim3 { x: k as u32, y: 1, z: (end - first) as u32 },
+        let matrices = (end - first) as u32;
+        let (us, vs) = (first * m * k..end * m * k, first * k * n..end * k * n);
+        let partial_range = 3 * first * chunks * k..3 * end * chunks * k;
+        let partials_cfg = LaunchConfig {
+            grid: Dim3 {
+                x: k.div_ceil(km::SIGN_COLUMNS_PER_BLOCK as usize) as u32,
+                y: chunks as u32,
+                z: matrices,
+            },
+            block: Dim3::x(km::SIGN_PARTIALS_THREADS),
+            shared_bytes: km::SIGN_PARTIALS_SHARED_BYTES,
+        };
+        let choose_cfg = LaunchConfig {
+            grid: Dim3 { x: k as u32, y: 1, z: matrices },
             block: Dim3::x(THREADS),
             shared_bytes: (4 * THREADS + 1) * 8,
         };
-        let args = (
-            u.view_mut(first * m * k..end * m * k)?,
-            vt.view_mut(first * k * n..end * k * n)?,
-            m as u32,
-            n as u32,
-            k as u32,
-            norms.view_mut(2 * first * k..2 * end * k)?,
-        );
-        // SAFETY: the kernel reads and writes each matrix's factors through checked slices of the
-        // lengths checked above, and `norms` holds two values per vector; the download below
-        // waits for the queue.
-        unsafe { device.launch(&kernels::matrix_svd::SIGN_CONVENTION, cfg, args)? };
+        let negate_cfg = LaunchConfig {
+            grid: Dim3 { x: (m * k).div_ceil(THREADS as usize).min(1024) as u32, y: 1, z: matrices },
+            block: Dim3::x(THREADS),
+            shared_bytes: 0,
+        };
+        // SAFETY: the kernels read and write each matrix's factors through checked slices of the
+        // lengths checked above; `partials` holds three values per chunk and vector, `signs` one
+        // and `norms` two per vector; all are temporaries of the queue the kernels run on, and the
+        // download below waits for it.
+        unsafe {
+            let args = (
+                u.view(us.clone())?,
+                m as u32,
+                k as u32,
+                rows_per_chunk as u32,
+                partials.view_mut(partial_range.clone())?,
+            );
+            device.launch(&km::SIGN_PARTIALS, partials_cfg, args)?;
+            let args = (
+                u.view(us.clone())?,
+                vt.view_mut(vs)?,
+                m as u32,
+                n as u32,
+                k as u32,
+                chunks as u32,
+                partials.view(partial_range)?,
+                signs.view_mut(first * k..end * k)?,
+                norms.view_mut(2 * first * k..2 * end * k)?,
+            );
+            device.launch(&km::SIGN_CHOOSE, choose_cfg, args)?;
+            let args = (u.view_mut(us)?, m as u32, k as u32, signs.view(first * k..end * k)?);
+            device.launch(&km::NEGATE_COLUMNS, negate_cfg, args)?;
+        }
     }
     device.download(&norms)
 }
@@ -274,5 +310,65 @@ fn flip_signs(f: &mut MatrixFactors) {
             u.mapv_inplace(|x| -x);
             v.mapv_inplace(|x| -x);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The device's sign convention is [`flip_signs`]'s where `U` spans several chunks of rows and
+    /// two blocks of columns: per column, the first entry of largest magnitude (two of equal
+    /// magnitude and opposite signs, in different chunks or in one) made positive, `Vᵀ`'s row
+    /// negated with it, a zero column left as it is; and the squared norms.
+    #[test]
+    fn the_device_sign_convention_matches_the_hosts() -> Result<()> {
+        let device = Device::simulator();
+        device.set_poison_allocations(true);
+        let (m, n, k, count) = (1500usize, 23usize, 37usize, 2usize);
+        let mut rng = SmallRng::seed_from_u64(5);
+        let mut factors: Vec<MatrixFactors> = (0..count)
+            .map(|_| MatrixFactors {
+                u: Array2::from_shape_fn((m, k), |_| rng.random_range(-1.0..1.0)),
+                s: vec![1.0; k],
+                vt: Array2::from_shape_fn((k, n), |_| rng.random_range(-1.0..1.0)),
+            })
+            .collect();
+        for (z, f) in factors.iter_mut().enumerate() {
+            for j in 0..k {
+                // Two entries of magnitude 2: the first negative for odd j + z, rows in different
+                // chunks (512 rows each) for j % 3 = 0, in one chunk otherwise.
+                let first = (j * 37 + z * 11) % 400 + if j % 3 == 0 { 0 } else { 600 };
+                let second = if j % 3 == 0 { first + 700 } else { first + 9 };
+                let sign = if (j + z) % 2 == 1 { -1.0 } else { 1.0 };
+                f.u[[first, j]] = 2.0 * sign;
+                f.u[[second, j]] = -2.0 * sign;
+            }
+            f.u.column_mut(5).fill(0.0);
+        }
+        let flat = |a: &[MatrixFactors], u: bool| -> Vec<f64> {
+            a.iter()
+                .flat_map(|f| if u { f.u.iter() } else { f.vt.iter() }.copied().collect::<Vec<_>>())
+                .collect()
+        };
+        let mut u = device.upload(&flat(&factors, true))?;
+        let mut vt = device.upload(&flat(&factors, false))?;
+        let norms = apply_sign_convention(&device, &mut u, &mut vt, (m, n), count, k)?;
+        let (u, vt) = (device.download(&u)?, device.download(&vt)?);
+        for (z, f) in factors.iter_mut().enumerate() {
+            for j in 0..k {
+                let (u_squares, v_squares) =
+                    (f.u.column(j).dot(&f.u.column(j)), f.vt.row(j).dot(&f.vt.row(j)));
+                assert!(
+                    (norms[2 * (z * k + j)] - u_squares).abs() < 1e-12 * u_squares.max(1.0),
+                    "‖u{j}‖² of {z}"
+                );
+                assert!((norms[2 * (z * k + j) + 1] - v_squares).abs() < 1e-12 * v_squares, "‖v{j}‖² of {z}");
+            }
+            flip_signs(f);
+            assert_eq!(&u[z * m * k..(z + 1) * m * k], f.u.as_slice().unwrap(), "U of matrix {z}");
+            assert_eq!(&vt[z * k * n..(z + 1) * k * n], f.vt.as_slice().unwrap(), "Vᵀ of matrix {z}");
+        }
+        Ok(())
     }
 }

@@ -1,6 +1,8 @@
 //! The one-pass kernels: the conversions of the input pixels to f64, the seeded random starting
-//! subspace (or the identity), and the per-image sums of squares of the reconstruction's error.
+//! subspace (or the identity), the per-image sums of squares of the reconstruction's error, and
+//! the Gram matrices' traces.
 
+use super::layout::Layout;
 use gpu_std::math;
 use gpu_std::{kernel, shared, thread};
 
@@ -115,5 +117,42 @@ pub fn squared_difference_sums(
     }
     if tid == 0 {
         partial[z * thread::grid_dim_x() as usize + thread::block_idx_x() as usize] = unsafe { sums.read(0) };
+    }
+}
+
+/// Per image, the trace of its Gram matrix `G = AᵀA` (`r × r` through `lg`, images `lg.batch`
+/// apart) into `traces[z]`: `‖A‖_F²`, a sum of squares, so it is finite exactly when every entry
+/// of `A` is and no square overflows; the iteration checks it before it solves anything on `G`.
+/// The diagonal is added per thread in order, then by a tree. Grid `(1, 1, images)`; 1-D block of
+/// a power of two threads; `blockDim.x × 8` bytes of dynamic shared memory.
+#[kernel]
+pub fn gram_traces(g: &[f64], lg: Layout, r: u32, traces: &mut [f64]) {
+    let z = thread::block_idx_z() as usize;
+    let g = g.tail(z * lg.batch as usize);
+    let tid = thread::thread_idx_x();
+    let mut acc = 0.0f64;
+    let mut i = tid;
+    while i < r {
+        acc += g[lg.at(i, i)];
+        i += thread::block_dim_x();
+    }
+    let sums = shared::dynamic::<f64>();
+    // SAFETY (the shared accesses): indices below blockDim.x, the launch's shared f64 count; each
+    // element is written by one thread between barriers and read after the next one.
+    unsafe { sums.write(tid as usize, acc) };
+    thread::sync_threads();
+    let mut active = thread::block_dim_x() / 2;
+    while active > 0 {
+        if tid < active {
+            unsafe {
+                let other = sums.read((tid + active) as usize);
+                sums.write(tid as usize, sums.read(tid as usize) + other);
+            }
+        }
+        thread::sync_threads();
+        active /= 2;
+    }
+    if tid == 0 {
+        traces[z] = unsafe { sums.read(0) };
     }
 }

@@ -284,7 +284,7 @@ impl<'a> Gemms<'a> {
     }
 
     /// The split-K sum: C = (Σ of the `splits` parts in `partial`)·diag(scale), mirrored when
-    /// `symmetric`, one element per thread.
+    /// `symmetric` ([`kf::gemm_f64_split_sum_to`]: each block's warps share the parts).
     ///
     /// # Safety
     /// As for [`Gemms::product`]; `partial` holds `splits · images` matrices of `m × n` and C's
@@ -299,13 +299,9 @@ impl<'a> Gemms<'a> {
         symmetric: bool,
     ) -> Result<()> {
         let config = LaunchConfig {
-            grid: Dim3 {
-                x: (m * n).div_ceil(kf::SPLIT_SUM_THREADS as usize).min(1024) as u32,
-                y: 1,
-                z: self.images as u32,
-            },
+            grid: Dim3 { x: kf::split_sum_blocks(m as u32, n as u32), y: 1, z: self.images as u32 },
             block: Dim3::x(kf::SPLIT_SUM_THREADS),
-            shared_bytes: 0,
+            shared_bytes: kf::SPLIT_SUM_SHARED_BYTES,
         };
         let args = (
             partial,

@@ -17,7 +17,7 @@ use super::passes::{finish_squared_sums, queue_squared_sums};
 use super::plan::Plan;
 use super::ritz::{RitzPairs, RitzSolver};
 use crate::launch::device::{Buffer, BufferView, BufferViewMut, Device, IntoKernelArgs};
-use crate::launch::error::Result;
+use crate::launch::error::{Error, Result};
 use gpu_std::KernelFn;
 use gpu_std::sim::{Dim3, LaunchConfig};
 use kernels::svd_factor::{self as kf, Layout};
@@ -47,6 +47,28 @@ pub(super) fn a_eff(plan: &Plan) -> Layout {
     let (m, n) = plan.dims;
     let a = Layout::row_major(n as u32, (m * n) as u32);
     if plan.tall() { a } else { a.transposed() }
+}
+
+/// Checks that every image's Gram matrix `g` (through its layout) is finite, by its trace
+/// (`‖A‖_F²`, [`kf::gram_traces`]; one wait): an image with a NaN or infinite value, or values
+/// whose squares overflow, is an error ([`Error::InvalidInput`]) naming it, before anything is
+/// solved on its `G`. This is the factorisation's finiteness check: `G` is read anyway, where a
+/// pass over the images took 0.17 ms of 100 000 × 512 (H200).
+fn check_finite_gram(device: &Device, plan: &Plan, (g, layout): (BufferView<'_, f64>, Layout)) -> Result<()> {
+    const THREADS: u32 = 256;
+    let mut traces = device.alloc_temporary::<f64>(device.queue(), plan.images)?;
+    let cfg = LaunchConfig {
+        grid: Dim3 { x: 1, y: 1, z: plan.images as u32 },
+        block: Dim3::x(THREADS),
+        shared_bytes: THREADS * 8,
+    };
+    launch(device, &kf::GRAM_TRACES, cfg, (g, layout, plan.r as u32, &mut traces))?;
+    match device.download(&traces)?.iter().position(|t| !t.is_finite()) {
+        Some(i) => Err(Error::InvalidInput(format!(
+            "matrix {i} holds a NaN or infinite value (or values whose squares overflow): the matrix must be finite"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The device buffers of one factorisation and the plan they were sized for.
@@ -186,7 +208,8 @@ impl<'a> Workspace<'a> {
     pub(super) fn gram_matrix(&mut self) -> Result<()> {
         let g_layout = self.g_layout();
         let g = self.g.view_mut(..)?;
-        Self::queue_gram_matrix(&mut self.gemms, self.plan, self.a, (g, g_layout))
+        Self::queue_gram_matrix(&mut self.gemms, self.plan, self.a, (g, g_layout))?;
+        check_finite_gram(self.device, self.plan, (self.g.view(..)?, g_layout))
     }
 
     /// Every eigenpair of `G` (the plan's `b` is `r`): `G` written where the Ritz solver reads its
@@ -195,6 +218,8 @@ impl<'a> Workspace<'a> {
     pub(super) fn gram_eigenpairs(&mut self) -> Result<()> {
         let r = self.plan.r as u32;
         Self::queue_gram_matrix(&mut self.gemms, self.plan, self.a, self.solver.input()?)?;
+        let (g, layout) = self.solver.input()?;
+        check_finite_gram(self.device, self.plan, (g.view(..)?, layout))?;
         // SAFETY: the module's argument.
         unsafe { self.solver.solve(self.device, &mut self.pairs)? };
         launch(self.device, &kf::IDENTITY_SUBSPACE, self.columns_config(), (&mut self.qy, r, r * 2 * r))
