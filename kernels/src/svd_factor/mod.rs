@@ -36,6 +36,7 @@
 //! - `tridiagonal.rs`: the one-block eigensolver by tridiagonalisation for batches of larger
 //!   subspaces, and its back-transformation; `divide_and_conquer.rs` its tridiagonal stage;
 //!   `tridiagonal_grid.rs` its reduction by a group of blocks per image, for one matrix or a few.
+//! - `jacobi_svd.rs`: the SVD of the accurate pass's small projected matrix by one-sided Jacobi.
 
 mod block_jacobi;
 mod blocked_cholesky;
@@ -44,6 +45,7 @@ mod divide_and_conquer;
 mod eigensolver;
 mod gemm;
 mod gemm_pipelined;
+mod jacobi_svd;
 mod layout;
 mod packed_cholesky;
 mod passes;
@@ -59,6 +61,7 @@ pub use divide_and_conquer::*;
 pub use eigensolver::*;
 pub use gemm::*;
 pub use gemm_pipelined::*;
+pub use jacobi_svd::*;
 pub use layout::*;
 pub use packed_cholesky::*;
 pub use passes::*;

@@ -32,6 +32,7 @@ mod host_eigensolver;
 mod one_block_jacobi;
 mod passes;
 mod plan;
+mod projected_svd;
 mod refine;
 mod ritz;
 mod tridiagonal_eigensolver;

@@ -11,10 +11,9 @@
 //!
 //! 1. `W = A_eff·V` (`m_eff × b`) and its orthonormal basis `X`;
 //! 2. `Bᵀ = A_effᵀ·X` (`r × b`) and its orthonormal basis `Y`;
-//! 3. `S = Yᵀ·Bᵀ` (`b × b`), so that `A_eff ≈ X·Sᵀ·Yᵀ`; the SVD `Sᵀ = U_s·Σ·V_sᵀ` on the device,
-//!    as the eigenproblem of `[[0, Sᵀ], [S, 0]]` by the Ritz solver, where every matrix's
-//!    `σ_k ≥ 1e-3·σ₁` ([`projected_svd_on_device`]), else on the host (faer), of `Sᵀ` without the
-//!    zero rows and columns of the bases' left-out columns;
+//! 3. `S = Yᵀ·Bᵀ` (`b × b`), so that `A_eff ≈ X·Sᵀ·Yᵀ`; the SVD `Sᵀ = U_s·Σ·V_sᵀ`
+//!    (`projected_svd.rs`: one-sided Jacobi on the device where it fits one block, else the
+//!    Jordan–Wielandt eigenproblem on the device or faer on the host);
 //! 4. the triplets `X·U_s`, `Σ`, `Y·V_s`, the first `k` of them.
 //!
 //! The singular values are those of `Xᵀ·A_eff`, `A` restricted to a subspace that holds the leading
@@ -38,10 +37,10 @@ use super::convergence::StopTest;
 use super::factors::IterationCounts;
 use super::gemm::{Gemms, operand as op};
 use super::plan::{GramMethod, Plan, subspace_size};
-use super::ritz::RitzPairs;
+use super::projected_svd::{ProjectedVectors, projected_svd};
 use super::workspace::a_eff;
 use crate::families::transpose::transpose_batch_f64;
-use crate::launch::device::{Buffer, BufferView, BufferViewMut, Device};
+use crate::launch::device::{Buffer, BufferView, Device};
 use crate::launch::error::{Error, Result};
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Mat, Par, Side};
@@ -193,10 +192,7 @@ fn refine(
         gemms.product(at_x, (bt.view_mut(..)?, basis_layout), None, (r, b, m_eff), false)?;
     }
     let y = orthonormalize(device, &gemms, &bt, (r, b))?;
-    let projected = match projected_svd_on_device(device, plan, &gemms, (&y, &bt), b)? {
-        Some(projected) => projected,
-        None => projected_svd_on_host(device, plan, &gemms, (&y, &bt), b)?,
-    };
+    let projected = projected_svd(device, plan, &gemms, (&y, &bt), b)?;
 
     // From the pool, as the pass's own buffers: `cuMemAlloc` of `U` (8 MB at 100 000 × 10) left the
     // GPU idle for 0.2 ms (H200).
@@ -234,163 +230,6 @@ fn refine(
         iterations: counts.iterations,
         plan: plan.clone(),
     })
-}
-
-/// The leading `k` singular triplets of every matrix's projected `Sᵀ` (`b × b`), as the last
-/// products read them: the values, and `U_s` and `V_s` (`b × k` per matrix) in `vectors` at the
-/// offsets and through the layouts of `left` and `right`, each column times `scale` (one value per
-/// column, the same for every matrix) where there is one.
-struct ProjectedVectors {
-    values: Vec<Vec<f64>>,
-    vectors: Buffer<f64>,
-    left: (usize, Layout),
-    right: (usize, Layout),
-    scale: Option<Buffer<f64>>,
-}
-
-/// The projected SVD on the device takes a batch whose every matrix has `σ_k ≥` this `·σ₁`
-/// ([`projected_svd_on_device`]).
-const DEVICE_PROJECTED_SVD_MIN: f64 = 1e-3;
-
-/// The projected SVD on the device, from the symmetric eigenproblem of `M = [[0, Sᵀ], [S, 0]]`
-/// (`2b × 2b`, the Jordan–Wielandt matrix, by the Ritz solver the plans choose for its size): its
-/// eigenvalues are `±σᵢ` and the unit eigenvector of `+σᵢ` is `[u_i; v_i]/√2`. An eigensolver's
-/// rounding (`ε·‖S‖` backward) mixes a pair with the others by `ε·‖S‖` over their distance, as an
-/// SVD's does, and with its mirror `−σᵢ` by `ε·‖S‖/2σᵢ`, which moves the halves' norms off `1/√2`
-/// and their orthogonality by that much; so this path takes a batch only where every matrix's
-/// `σ_k ≥` [`DEVICE_PROJECTED_SVD_MIN`]`·σ₁` (the halves then orthonormal to about 1e-13, and
-/// `U_s`, `V_s` read as `√2` times them), and returns `None` for the host's SVD otherwise. The
-/// bases' left-out columns (zero rows and columns of `S`) give eigenvalues 0, which sort below
-/// every pair it takes. One wait, for the eigenvalues.
-fn projected_svd_on_device(
-    device: &Device,
-    plan: &Plan,
-    gemms: &Gemms<'_>,
-    (y, bt): (&Buffer<f64>, &Buffer<f64>),
-    b: usize,
-) -> Result<Option<ProjectedVectors>> {
-    let (images, k, r) = (plan.images, plan.k, plan.r);
-    let jordan =
-        Plan::with_subspace(device, (2 * b, 2 * b), images, (k, 2 * b), GramMethod::WholeEigendecomposition)?;
-    let mut solver = jordan.ritz_solver(device)?;
-    let mut pairs = RitzPairs::new(device, 2 * b, images)?;
-    {
-        let (mut m, layout) = solver.input()?;
-        device.zero_on(device.queue(), m.view_mut(..)?)?;
-        // SAFETY: `y`, `bt` and the solver's input live until the download of the eigenvalues
-        // below waits for the queue; the GEMMs check the spans: S into the lower left block,
-        // Sᵀ (S through the transposed layout) into the upper right one.
-        unsafe {
-            let lower_left = m.view_mut(b * layout.row as usize..)?;
-            queue_projected(gemms, (y, bt), (b, r), (lower_left, layout))?;
-            let upper_right = m.view_mut(b * layout.col as usize..)?;
-            queue_projected(gemms, (y, bt), (b, r), (upper_right, layout.transposed()))?;
-        }
-    }
-    // SAFETY: `pairs` lives until the download below waits for the queue.
-    unsafe { solver.solve(device, &mut pairs)? };
-    let theta = device.download(&pairs.theta)?;
-    let resolved = theta
-        .chunks(2 * b)
-        .all(|t| t[0].is_finite() && t[0] > 0.0 && t[k - 1] >= DEVICE_PROJECTED_SVD_MIN * t[0]);
-    if !resolved {
-        return Ok(None);
-    }
-    let values = theta.chunks(2 * b).map(|t| t[..k].to_vec()).collect();
-    let halves = Layout::row_major((2 * b) as u32, (4 * b * b) as u32);
-    Ok(Some(ProjectedVectors {
-        values,
-        vectors: pairs.vectors,
-        left: (0, halves),
-        right: (b * 2 * b, halves),
-        scale: Some(device.upload(&vec![std::f64::consts::SQRT_2; k])?),
-    }))
-}
-
-/// Queues the projected matrix `S = Yᵀ·Bᵀ` (`b × b` per matrix, from the bases' `r × b` row-major
-/// `Y` and `Bᵀ`) into `out` through its layout.
-///
-/// # Safety
-/// The buffers must live until the queue reaches the product (as for [`Gemms::product`]).
-unsafe fn queue_projected(
-    gemms: &Gemms<'_>,
-    (y, bt): (&Buffer<f64>, &Buffer<f64>),
-    (b, r): (usize, usize),
-    out: (BufferViewMut<'_, f64>, Layout),
-) -> Result<()> {
-    let basis_layout = Layout::row_major(b as u32, (r * b) as u32);
-    let yt_bt = (op(y.view(..)?, basis_layout.transposed()), op(bt.view(..)?, basis_layout));
-    // SAFETY: forwarded from the caller; the GEMM checks every span.
-    unsafe { gemms.product(yt_bt, out, None, (b, b, r), false) }
-}
-
-/// The projected SVD on the host: `S = Yᵀ·Bᵀ` downloaded, and per matrix faer's SVD of `Sᵀ`
-/// ([`projected_svd`]).
-fn projected_svd_on_host(
-    device: &Device,
-    plan: &Plan,
-    gemms: &Gemms<'_>,
-    (y, bt): (&Buffer<f64>, &Buffer<f64>),
-    b: usize,
-) -> Result<ProjectedVectors> {
-    let (images, k, r) = (plan.images, plan.k, plan.r);
-    let mut s = device.alloc::<f64>(images * b * b)?;
-    let square = Layout::row_major(b as u32, (b * b) as u32);
-    // SAFETY: the buffers live until the download of `s` waits for the queue.
-    unsafe { queue_projected(gemms, (y, bt), (b, r), (s.view_mut(..)?, square))? };
-    let small = device.download(&s)?;
-    // Per matrix its first k left vectors (for X) then right vectors (for Y), b × k each.
-    let mut vectors = Vec::with_capacity(2 * images * b * k);
-    let mut right = Vec::with_capacity(images * b * k);
-    let mut values = Vec::with_capacity(images);
-    for st in small.chunks(b * b) {
-        let (found, u_s, v_s) = projected_svd(Mat::from_fn(b, b, |i, j| st[j * b + i]), k)?;
-        values.push(found);
-        vectors.extend(u_s);
-        right.extend(v_s);
-    }
-    vectors.extend(right);
-    let layout = Layout::row_major(k as u32, (b * k) as u32);
-    Ok(ProjectedVectors {
-        values,
-        vectors: device.upload(&vectors)?,
-        left: (0, layout),
-        right: (images * b * k, layout),
-        scale: None,
-    })
-}
-
-/// The leading `k` singular triplets of the projected matrix `Sᵀ` (`b × b`): the values
-/// (non-increasing, 0 past its rank) and the left and right vectors (`b × k` each, row-major), by
-/// faer's SVD of `Sᵀ` without its zero rows and columns. Those belong to the columns the bases
-/// left out (zero vectors), and kept in they would let faer mix a singular vector of a tiny `σᵢ`
-/// with them by up to `ε·‖S‖/σᵢ` (1e-4 at `σᵢ = 1e-12·σ₁`): weight on a zero column, which
-/// leaves `X·uᵢ` short of unit norm by its square.
-fn projected_svd(st: Mat<f64>, k: usize) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
-    let b = st.nrows();
-    let rows: Vec<usize> = (0..b).filter(|&i| (0..b).any(|j| st[(i, j)] != 0.0)).collect();
-    let cols: Vec<usize> = (0..b).filter(|&j| (0..b).any(|i| st[(i, j)] != 0.0)).collect();
-    let mut values = vec![0.0; k];
-    let (mut u_s, mut v_s) = (vec![0.0; b * k], vec![0.0; b * k]);
-    if rows.is_empty() || cols.is_empty() {
-        return Ok((values, u_s, v_s));
-    }
-    let kept = Mat::from_fn(rows.len(), cols.len(), |i, j| st[(rows[i], cols[j])]);
-    let svd = kept
-        .thin_svd()
-        .map_err(|e| Error::Numerical(format!("the SVD of the {b} × {b} projected matrix failed: {e:?}")))?;
-    // faer's singular values are non-negative and non-increasing.
-    let found = k.min(rows.len()).min(cols.len());
-    for p in 0..found {
-        values[p] = svd.S().column_vector()[p];
-        for (i, &row) in rows.iter().enumerate() {
-            u_s[row * k + p] = svd.U()[(i, p)];
-        }
-        for (j, &col) in cols.iter().enumerate() {
-            v_s[col * k + p] = svd.V()[(j, p)];
-        }
-    }
-    Ok((values, u_s, v_s))
 }
 
 /// An orthonormal basis of the columns of each `rows × cols` row-major matrix in `input` (`images`
@@ -580,87 +419,6 @@ fn cholesky_leaving_out(scaled: &Mat<f64>, kept: &[usize]) -> (Mat<f64>, Vec<usi
 mod tests {
     use super::*;
 
-    /// The projected SVD through the Jordan–Wielandt eigenproblem on the device: exact values
-    /// and vectors of two known `Sᵀ` (a Householder reflection times a spread spectrum times
-    /// another), read as the last products read them; and `None` where `σ_k` falls below
-    /// [`DEVICE_PROJECTED_SVD_MIN`]`·σ₁`, for the host's SVD.
-    #[test]
-    fn the_projected_svd_on_the_device_is_exact_where_it_is_taken() -> Result<()> {
-        let device = Device::simulator();
-        device.set_poison_allocations(true);
-        let (b, k, r) = (7usize, 4usize, 9usize);
-        // A Householder reflection I − 2·h·hᵀ/hᵀh, orthogonal and symmetric.
-        let reflection = |seed: usize| -> Vec<f64> {
-            let h: Vec<f64> = (0..b).map(|i| ((i * 5 + seed * 3) % 7) as f64 - 2.5).collect();
-            let norm: f64 = h.iter().map(|v| v * v).sum();
-            (0..b * b)
-                .map(|e| f64::from(u8::from(e / b == e % b)) - 2.0 * h[e / b] * h[e % b] / norm)
-                .collect()
-        };
-        let spectra = [[3.0, 2.0, 1.5, 0.25, 0.1, 0.01, 0.0], [5.0, 4.0, 4.0, 0.5, 1e-3, 1e-5, 0.0]];
-        let check = |spectra: &[[f64; 7]]| -> Result<bool> {
-            let images = spectra.len();
-            let plan = Plan::new(&device, (r, r), images, k)?;
-            // Y = [I; 0] (r × b) and Bᵀ = [S; 0], so that S = Yᵀ·Bᵀ; Sᵀ = G·diag(σ)·Hᵀ.
-            let (g, h) = (reflection(1), reflection(2));
-            let mut y = vec![0.0; images * r * b];
-            let mut bt = vec![0.0; images * r * b];
-            let mut st = Vec::new();
-            for (image, sigma) in spectra.iter().enumerate() {
-                for i in 0..b {
-                    y[image * r * b + i * b + i] = 1.0;
-                }
-                let t: Vec<f64> = (0..b * b)
-                    .map(|e| (0..b).map(|p| g[(e / b) * b + p] * sigma[p] * h[(e % b) * b + p]).sum())
-                    .collect();
-                for i in 0..b {
-                    for j in 0..b {
-                        bt[image * r * b + i * b + j] = t[j * b + i];
-                    }
-                }
-                st.push(t);
-            }
-            let gemms = Gemms::new(&device, images, false);
-            let (y, bt) = (device.upload(&y)?, device.upload(&bt)?);
-            let Some(found) = projected_svd_on_device(&device, &plan, &gemms, (&y, &bt), b)? else {
-                return Ok(false);
-            };
-            let vectors = device.download(&found.vectors)?;
-            let scale = device.download(found.scale.as_ref().expect("a scale"))?;
-            let read = |(offset, layout): (usize, Layout), image: usize| -> Vec<f64> {
-                (0..b * k)
-                    .map(|e| {
-                        let at = offset + image * layout.batch as usize + (e / k) * layout.row as usize;
-                        vectors[at + (e % k) * layout.col as usize] * scale[e % k]
-                    })
-                    .collect()
-            };
-            for (image, t) in st.iter().enumerate() {
-                let (u_s, v_s) = (read(found.left, image), read(found.right, image));
-                for p in 0..k {
-                    let sigma = found.values[image][p];
-                    assert!((sigma - spectra[image][p]).abs() < 1e-14, "σ {p} of {image}: {sigma}");
-                    // Sᵀ·v_p = σ_p·u_p, and unit vectors orthogonal to the others.
-                    for i in 0..b {
-                        let stv: f64 = (0..b).map(|j| t[i * b + j] * v_s[j * k + p]).sum();
-                        assert!((stv - sigma * u_s[i * k + p]).abs() < 1e-14, "Sᵀv − σu of pair {p}");
-                    }
-                    for q in 0..k {
-                        let want = f64::from(u8::from(p == q));
-                        let uu: f64 = (0..b).map(|i| u_s[i * k + p] * u_s[i * k + q]).sum();
-                        let vv: f64 = (0..b).map(|i| v_s[i * k + p] * v_s[i * k + q]).sum();
-                        assert!((uu - want).abs() < 1e-14 && (vv - want).abs() < 1e-14, "pairs {p}, {q}");
-                    }
-                }
-            }
-            Ok(true)
-        };
-        assert!(check(&spectra)?, "σ_k ≥ 1e-3·σ₁ in both: the device's SVD");
-        let low = [[1.0, 0.5, 0.2, 1e-4, 1e-5, 0.0, 0.0]];
-        assert!(!check(&low)?, "σ_k = 1e-4·σ₁: the host's SVD");
-        Ok(())
-    }
-
     /// Cholesky QR on the device gives an orthonormal basis of the same span where the columns'
     /// norms fall by 1e-3 and by 1e-12 (as `A·vᵢ` do for spectra that decay that far: graded, not
     /// ill-conditioned), and leaves a basis with a repeated column to the host (`None`), whose
@@ -713,36 +471,5 @@ mod tests {
             }
         }
         Ok(())
-    }
-
-    /// The projected matrix's zero rows and columns (the bases' left-out columns) get no weight in
-    /// any singular vector, also beside a singular value of 1e-12; its values are exact.
-    #[test]
-    fn the_projected_svd_leaves_the_left_out_columns_out() {
-        let (c, s) = (0.6f64, 0.8f64);
-        // Sᵀ = G·diag(1, 1e-12)·Hᵀ on rows and columns {0, 2} of 3 (G, H rotations); row and column
-        // 1 zero.
-        let sigma = [1.0, 1e-12];
-        let (g, h) = ([[c, -s], [s, c]], [[s, c], [-c, s]]);
-        let mut st = Mat::<f64>::zeros(3, 3);
-        let at = [0, 2];
-        for i in 0..2 {
-            for j in 0..2 {
-                st[(at[i], at[j])] = (0..2).map(|p| g[i][p] * sigma[p] * h[j][p]).sum();
-            }
-        }
-        let k = 3;
-        let (values, u_s, v_s) = projected_svd(st, k).unwrap();
-        assert!((values[0] - 1.0).abs() < 1e-15 && (values[1] - 1e-12).abs() < 1e-15, "{values:?}");
-        assert_eq!(values[2], 0.0);
-        for p in 0..k {
-            assert_eq!((u_s[k + p], v_s[k + p]), (0.0, 0.0), "vector {p} on the left-out row or column");
-        }
-        // The first two vectors are unit vectors; the third (σ = 0) is zero, for the completion.
-        for p in 0..2 {
-            let norm = |m: &[f64]| (0..3).map(|i| m[i * k + p] * m[i * k + p]).sum::<f64>();
-            assert!((norm(&u_s) - 1.0).abs() < 1e-15 && (norm(&v_s) - 1.0).abs() < 1e-15);
-        }
-        assert!((0..3).all(|i| u_s[i * k + 2] == 0.0 && v_s[i * k + 2] == 0.0));
     }
 }
