@@ -27,10 +27,25 @@ fn column_pair(t: u32, round: u32, players: u32) -> (usize, usize) {
     (p.min(q) as usize, p.max(q) as usize)
 }
 
+/// This lane's share of the squared norm of column `p` of the column-major `n × n` matrix `m`.
+#[inline(always)]
+fn column_squares(m: shared::DynamicShared<f64>, p: usize, n: usize, lane: usize) -> f64 {
+    let mut squares = 0.0f64;
+    let mut i = lane;
+    while i < n {
+        // SAFETY: an element of the matrix's region (the caller's contract: `m` holds `n²`).
+        let x = unsafe { m.read(p * n + i) };
+        squares = math::fma(x, x, squares);
+        i += warp::WARP_SIZE as usize;
+    }
+    squares
+}
+
 /// The SVD `M = U·Σ·Vᵀ` of each `b × b` matrix `M` (`b` even), given as its transpose: `mt` holds
 /// `Mᵀ` row-major (images `b²` apart), so that row `p` of `mt` is column `p` of `M`. One-sided
 /// Jacobi: sweeps of `b − 1` rounds, each pairing every column with another (the circle method),
-/// a warp per pair; a pair `(p, q)` with `|m_pᵀm_q| > b·ε·‖m_p‖·‖m_q‖` is rotated to orthogonal
+/// a warp per pair; a pair `(p, q)` with `|m_pᵀm_q| > b·ε·‖m_p‖·‖m_q‖` (the norms measured at
+/// the sweep's start and updated by its rotations, Rutishauser's) is rotated to orthogonal
 /// columns, and the rotation applied to the accumulated `V` (the identity at first). Stops after
 /// a sweep without a rotation. Then `σ_p = ‖m_p‖`, sorted non-increasing (equal ones in column
 /// order): `values[z·b + i]` is the `i`-th, column `i` of `U` is `m_p/σ_p` (zero where `σ_p = 0`)
@@ -70,25 +85,34 @@ pub unsafe fn jacobi_svd(mt: &[f64], b: u32, values: &mut [f64], vectors: &mut [
     let mut converged = false;
     let mut sweep = 0;
     while !converged && sweep < JACOBI_SVD_MAX_SWEEPS {
+        // Each sweep starts from the columns' squared norms, measured; within it a rotation updates
+        // its pair's (`‖m_p‖² − t·γ`, `‖m_q‖² + t·γ`), so that a pair takes one product, not three.
+        thread::sync_threads();
+        let mut p = warp_index;
+        while p < n {
+            let squares = warp::reduce(column_squares(m, p, n, lane), |a: f64, b: f64| a + b);
+            if lane == 0 {
+                unsafe { norms.write(p, squares) };
+            }
+            p += warps;
+        }
         let mut any = 0.0f64;
         for round in 0..b - 1 {
             thread::sync_threads();
             let mut t = warp_index;
             while t < n / 2 {
                 let (p, q) = column_pair(t as u32, round, b);
-                let (mut alpha, mut beta, mut gamma) = (0.0f64, 0.0f64, 0.0f64);
+                // Read before the reduction's shuffles, which every lane passes before lane 0
+                // writes the updated norms below.
+                let (alpha, beta) = unsafe { (norms.read(p), norms.read(q)) };
+                let mut gamma = 0.0f64;
                 let mut i = lane;
                 while i < n {
-                    let (x, y) = unsafe { (m.read(p * n + i), m.read(q * n + i)) };
-                    alpha = math::fma(x, x, alpha);
-                    beta = math::fma(y, y, beta);
-                    gamma = math::fma(x, y, gamma);
+                    gamma = math::fma(unsafe { m.read(p * n + i) }, unsafe { m.read(q * n + i) }, gamma);
                     i += warp::WARP_SIZE as usize;
                 }
-                let add = |a: f64, b: f64| a + b;
-                let (alpha, beta, gamma) =
-                    (warp::reduce(alpha, add), warp::reduce(beta, add), warp::reduce(gamma, add));
-                // Every lane has the same sums, so every lane takes the same branch and rotation.
+                let gamma = warp::reduce(gamma, |a: f64, b: f64| a + b);
+                // Every lane has the same values, so every lane takes the same branch and rotation.
                 if math::abs(gamma) > tolerance * math::sqrt(alpha) * math::sqrt(beta) {
                     any = 1.0;
                     let zeta = (beta - alpha) / (2.0 * gamma);
@@ -112,6 +136,12 @@ pub unsafe fn jacobi_svd(mt: &[f64], b: u32, values: &mut [f64], vectors: &mut [
                         }
                         i += warp::WARP_SIZE as usize;
                     }
+                    if lane == 0 {
+                        unsafe {
+                            norms.write(p, alpha - tangent * gamma);
+                            norms.write(q, beta + tangent * gamma);
+                        }
+                    }
                 }
                 t += warps;
             }
@@ -129,14 +159,7 @@ pub unsafe fn jacobi_svd(mt: &[f64], b: u32, values: &mut [f64], vectors: &mut [
     // The norms, a warp per column.
     let mut p = warp_index;
     while p < n {
-        let mut squares = 0.0f64;
-        let mut i = lane;
-        while i < n {
-            let x = unsafe { m.read(p * n + i) };
-            squares = math::fma(x, x, squares);
-            i += warp::WARP_SIZE as usize;
-        }
-        let squares = warp::reduce(squares, |a: f64, b: f64| a + b);
+        let squares = warp::reduce(column_squares(m, p, n, lane), |a: f64, b: f64| a + b);
         if lane == 0 {
             unsafe { norms.write(p, math::sqrt(squares)) };
         }
