@@ -80,8 +80,17 @@ pub fn factor(
 /// products), with power steps between Rayleigh–Ritz steps where the spectrum decays
 /// fast enough, a Chebyshev filter where it is flat.
 pub fn factor_with(device: &Device, a: &Buffer<f64>, plan: &Plan) -> Result<DeviceFactors> {
-    let (work, counts) = converge(device, a.view(..)?, plan, StopTest::IMAGES)?;
+    let (work, counts) = converge(device, a.view(..)?, plan, StopTest::IMAGES, FiniteCheck::ByTheCaller)?;
     work.extract(counts)
+}
+
+/// Whether [`converge`] checks that every image is finite (by its Gram matrix's trace, one wait,
+/// before anything is solved on `G`), or the caller does (the `svd` job on the host before the
+/// upload, and by `‖A‖_F` after the iteration, which a NaN leaves NaN).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FiniteCheck {
+    OnTheGram,
+    ByTheCaller,
 }
 
 /// The iteration of [`factor_with`] until every image meets `test`: the workspace holding the
@@ -91,15 +100,16 @@ fn converge<'a>(
     a: BufferView<'a, f64>,
     plan: &'a Plan,
     test: StopTest,
+    finite: FiniteCheck,
 ) -> Result<(Workspace<'a>, IterationCounts)> {
     let ((m, n), images, b, k) = (plan.dims, plan.images, plan.b, plan.k);
     ensure(a.len() == images * m * n, || format!("{} values for {images} images of {m} × {n}", a.len()))?;
     let mut work = Workspace::new(device, plan, a)?;
     if plan.method == GramMethod::WholeEigendecomposition {
-        work.gram_eigenpairs()?;
+        work.gram_eigenpairs(finite == FiniteCheck::OnTheGram)?;
         return Ok((work, IterationCounts::default()));
     }
-    work.gram_matrix()?;
+    work.gram_matrix(finite == FiniteCheck::OnTheGram)?;
     work.start_basis()?;
     let mut counts = IterationCounts::default();
     for i in 0..plan.products_before_rayleigh_ritz {

@@ -32,6 +32,7 @@
 //! column): what they hold of `A` is below `1e-13·σ₁`. Their triplets get `σ = 0` here, with zero
 //! vectors; `matrix_svd` completes those vectors to an orthonormal set.
 
+use super::FiniteCheck;
 use super::cholesky::inverse_cholesky_factor;
 use super::convergence::StopTest;
 use super::factors::IterationCounts;
@@ -128,7 +129,8 @@ fn accurate_factors(
     plan: &Plan,
     transposed: bool,
 ) -> Result<AccurateFactors> {
-    let (work, counts) = super::converge(device, a, plan, StopTest::accurate(plan.r))?;
+    let (work, counts) =
+        super::converge(device, a, plan, StopTest::accurate(plan.r), FiniteCheck::OnTheGram)?;
     let columns = subspace_size(plan.k, plan.r).min(plan.b);
     let v = work.ritz_vectors(columns)?;
     drop(work);
