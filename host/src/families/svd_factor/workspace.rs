@@ -53,8 +53,8 @@ pub(super) fn a_eff(plan: &Plan) -> Layout {
 /// (`‖A‖_F²`, [`kf::gram_traces`]; one wait): an image with a NaN or infinite value, or values
 /// whose squares overflow, is an error ([`Error::InvalidInput`]) naming it, before anything is
 /// solved on its `G`. The accurate factorisation's finiteness check: `G` is small beside `A`,
-/// where a pass over the images took 0.17 ms of 100 000 × 512 (H200). Its wait costs the `svd`
-/// job's path about 0.3 ms of one image, which checks finiteness otherwise.
+/// where a pass over the images took 0.17 ms of 100 000 × 512 (H200). Its wait would stall the
+/// `svd` job's queued launches, so that path checks finiteness otherwise ([`FiniteCheck`](super::FiniteCheck)).
 fn check_finite_gram(device: &Device, plan: &Plan, (g, layout): (BufferView<'_, f64>, Layout)) -> Result<()> {
     const THREADS: u32 = 256;
     let mut traces = device.alloc_temporary::<f64>(device.queue(), plan.images)?;
