@@ -99,24 +99,9 @@ pub fn squared_difference_sums(
         acc = math::fma(d, d, acc);
         i += thread::grid_stride_1d();
     }
-    let sums = shared::dynamic::<f64>();
-    // SAFETY (the shared accesses): indices below blockDim.x, the launch's shared f64 count; each
-    // element is written by one thread between barriers and read after the next one.
-    unsafe { sums.write(tid as usize, acc) };
-    thread::sync_threads();
-    let mut active = thread::block_dim_x() / 2;
-    while active > 0 {
-        if tid < active {
-            unsafe {
-                let other = sums.read((tid + active) as usize);
-                sums.write(tid as usize, sums.read(tid as usize) + other);
-            }
-        }
-        thread::sync_threads();
-        active /= 2;
-    }
+    let total = block_sum(acc);
     if tid == 0 {
-        partial[z * thread::grid_dim_x() as usize + thread::block_idx_x() as usize] = unsafe { sums.read(0) };
+        partial[z * thread::grid_dim_x() as usize + thread::block_idx_x() as usize] = total;
     }
 }
 
@@ -136,23 +121,33 @@ pub fn gram_traces(g: &[f64], lg: Layout, r: u32, traces: &mut [f64]) {
         acc += g[lg.at(i, i)];
         i += thread::block_dim_x();
     }
+    let total = block_sum(acc);
+    if tid == 0 {
+        traces[z] = total;
+    }
+}
+
+/// The sum of every thread's `value` over a 1-D block of a power of two threads, by a tree through
+/// `blockDim.x` f64 of dynamic shared memory (a fixed order); thread 0 gets it (the others a part).
+/// Every thread of the block calls it.
+#[inline(always)]
+fn block_sum(value: f64) -> f64 {
+    let tid = thread::thread_idx_x() as usize;
     let sums = shared::dynamic::<f64>();
     // SAFETY (the shared accesses): indices below blockDim.x, the launch's shared f64 count; each
     // element is written by one thread between barriers and read after the next one.
-    unsafe { sums.write(tid as usize, acc) };
+    unsafe { sums.write(tid, value) };
     thread::sync_threads();
-    let mut active = thread::block_dim_x() / 2;
+    let mut active = thread::block_dim_x() as usize / 2;
     while active > 0 {
         if tid < active {
             unsafe {
-                let other = sums.read((tid + active) as usize);
-                sums.write(tid as usize, sums.read(tid as usize) + other);
+                let other = sums.read(tid + active);
+                sums.write(tid, sums.read(tid) + other);
             }
         }
         thread::sync_threads();
         active /= 2;
     }
-    if tid == 0 {
-        traces[z] = unsafe { sums.read(0) };
-    }
+    unsafe { sums.read(tid) }
 }
