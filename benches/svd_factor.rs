@@ -443,6 +443,15 @@ fn ritz_solvers(device: &Device) -> anyhow::Result<()> {
                         (describe(&one_block), Box::new(one_block)),
                         (describe(&grid_then_one), Box::new(grid_then_one)),
                     ];
+                    // The two-stage reduction, the band by 8 rows per block (the multiprocessors
+                    // shared among the images).
+                    if b <= kf::BAND_CHASE_MAX_B as usize {
+                        let groups =
+                            (b / 8).max(1).min(device.multiprocessors()? as usize / images).max(1) as u32;
+                        let launch = Solver::two_stage_reduction(device, b, images, groups)?;
+                        let solver = Solver::with_reduction(device, b, images, launch)?;
+                        variants.push((describe(&solver), Box::new(solver)));
+                    }
                     // One matrix: the divide and conquer by 8 rows per block.
                     if images == 1 && b >= 96 {
                         let groups = (b / 8).min(device.multiprocessors()? as usize) as u32;

@@ -1463,11 +1463,13 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
         // The tridiagonal solver through its `RitzSolver` interface, each reduction: one block per
         // image with the packed matrix in shared memory where it fits (b ≤ 234 on an H100), else,
         // and where the launch gives only the vectors' shared memory, in global memory; a group of
-        // blocks per image (`Some(groups)`), the rows in shared or in global memory.
+        // blocks per image (`Some(groups)`), the rows in shared or in global memory; two stages,
+        // the band by a group of blocks per image.
         #[derive(Clone, Copy)]
         enum Reduction {
             OneBlock { shared: bool },
             Grid { groups: u32, shared: bool },
+            TwoStage { groups: u32 },
         }
         let tridiagonal: Vec<(usize, Reduction)> = if gpu {
             let one_block =
@@ -1485,6 +1487,8 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                     (512, Reduction::Grid { groups: 26, shared: true }),
                     (1024, Reduction::Grid { groups: 26, shared: true }),
                 ])
+                .chain([5, 17, 64, 128, 200, 320, 512].map(|b| (b, Reduction::TwoStage { groups: 16 })))
+                .chain([(200, Reduction::TwoStage { groups: 3 }), (512, Reduction::TwoStage { groups: 26 })])
                 .collect()
         } else {
             let one_block = [5, 24, 37, 70, 1, 2].map(|b| (b, Reduction::OneBlock { shared: true }));
@@ -1498,6 +1502,8 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                     (37, Reduction::Grid { groups: 4, shared: true }),
                     (37, Reduction::Grid { groups: 3, shared: false }),
                 ])
+                .chain([1, 2, 5, 16, 17, 33, 37, 70].map(|b| (b, Reduction::TwoStage { groups: 3 })))
+                .chain([(50, Reduction::TwoStage { groups: 1 })])
                 .collect()
         };
         use kernel_suite::svd_factor::{
@@ -1528,6 +1534,9 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                     groups: groups.min(device.multiprocessors().unwrap() / images as u32),
                     shared,
                 },
+                Reduction::TwoStage { groups } if gpu => Reduction::TwoStage {
+                    groups: groups.min(device.multiprocessors().unwrap() / images as u32),
+                },
                 other => other,
             });
             let mut pairs = RitzPairs {
@@ -1555,12 +1564,15 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                             }
                             launch
                         }
+                        Reduction::TwoStage { groups } => {
+                            TridiagonalEigensolver::two_stage_reduction(&device, b, images, groups).unwrap()
+                        }
                     };
                     // The divide and conquer by as many blocks per image as the grid reduction, else
                     // by one.
                     let dc_groups = match reduction {
                         Reduction::OneBlock { .. } => 1,
-                        Reduction::Grid { groups, .. } => groups,
+                        Reduction::Grid { groups, .. } | Reduction::TwoStage { groups } => groups,
                     };
                     let solver = TridiagonalEigensolver::with_reduction(&device, b, images, launch)
                         .and_then(|solver| solver.with_divide_and_conquer_groups(dc_groups))

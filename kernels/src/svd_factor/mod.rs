@@ -35,11 +35,15 @@
 //!   large for one block.
 //! - `tridiagonal.rs`: the one-block eigensolver by tridiagonalisation for batches of larger
 //!   subspaces, and its back-transformation; `divide_and_conquer.rs` its tridiagonal stage;
-//!   `tridiagonal_grid.rs` its reduction by a group of blocks per image, for one matrix or a few.
+//!   `tridiagonal_grid.rs` its reduction by a group of blocks per image, for one matrix or a few;
+//!   `band_reduction.rs` and `bulge_chasing.rs` its two-stage reduction (to a band over the GPU,
+//!   then to tridiagonal form in one block) and the second stage's back-transformation.
 //! - `jacobi_svd.rs`: the SVD of the accurate pass's small projected matrix by one-sided Jacobi.
 
+mod band_reduction;
 mod block_jacobi;
 mod blocked_cholesky;
+mod bulge_chasing;
 mod constants;
 mod divide_and_conquer;
 mod eigensolver;
@@ -54,8 +58,10 @@ mod ritz_pairs;
 mod tridiagonal;
 mod tridiagonal_grid;
 
+pub use band_reduction::*;
 pub use block_jacobi::*;
 pub use blocked_cholesky::*;
+pub use bulge_chasing::*;
 pub use constants::*;
 pub use divide_and_conquer::*;
 pub use eigensolver::*;

@@ -1,7 +1,9 @@
 //! The tridiagonal Ritz solver, all on the device: Householder tridiagonalisation
 //! ([`kf::tridiagonal_reduce`], one thread block per image, the packed triangle in shared memory
 //! where it fits, else in global scratch; or [`kf::tridiagonal_reduce_grid`], a group of blocks per
-//! image meeting at grid barriers, for one image or a few), the tridiagonal eigenproblem by divide
+//! image meeting at grid barriers, for one image or a few; or in two stages, [`kf::band_reduce`]
+//! to a band and [`kf::band_chase`] to tridiagonal form, chosen only by tests and benchmarks until
+//! it is faster), the tridiagonal eigenproblem by divide
 //! and conquer in one block per image ([`kf::tridiagonal_divide_and_conquer`]), the
 //! back-transformation a warp per eigenvector over the whole GPU
 //! ([`kf::tridiagonal_back_transform`]) and the ordered pairs ([`kf::sorted_ritz_pairs`]).
@@ -15,6 +17,9 @@ use kernels::svd_factor::{self as kf, Layout};
 /// Most threads of the one-block kernels' blocks (their launch bounds: 512 threads within 128
 /// registers).
 const MAX_THREADS: u32 = 512;
+/// Threads of the band reduction's blocks: 8 warps within 255 registers (a warp keeps a row of
+/// the trailing matrix in registers).
+const BAND_REDUCE_THREADS: u32 = 256;
 /// Threads per block in the simulator (a thread per GPU thread: two warps).
 const SIMULATOR_THREADS: u32 = 64;
 /// Rows of the matrix per block of a grid reduction, where the GPU has multiprocessors to spare:
@@ -42,6 +47,11 @@ pub enum TridiagonalReduction {
     /// A group of blocks per image meeting at grid barriers ([`kf::tridiagonal_reduce_grid`]),
     /// with this cooperative launch (grid `(groups, images)`).
     Grid(LaunchConfig),
+    /// Two stages: to a band of half-bandwidth [`kf::BAND`] by a group of blocks per image
+    /// ([`kf::band_reduce`], this cooperative launch, grid `(groups, images)`), then to tridiagonal
+    /// form by bulge chasing in one block per image ([`kf::band_chase`]), whose reflectors
+    /// [`kf::band_back_transform`] applies before the first stage's.
+    TwoStage(LaunchConfig),
 }
 
 /// Householder tridiagonalisation, divide and conquer in one thread block per image, then the
@@ -57,6 +67,8 @@ pub struct TridiagonalEigensolver {
     /// and conquer (zeroed before each solve).
     barriers: Buffer<u32>,
     reduction: TridiagonalReduction,
+    /// The two-stage reduction's band, reflectors and panel work ([`kf::band_scratch`] per image).
+    band_scratch: Option<Buffer<f64>>,
     /// The divide and conquer's launch.
     divide_and_conquer: LaunchConfig,
 }
@@ -131,6 +143,27 @@ impl TridiagonalEigensolver {
         }))
     }
 
+    /// The two-stage reduction's launch with `groups` blocks per image for the band (256 threads;
+    /// 64 in the simulator); `b ≤` [`kf::BAND_CHASE_MAX_B`] and its shared memory within the
+    /// device's.
+    pub fn two_stage_reduction(
+        device: &Device,
+        b: usize,
+        images: usize,
+        groups: u32,
+    ) -> Result<TridiagonalReduction> {
+        let threads = if device.backend() == Backend::Gpu {
+            device.max_threads_per_block(kf::BAND_REDUCE.name())?.min(BAND_REDUCE_THREADS) / 32 * 32
+        } else {
+            SIMULATOR_THREADS
+        };
+        Ok(TridiagonalReduction::TwoStage(LaunchConfig {
+            grid: Dim3::xy(groups, images as u32),
+            block: Dim3::x(threads),
+            shared_bytes: kf::band_reduce_shared_bytes(b as u32),
+        }))
+    }
+
     /// As [`TridiagonalEigensolver::new`] with the reduction given (whole warps up to 512 threads,
     /// at least the kernel's least shared memory, the grid of its images): tests and benchmarks
     /// choose it with this.
@@ -155,8 +188,26 @@ impl TridiagonalEigensolver {
                     && config.grid.y as usize == images
                     && config.grid.z == 1
             }
+            TridiagonalReduction::TwoStage(config) => {
+                ensure(b <= kf::BAND_CHASE_MAX_B as usize, || {
+                    format!("the two-stage reduction takes b ≤ {}; b = {b}", kf::BAND_CHASE_MAX_B)
+                })?;
+                ensure(config.shared_bytes <= device.max_shared_bytes_per_block()?, || {
+                    format!(
+                        "the two-stage reduction at b = {b} needs {} bytes of shared memory per block, more than the device's {}",
+                        config.shared_bytes,
+                        device.max_shared_bytes_per_block().unwrap_or(0)
+                    )
+                })?;
+                config.shared_bytes >= kf::band_reduce_shared_bytes(b as u32)
+                    && config.grid.y as usize == images
+                    && config.grid.z == 1
+                    && (64..=BAND_REDUCE_THREADS).contains(&config.block.x)
+            }
         };
-        let (TridiagonalReduction::OneBlock(config) | TridiagonalReduction::Grid(config)) = reduction;
+        let (TridiagonalReduction::OneBlock(config)
+        | TridiagonalReduction::Grid(config)
+        | TridiagonalReduction::TwoStage(config)) = reduction;
         ensure(
             valid && config.block.x.is_multiple_of(32) && (32..=MAX_THREADS).contains(&config.block.x),
             || format!("tridiagonal eigensolver: reduction {reduction:?} for {images} images of b = {b}"),
@@ -188,6 +239,12 @@ impl TridiagonalEigensolver {
                 .alloc_temporary(device.queue(), images * kf::tridiagonal_scratch(b as u32) as usize)?,
             ordering: PairOrdering::new(device, b, images)?,
             barriers: device.alloc_temporary(device.queue(), 2 * images)?,
+            band_scratch: match reduction {
+                TridiagonalReduction::TwoStage(_) => Some(
+                    device.alloc_temporary(device.queue(), images * kf::band_scratch(b as u32) as usize)?,
+                ),
+                _ => None,
+            },
             reduction,
             divide_and_conquer,
         })
@@ -222,6 +279,13 @@ impl TridiagonalEigensolver {
                     "global"
                 };
                 format!("{} blocks per image, rows in {memory} memory", config.grid.x)
+            }
+            TridiagonalReduction::TwoStage(config) => {
+                format!(
+                    "two stages: {} blocks per image to a band of {}, bulge chasing in one block",
+                    config.grid.x,
+                    kf::BAND
+                )
             }
         }
     }
@@ -260,6 +324,31 @@ impl RitzSolver for TridiagonalEigensolver {
                     (&self.t, b, &mut self.scratch, &mut self.barriers),
                 )?
             },
+            TridiagonalReduction::TwoStage(config) => {
+                let band = self.band_scratch.as_mut().expect("the two-stage reduction's band scratch");
+                // SAFETY: as above, `band` sized `band_scratch(b)` per image (`with_reduction`),
+                // `b ≤ BAND_CHASE_MAX_B` and the band's shared memory checked there.
+                unsafe {
+                    device.launch_cooperative(
+                        &kf::BAND_REDUCE,
+                        config,
+                        (&self.t, b, &mut self.scratch, &mut *band, &mut self.barriers),
+                    )?
+                };
+                let shared_bytes = kf::band_chase_shared_bytes(b);
+                let chase = LaunchConfig {
+                    grid: Dim3::x(images),
+                    block: Dim3::x(32 * kf::band_chase_warps(b)),
+                    shared_bytes: if shared_bytes <= device.max_shared_bytes_per_block()? {
+                        shared_bytes
+                    } else {
+                        0
+                    },
+                };
+                // SAFETY: the band reduction ran on both scratches (queued before); a block per
+                // image of the warps the schedule needs, the band in shared memory where it fits.
+                unsafe { device.launch(&kf::BAND_CHASE, chase, (b, &mut self.scratch, &mut *band))? };
+            }
         }
         let config = self.divide_and_conquer;
         let counters = self.barriers.view_mut(self.images..)?;
@@ -283,6 +372,16 @@ impl RitzSolver for TridiagonalEigensolver {
                     (b, &mut self.scratch, counters),
                 )?
             };
+        }
+        if let Some(band) = &self.band_scratch {
+            let back = LaunchConfig {
+                grid: Dim3::xy(b.div_ceil(kf::BAND_BACK_TRANSFORM_VECTORS), images),
+                block: Dim3::x(32 * kf::BAND_BACK_TRANSFORM_VECTORS),
+                shared_bytes: kf::band_back_transform_shared_bytes(b),
+            };
+            // SAFETY: the bulge chasing and the divide and conquer ran on the scratches (queued
+            // before); every eigenvector of every image, the kernel's block and shared memory.
+            unsafe { device.launch(&kf::BAND_BACK_TRANSFORM, back, (b, &mut self.scratch, band))? };
         }
         let back = LaunchConfig {
             grid: Dim3 { x: b.div_ceil(kf::back_transform_vectors(b)), y: images, z: 1 },
