@@ -1469,6 +1469,8 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
         enum Reduction {
             OneBlock { shared: bool },
             Grid { groups: u32, shared: bool },
+            // The rows in global memory until a quarter of them fits the shared memory given.
+            GridSwitch { groups: u32 },
             TwoStage { groups: u32 },
         }
         let tridiagonal: Vec<(usize, Reduction)> = if gpu {
@@ -1488,6 +1490,10 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                     (1024, Reduction::Grid { groups: 26, shared: true }),
                 ])
                 .chain([5, 17, 64, 128, 200, 320, 512].map(|b| (b, Reduction::TwoStage { groups: 16 })))
+                .chain([
+                    (200, Reduction::GridSwitch { groups: 16 }),
+                    (512, Reduction::GridSwitch { groups: 8 }),
+                ])
                 .chain([(200, Reduction::TwoStage { groups: 3 }), (512, Reduction::TwoStage { groups: 26 })])
                 .collect()
         } else {
@@ -1503,6 +1509,10 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                     (37, Reduction::Grid { groups: 3, shared: false }),
                 ])
                 .chain([1, 2, 5, 16, 17, 33, 37, 70].map(|b| (b, Reduction::TwoStage { groups: 3 })))
+                .chain(
+                    [(1, 2), (5, 3), (37, 3), (70, 4)]
+                        .map(|(b, groups)| (b, Reduction::GridSwitch { groups })),
+                )
                 .chain([(50, Reduction::TwoStage { groups: 1 })])
                 .collect()
         };
@@ -1534,6 +1544,9 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                     groups: groups.min(device.multiprocessors().unwrap() / images as u32),
                     shared,
                 },
+                Reduction::GridSwitch { groups } if gpu => Reduction::GridSwitch {
+                    groups: groups.min(device.multiprocessors().unwrap() / images as u32),
+                },
                 Reduction::TwoStage { groups } if gpu => Reduction::TwoStage {
                     groups: groups.min(device.multiprocessors().unwrap() / images as u32),
                 },
@@ -1564,6 +1577,15 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                             }
                             launch
                         }
+                        Reduction::GridSwitch { groups } => {
+                            let mut launch =
+                                TridiagonalEigensolver::grid_reduction(&device, b, images, groups).unwrap();
+                            if let TridiagonalReduction::Grid(config) = &mut launch {
+                                let rows = (b * b).div_ceil(4 * groups as usize) as u32;
+                                config.shared_bytes = kf::tridiagonal_grid_small_bytes(b as u32) + 8 * rows;
+                            }
+                            launch
+                        }
                         Reduction::TwoStage { groups } => {
                             TridiagonalEigensolver::two_stage_reduction(&device, b, images, groups).unwrap()
                         }
@@ -1572,7 +1594,9 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                     // by one.
                     let dc_groups = match reduction {
                         Reduction::OneBlock { .. } => 1,
-                        Reduction::Grid { groups, .. } | Reduction::TwoStage { groups } => groups,
+                        Reduction::Grid { groups, .. }
+                        | Reduction::GridSwitch { groups }
+                        | Reduction::TwoStage { groups } => groups,
                     };
                     let solver = TridiagonalEigensolver::with_reduction(&device, b, images, launch)
                         .and_then(|solver| solver.with_divide_and_conquer_groups(dc_groups))

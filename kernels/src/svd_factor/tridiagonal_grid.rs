@@ -16,7 +16,8 @@
 //! 4. the grid barrier.
 //!
 //! So each step's update of the trailing matrix is applied in the next step's pass, fused with its
-//! product. Block 0 writes `d`, `e`, `τ` and the reflectors where the one-block reduction does
+//! product. Where a block's rows do not fit its shared memory (`b = 512` for 16 images, 8 blocks
+//! each), they stay in global memory only until the part still to reduce fits, then move. Block 0 writes `d`, `e`, `τ` and the reflectors where the one-block reduction does
 //! ([`tridiagonal_scratch_parts`]), for the divide and conquer and the back-transformation.
 
 use super::tridiagonal::{Packed, Vector, packed, tridiagonal_scratch, tridiagonal_scratch_parts};
@@ -48,7 +49,9 @@ pub const fn tridiagonal_grid_small_bytes(b: u32) -> u32 {
 /// `(groups, images)`, launched cooperatively (every block resident at once: the blocks of a group
 /// wait for each other once per column), blocks of whole warps up to 512 threads. Dynamic shared
 /// memory [`tridiagonal_grid_shared_bytes`]`(b, groups)` keeps the rows in shared memory, at least
-/// [`tridiagonal_grid_small_bytes`]`(b)` leaves them in the scratch. Leaves `d`, `e`, `τ` and the
+/// [`tridiagonal_grid_small_bytes`]`(b)` leaves them in the scratch, and between the two a block
+/// keeps its rows in the scratch until their trailing part (the columns still to reduce) fits its
+/// shared memory, then there. Leaves `d`, `e`, `τ` and the
 /// reflectors as [`tridiagonal_reduce`](super::tridiagonal_reduce) does; the scratch's
 /// eigenvector buffers are its work space (the matrix, and `p` of two steps).
 ///
@@ -91,27 +94,39 @@ pub unsafe fn tridiagonal_reduce_grid(t: &[f64], b: u32, scratch: &mut [f64], ba
         let vectors = Vector { p: shared::region::<f64>(0, n_vectors).as_ptr(), len: n_vectors };
         let v = |i: usize| vectors.sub(i * bu, bu);
         let (mut v_prev, p_shared, w_prev, mut v_here) = (v(0), v(1), v(2), v(3));
-        let rows_in_shared =
-            shared::dynamic_bytes() >= tridiagonal_grid_shared_bytes(b, groups as u32) as usize;
-        let held = tridiagonal_grid_rows(b, groups as u32) as usize * bu;
-        let local = if rows_in_shared {
-            Vector { p: shared::region::<f64>(8 * n_vectors, held).as_ptr(), len: held }
-        } else {
-            Vector { p: a.p, len: 0 }
+        // The block's rows stay in global memory until their trailing part (columns m.. of its rows
+        // i ≥ m) fits its shared memory; from row `switch` on they are there, slot (i − first)/G
+        // with columns switch.. (`switch` = 0: from the start).
+        let capacity = (shared::dynamic_bytes() / 8).saturating_sub(n_vectors);
+        let first_held = |m: usize| m + (g + groups - m % groups) % groups;
+        let held_from =
+            |m: usize| if first_held(m) >= bu { 0 } else { (bu - 1 - first_held(m)) / groups + 1 };
+        let mut switch = 0;
+        while held_from(switch) * (bu - switch) > capacity {
+            switch += 1;
+        }
+        let (first, width) = (first_held(switch), bu - switch);
+        let local = Vector { p: shared::region::<f64>(8 * n_vectors, capacity).as_ptr(), len: capacity };
+        // Row `i` of this block (`i ≡ g mod groups`) from column `m` on: its elements from column
+        // `.1` on, in shared memory from row `switch` on.
+        let row = |i: usize, m: usize| {
+            if m >= switch {
+                (local.sub((i - first) / groups * width, width), switch)
+            } else {
+                (a.sub(i * bu, bu), 0)
+            }
         };
-        // Row `i` of this block (`i ≡ g mod groups`).
-        let row = |i: usize| if rows_in_shared { local.sub(i / groups * bu, bu) } else { a.sub(i * bu, bu) };
 
         // This block's rows of (T + Tᵀ)/2, a warp per row: into the scratch, and into shared memory
         // where they are kept.
         let mut i = g + groups * warp_id;
         while i < bu {
-            let r = row(i);
+            let (r, _) = row(i, 0);
             let mut c = lane;
             while c < bu {
                 let x = 0.5 * (t_in.get_unchecked(i * bu + c) + t_in.get_unchecked(c * bu + i));
                 a.set(i * bu + c, x);
-                if rows_in_shared {
+                if switch == 0 {
                     r.set(c, x);
                 }
                 c += 32;
@@ -194,20 +209,35 @@ pub unsafe fn tridiagonal_reduce_grid(t: &[f64], b: u32, scratch: &mut [f64], ba
                     i += nt;
                 }
             }
+            if switch > 0 && m == switch {
+                // The trailing part of the block's rows now fits: into shared memory, as they are
+                // in global memory (the previous step's update still to come, in the pass below).
+                let mut i = first + warp_id * groups;
+                while i < bu {
+                    let (r, _) = row(i, m);
+                    let mut c = m + lane;
+                    while c < bu {
+                        r.set(c - switch, a.get(i * bu + c));
+                        c += 32;
+                    }
+                    i += warps * groups;
+                }
+                thread::sync_threads();
+            }
             // A warp per held row i ≥ m: the previous step's rank-2 update and p_i = τ·A(i, ·)·v
             // in one pass; row m's owner publishes it for the next step.
             let mut i = m + (g + groups - m % groups) % groups + warp_id * groups;
             while i < bu {
-                let r = row(i);
+                let (r, offset) = row(i, m);
                 let (vi, wi) = if k > 0 { (vprev(i), w_prev.get(i)) } else { (0.0, 0.0) };
-                let publish = rows_in_shared && i == m;
+                let publish = m >= switch && i == m;
                 let mut acc = 0.0f64;
                 let mut c = m + lane;
                 while c < bu {
-                    let mut x = r.get(c);
+                    let mut x = r.get(c - offset);
                     if k > 0 {
                         x = x - vi * w_prev.get(c) - wi * vprev(c);
-                        r.set(c, x);
+                        r.set(c - offset, x);
                         if publish {
                             a.set(i * bu + c, x);
                         }

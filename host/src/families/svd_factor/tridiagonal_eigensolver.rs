@@ -115,7 +115,8 @@ impl TridiagonalEigensolver {
 
     /// The grid reduction's launch with `groups` blocks per image: a warp per held row up to 16
     /// (at least 2; 64 threads in the simulator), the rows in shared memory where
-    /// [`kf::tridiagonal_grid_shared_bytes`] fits the device.
+    /// [`kf::tridiagonal_grid_shared_bytes`] fits the device, else all the shared memory a block
+    /// may have (the rows move there once their part still to reduce fits).
     pub fn grid_reduction(
         device: &Device,
         b: usize,
@@ -131,11 +132,7 @@ impl TridiagonalEigensolver {
             SIMULATOR_THREADS
         };
         let in_shared = kf::tridiagonal_grid_shared_bytes(b as u32, groups);
-        let shared_bytes = if in_shared <= device.max_shared_bytes_per_block()? {
-            in_shared
-        } else {
-            kf::tridiagonal_grid_small_bytes(b as u32)
-        };
+        let shared_bytes = in_shared.min(device.max_shared_bytes_per_block()? / 8 * 8);
         Ok(TridiagonalReduction::Grid(LaunchConfig {
             grid: Dim3::xy(groups, images as u32),
             block: Dim3::x(threads),
@@ -275,6 +272,8 @@ impl TridiagonalEigensolver {
             TridiagonalReduction::Grid(config) => {
                 let memory = if config.shared_bytes >= kf::tridiagonal_grid_shared_bytes(b, config.grid.x) {
                     "shared"
+                } else if config.shared_bytes > kf::tridiagonal_grid_small_bytes(b) {
+                    "global, then shared"
                 } else {
                     "global"
                 };
