@@ -324,13 +324,14 @@ pub unsafe fn band_reduce(
             let mut i = g + groups * warp_id;
             while i < mp {
                 let row = (m0 + i) * bu + m0;
-                let s_row = row_in_flight(a, row, mp, lane);
                 let mut acc = [0.0f64; NB];
-                for (u, s) in s_row.iter().enumerate() {
-                    let j = lane + 32 * u;
-                    if j < mp {
-                        for (c, acc) in acc.iter_mut().enumerate() {
-                            *acc = math::fma(*s, ws.get(at(j, c)), *acc);
+                for chunk in 0..mp.div_ceil(32 * ROW_LOADS) {
+                    for (u, s) in row_loads(a, row, mp, lane, chunk).iter().enumerate() {
+                        let j = lane + 32 * (chunk * ROW_LOADS + u);
+                        if j < mp {
+                            for (c, acc) in acc.iter_mut().enumerate() {
+                                *acc = math::fma(*s, ws.get(at(j, c)), *acc);
+                            }
                         }
                     }
                 }
@@ -375,22 +376,17 @@ pub unsafe fn band_reduce(
             let mut i = g + groups * warp_id;
             while i < mp {
                 let row = (m0 + i) * bu + m0;
-                let mut vi = [0.0f64; NB];
-                let mut wi = [0.0f64; NB];
-                for c in 0..NB {
-                    vi[c] = vs.get(at(i, c));
-                    wi[c] = ws.get(at(i, c));
-                }
-                let s_row = row_in_flight(a, row, mp, lane);
-                for (u, s) in s_row.iter().enumerate() {
-                    let j = lane + 32 * u;
-                    if j < mp {
-                        let mut s = *s;
-                        for c in 0..NB {
-                            s = math::fma(-vi[c], ws.get(at(j, c)), s);
-                            s = math::fma(-wi[c], vs.get(at(j, c)), s);
+                for chunk in 0..mp.div_ceil(32 * ROW_LOADS) {
+                    for (u, s) in row_loads(a, row, mp, lane, chunk).iter().enumerate() {
+                        let j = lane + 32 * (chunk * ROW_LOADS + u);
+                        if j < mp {
+                            let mut s = *s;
+                            for c in 0..NB {
+                                s = math::fma(-vs.get(at(i, c)), ws.get(at(j, c)), s);
+                                s = math::fma(-ws.get(at(i, c)), vs.get(at(j, c)), s);
+                            }
+                            a.set(row + j, s);
                         }
-                        a.set(row + j, s);
                     }
                 }
                 i += groups * warps;
@@ -487,8 +483,8 @@ unsafe fn panel_qr(q: PanelQr) {
 
 /// Loads in flight per thread of [`copy_in_flight`].
 const LOADS_IN_FLIGHT: usize = 8;
-/// Elements of a row of the trailing matrix per lane: `b − BAND ≤ 512`.
-const ROW_CHUNKS: usize = 16;
+/// Elements of a row of the trailing matrix a lane loads at once, before using them.
+const ROW_LOADS: usize = 1;
 
 /// `dst(e, src(e))` for `e < n`, dealt over the block's threads, each issuing
 /// [`LOADS_IN_FLIGHT`] loads before their stores: with one load at a time, each waited for, the
@@ -513,17 +509,19 @@ pub(super) fn copy_in_flight(n: usize, src: impl Fn(usize) -> f64, dst: impl Fn(
     }
 }
 
-/// A lane's elements `lane, lane + 32, … < len` of the row at `start` of `a`, all loads in flight.
+/// A lane's elements `lane + 32·(ROW_LOADS·chunk + u) < len` of the row at `start` of `a`, the
+/// loads in flight together (zeros past `len`).
 ///
 /// # Safety
-/// `start + len` within `a`, `len ≤ 32·ROW_CHUNKS`.
+/// `start + len` within `a`.
 #[inline(always)]
-unsafe fn row_in_flight(a: Vector, start: usize, len: usize, lane: usize) -> [f64; ROW_CHUNKS] {
-    let mut row = [0.0f64; ROW_CHUNKS];
+unsafe fn row_loads(a: Vector, start: usize, len: usize, lane: usize, chunk: usize) -> [f64; ROW_LOADS] {
+    let mut row = [0.0f64; ROW_LOADS];
     for (u, x) in row.iter_mut().enumerate() {
-        if lane + 32 * u < len {
+        let j = lane + 32 * (chunk * ROW_LOADS + u);
+        if j < len {
             // SAFETY: inside the row (the caller's contract).
-            *x = unsafe { a.get(start + lane + 32 * u) };
+            *x = unsafe { a.get(start + j) };
         }
     }
     row

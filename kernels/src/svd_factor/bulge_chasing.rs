@@ -341,18 +341,16 @@ pub unsafe fn band_back_transform(b: u32, scratch: &mut [f64], band_scratch: &[f
                             let r0 = s + 1 + t * NB;
                             let m = NB.min(bu - r0);
                             let v = stage.sub(task * STAGE_STRIDE, NB);
-                            let mut sums = [0.0f64; 4];
-                            for i in 0..NB {
-                                if i < m {
-                                    sums[i % 4] = math::fma(v.get(i), z.get(padded(r0 + i)), sums[i % 4]);
-                                }
+                            // Loops of m (not 16) steps: unrolled, they took the kernel past 255
+                            // registers.
+                            let mut dot = 0.0f64;
+                            for i in 0..m {
+                                dot = math::fma(v.get(i), z.get(padded(r0 + i)), dot);
                             }
-                            let f = tau * ((sums[0] + sums[1]) + (sums[2] + sums[3]));
-                            for i in 0..NB {
-                                if i < m {
-                                    let e = padded(r0 + i);
-                                    z.set(e, math::fma(-f, v.get(i), z.get(e)));
-                                }
+                            let f = tau * dot;
+                            for i in 0..m {
+                                let e = padded(r0 + i);
+                                z.set(e, math::fma(-f, v.get(i), z.get(e)));
                             }
                         }
                         t += 32;
