@@ -20,6 +20,7 @@
 //! each), they stay in global memory only until the part still to reduce fits, then move. Block 0 writes `d`, `e`, `τ` and the reflectors where the one-block reduction does
 //! ([`tridiagonal_scratch_parts`]), for the divide and conquer and the back-transformation.
 
+use super::band_reduction::reflector;
 use super::tridiagonal::{Packed, Vector, packed, tridiagonal_scratch, tridiagonal_scratch_parts};
 use gpu_std::grid::GridBarrier;
 use gpu_std::{kernel, math, shared, thread, warp};
@@ -187,14 +188,7 @@ pub unsafe fn tridiagonal_reduce_grid(t: &[f64], b: u32, scratch: &mut [f64], ba
             }
             let sigma2 = warp::reduce(s, add);
             let (dk, alpha) = (v_here.get(k), v_here.get(m));
-            let (beta, tau_k, v0) = if sigma2 == 0.0 {
-                // Already reduced: H = I.
-                (alpha, 0.0, 0.0)
-            } else {
-                let r = math::sqrt(math::fma(alpha, alpha, sigma2));
-                let beta = if alpha >= 0.0 { -r } else { r };
-                (beta, 1.0 / (beta * (beta - alpha)), alpha - beta)
-            };
+            let (beta, tau_k, v0) = reflector(alpha, sigma2);
             let vh = v_here;
             let vnew = move |c: usize| if c == m { v0 } else { vh.get(c) };
             if g == 0 {
