@@ -422,8 +422,8 @@ fn ritz_solvers(device: &Device) -> anyhow::Result<()> {
                     continue;
                 }
                 plan.ritz = method;
-                // The tridiagonal solver twice: its reduction as the solver picks it (a group of
-                // blocks per image where the GPU has the multiprocessors) and by one block per image.
+                // The tridiagonal solver as it picks its parts (a group of blocks per image where
+                // the GPU has the multiprocessors), and with each part another way.
                 let variants: Vec<(String, Box<dyn RitzSolver>)> = if method == RitzMethod::Tridiagonal {
                     use kernel_suite::svd_factor::TridiagonalEigensolver as Solver;
                     let picked = Solver::new(device, b, images)?;
@@ -438,8 +438,13 @@ fn ritz_solvers(device: &Device) -> anyhow::Result<()> {
                             s.describe_divide_and_conquer()
                         )
                     };
+                    // The back-transformation the other way than the solver picks it (beside the
+                    // divide and conquer for one image, in place for a batch).
+                    let other_back = Solver::new(device, b, images)?
+                        .with_overlapped_back_transform(device, images != 1)?;
                     let mut variants: Vec<(String, Box<dyn RitzSolver>)> = vec![
                         (describe(&picked), Box::new(picked)),
+                        (describe(&other_back), Box::new(other_back)),
                         (describe(&one_block), Box::new(one_block)),
                         (describe(&grid_then_one), Box::new(grid_then_one)),
                     ];

@@ -1598,8 +1598,13 @@ fn the_ritz_eigensolvers_find_exact_spectra() {
                         | Reduction::GridSwitch { groups }
                         | Reduction::TwoStage { groups } => groups,
                     };
+                    // The back-transformation beside the divide and conquer (`Qᵀ` on a second
+                    // queue, then a GEMM) after the grid reductions, in place after the others.
+                    let overlapped =
+                        matches!(reduction, Reduction::Grid { .. } | Reduction::GridSwitch { .. });
                     let solver = TridiagonalEigensolver::with_reduction(&device, b, images, launch)
                         .and_then(|solver| solver.with_divide_and_conquer_groups(dc_groups))
+                        .and_then(|solver| solver.with_overlapped_back_transform(&device, overlapped))
                         .unwrap();
                     let label = format!(
                         "tridiagonal, b = {b}, reduction: {}, divide and conquer: {}",

@@ -19,7 +19,7 @@
 //!    `dᵢ − λ` is accurate for the vectors, by a two-pole rational model step (Bunch, Nielsen and
 //!    Sorensen) safeguarded by bisection of the root's bracket;
 //! 4. `ẑ` from the roots (Gu and Eisenstat: the `z` for which the computed roots are exact, so
-//!    the vectors below are orthogonal to working precision), a thread per pole over the group,
+//!    the vectors below are orthogonal to working precision), a warp per pole over the group,
 //!    and each eigenvalue's place in the merged order;
 //! 5. the secular vectors `ẑᵢ/(dᵢ − λⱼ)`, normalised, a warp each (a warp's lanes on consecutive
 //!    elements of a vector, so that its reads and writes are whole lines);
@@ -507,40 +507,12 @@ unsafe fn merge_level(
             }
             thread::sync_threads();
         }
-        // 4. ẑ, a lane per pole: 32 poles a warp, the warps dealt to a group's blocks in turn, into
-        //    the (not yet written) eigenvalues' place in the scratch for a group, else shared memory.
+        // 4. ẑ, a warp per pole dealt over the group (its lanes share the product over the
+        //    roots), into the (not yet written) eigenvalues' place in the scratch for a group,
+        //    else shared memory:
+        //    ẑᵢ² = −(dᵢ − λᵢ)·Πⱼ≠ᵢ (dᵢ − λⱼ)/(dᵢ − dⱼ), with `u(j, i) = dᵢ − λⱼ`.
         let zhat = if grouped { sp.lam } else { level.zhat() };
-        let mut chunk = tid / 32 * wk.blocks() + wk.block();
-        while chunk * 32 < bu {
-            let g = chunk * 32 + lane;
-            let (s, m, t) = merge_of(g.min(bu - 1), half, bu);
-            let k = if g < bu && m < t { level.counts().get(s) as usize } else { 0 };
-            let i = g.wrapping_sub(s);
-            if g < bu && i < k {
-                let (di, poles) = (level.pole().get(g), level.pole());
-                let mut prod = u.get(g * bu + g);
-                let mut j = 0;
-                while j < k {
-                    let n = UNROLL.min(k - j);
-                    let mut delta = [1.0f64; UNROLL];
-                    // Index loops with constant bounds, so that the arrays stay in registers.
-                    for q in 0..UNROLL {
-                        if q < n {
-                            delta[q] = u.get((s + j + q) * bu + g);
-                        }
-                    }
-                    for q in 0..UNROLL {
-                        if q < n && j + q != i {
-                            prod *= delta[q] / (di - poles.get(s + j + q));
-                        }
-                    }
-                    j += n;
-                }
-                let magnitude = math::sqrt((-prod).max(0.0));
-                zhat.set(g, if level.weight().get(g) < 0.0 { -magnitude } else { magnitude });
-            }
-            chunk += gwarps;
-        }
+        zhat_by_warps(level, u, zhat, half, bu, (gwarp, gwarps));
         //    Every eigenvalue's place in the merged order, in every block alike.
         let mut g = tid;
         while g < bu {
@@ -644,6 +616,50 @@ unsafe fn merge_level(
             }
         }
         wk.sync();
+    }
+}
+
+/// Phase 4's `ẑ` of every pole of the level's merges, a warp per pole (`gwarp` of `gwarps`, dealt
+/// over a group), into `zhat`: `ẑᵢ² = −(dᵢ − λᵢ)·Πⱼ≠ᵢ (dᵢ − λⱼ)/(dᵢ − dⱼ)` from
+/// `u(j, i) = dᵢ − λⱼ`, the lanes sharing the product, with the sign of the pole's weight.
+///
+/// # Safety
+/// As for [`divide_and_conquer`]; phases 1–3 of the level ran, and a barrier followed them.
+#[inline(always)]
+unsafe fn zhat_by_warps(
+    level: Level,
+    u: Vector,
+    zhat: Vector,
+    half: usize,
+    bu: usize,
+    (gwarp, gwarps): (usize, usize),
+) {
+    let lane = thread::thread_idx_x() as usize % 32;
+    // SAFETY (whole body): every index is below b (poles) or b² (u); each ẑ is written by one lane.
+    unsafe {
+        let mut g = gwarp;
+        while g < bu {
+            let (s, m, t) = merge_of(g, half, bu);
+            let k = if m < t { level.counts().get(s) as usize } else { 0 };
+            let i = g - s;
+            if i < k {
+                let (di, poles) = (level.pole().get(g), level.pole().sub(s, k));
+                let mut prod = if lane == 0 { u.get(g * bu + g) } else { 1.0 };
+                let mut j = lane;
+                while j < k {
+                    if j != i {
+                        prod *= u.get((s + j) * bu + g) / (di - poles.get(j));
+                    }
+                    j += 32;
+                }
+                let prod = warp::reduce(prod, |x, y| x * y);
+                if lane == 0 {
+                    let magnitude = math::sqrt((-prod).max(0.0));
+                    zhat.set(g, if level.weight().get(g) < 0.0 { -magnitude } else { magnitude });
+                }
+            }
+            g += gwarps;
+        }
     }
 }
 

@@ -353,21 +353,61 @@ const fn back_transform_row(b: u32) -> usize {
 /// checks every access.
 #[kernel(launch_bounds(256, 1))]
 pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
-    let (img, bu) = (thread::block_idx_y() as usize, b as usize);
+    let per_image = tridiagonal_scratch(b) as usize;
+    let img = thread::block_idx_y() as usize;
+    // SAFETY: the kernel's contract: the image's scratch lies inside `scratch`, its `W` inside it.
+    unsafe {
+        let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
+        let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
+        let w = base.sub(tridiagonal_scratch_parts(b).w as usize, b as usize * b as usize);
+        apply_reflectors(b, base, Some(w), w);
+    }
+}
+
+/// `Qᵀ` of each image's tridiagonalisation, `Q = H_0·H_1·…·H_{b−2}`: row `j` of `q` (`b × b` per
+/// image, row-major) is `Q·e_j`, the back-transformation of the unit vectors. It reads only the
+/// reflectors and `τ` of the scratch, so it may run beside the divide and conquer (on another
+/// queue); the eigenvectors are then the rows of `W·Qᵀ`, one GEMM. Launch as for
+/// [`tridiagonal_back_transform`].
+///
+/// # Safety
+/// The reduction ran on `scratch` (`tridiagonal_scratch(b)` per image), and nothing writes its
+/// reflectors or `τ` meanwhile; `q` holds `b × b` per image of the grid; `b ≤ TRIDIAGONAL_MAX_B`,
+/// the launch as above. Unchecked on the GPU; the simulator checks every access.
+#[kernel(launch_bounds(256, 1))]
+pub unsafe fn tridiagonal_form_q(b: u32, scratch: &[f64], q: &mut [f64]) {
+    let (per_image, bb) = (tridiagonal_scratch(b) as usize, b as usize * b as usize);
+    let img = thread::block_idx_y() as usize;
+    // SAFETY: the kernel's contract: the image's scratch and `Qᵀ` lie inside the slices; the
+    // scratch is only read (its pointer is mutable only for `Vector`'s sake).
+    unsafe {
+        let scratch = scratch.sub_unchecked(img * per_image, per_image);
+        let base = Vector { p: scratch.as_ptr().cast_mut(), len: per_image };
+        let mut q = q.sub_unchecked(img * bb, bb);
+        apply_reflectors(b, base, None, Vector { p: q.as_mut_ptr(), len: bb });
+    }
+}
+
+/// The body of [`tridiagonal_back_transform`] and [`tridiagonal_form_q`] for one image's
+/// `scratch`: vectors `z_j` (row `j` of `from`, or `e_j` where `from` is `None`) into row `j` of
+/// `out` as `Q·z_j`, the warps' vectors by the grid's `x` (see the kernels).
+///
+/// # Safety
+/// The reduction ran on `scratch`; `from` and `out` hold `b × b`; the launch as for the kernels.
+#[inline(always)]
+unsafe fn apply_reflectors(b: u32, base: Vector, from: Option<Vector>, out: Vector) {
+    let bu = b as usize;
     let (tid, nt) = (thread::thread_idx_x() as usize, thread::block_dim_x() as usize);
     let (lane, warp_id) = (tid % 32, tid / 32);
     let narrow = b <= BACK_TRANSFORM_NARROW_B;
     let per_warp = if narrow { 2 } else { 1 };
     let first = (thread::block_idx_x() as usize * (nt / 32) + warp_id) * per_warp;
     let add = |x: f64, y: f64| x + y;
-    let per_image = tridiagonal_scratch(b) as usize;
     let parts = tridiagonal_scratch_parts(b);
-    // SAFETY: the kernel's contract: the image's scratch lies inside `scratch`; the parts below
-    // lie inside it (`tridiagonal_scratch_parts`); every index is below b, every staged one below
-    // the chunk's; between the block's barriers the stage is written, then only read.
+    // SAFETY: the caller's contract: the parts below lie inside the image's scratch
+    // (`tridiagonal_scratch_parts`); every index is below b, every staged one below the chunk's;
+    // between the block's barriers the stage is written, then only read.
     unsafe {
-        let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
-        let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
         let tau = base.sub(parts.tau as usize, bu);
         let a = Packed(base.sub(parts.packed as usize, packed(b) as usize));
         let row = back_transform_row(b);
@@ -385,11 +425,15 @@ pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
         let mut z1 = [0.0f64; LANE_ELEMENTS];
         for t in 0..LANE_ELEMENTS {
             let ((j0, i0), (j1, i1)) = (at(0, t), at(1, t));
+            let start = |j: usize, i: usize| match from {
+                Some(from) => from.get(j * bu + i),
+                None => f64::from(u8::from(i == j)),
+            };
             if j0 < bu && i0 < bu {
-                z0[t] = base.get(parts.w as usize + j0 * bu + i0);
+                z0[t] = start(j0, i0);
             }
             if j1 < bu && i1 < bu {
-                z1[t] = base.get(parts.w as usize + j1 * bu + i1);
+                z1[t] = start(j1, i1);
             }
         }
         // Chunks of reflectors, last first: [lo, hi).
@@ -458,10 +502,10 @@ pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
         for t in 0..LANE_ELEMENTS {
             let ((j0, i0), (j1, i1)) = (at(0, t), at(1, t));
             if j0 < bu && i0 < bu {
-                base.set(parts.w as usize + j0 * bu + i0, z0[t]);
+                out.set(j0 * bu + i0, z0[t]);
             }
             if j1 < bu && i1 < bu {
-                base.set(parts.w as usize + j1 * bu + i1, z1[t]);
+                out.set(j1 * bu + i1, z1[t]);
             }
         }
     }

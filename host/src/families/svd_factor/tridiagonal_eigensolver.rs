@@ -6,10 +6,13 @@
 //! it is faster), the tridiagonal eigenproblem by divide
 //! and conquer in one block per image ([`kf::tridiagonal_divide_and_conquer`]), the
 //! back-transformation a warp per eigenvector over the whole GPU
-//! ([`kf::tridiagonal_back_transform`]) and the ordered pairs ([`kf::sorted_ritz_pairs`]).
+//! ([`kf::tridiagonal_back_transform`]) — or, for one image, `Qᵀ` formed beside the divide and
+//! conquer on a second queue ([`kf::tridiagonal_form_q`]) and the eigenvectors as one GEMM — and
+//! the ordered pairs ([`kf::sorted_ritz_pairs`]).
 
+use super::gemm::{Gemms, operand};
 use super::ritz::{PairOrdering, RitzPairs, RitzSolver};
-use crate::launch::device::{Backend, Buffer, BufferViewMut, Device};
+use crate::launch::device::{Backend, Buffer, BufferViewMut, Device, Queue};
 use crate::launch::error::{Result, ensure};
 use gpu_std::sim::{Dim3, LaunchConfig};
 use kernels::svd_factor::{self as kf, Layout};
@@ -71,6 +74,19 @@ pub struct TridiagonalEigensolver {
     band_scratch: Option<Buffer<f64>>,
     /// The divide and conquer's launch.
     divide_and_conquer: LaunchConfig,
+    /// Where set, the back-transformation overlaps the divide and conquer.
+    overlap: Option<OverlappedBackTransform>,
+}
+
+/// The back-transformation beside the divide and conquer: `Qᵀ` of the reduction formed on a
+/// queue of its own while the divide and conquer runs on the device's (both only read the
+/// reflectors), then the eigenvectors `W·Qᵀ` as one GEMM. Its time leaves the solve's critical
+/// path but for the GEMM.
+struct OverlappedBackTransform {
+    /// The queue `Qᵀ` is formed on.
+    queue: Queue,
+    /// `Qᵀ`, `b × b` per image (row `j` = `Q·e_j`), written on `queue`, read on the device's.
+    q: Buffer<f64>,
 }
 
 impl TridiagonalEigensolver {
@@ -244,7 +260,32 @@ impl TridiagonalEigensolver {
             },
             reduction,
             divide_and_conquer,
+            overlap: None,
         })
+        .and_then(|solver| solver.with_overlapped_back_transform(device, images == 1))
+    }
+
+    /// The same solver with its back-transformation beside the divide and conquer (`overlapped`:
+    /// `Qᵀ` on a second queue, then a GEMM; not after the two-stage reduction) or after it, in
+    /// place: [`TridiagonalEigensolver::new`] overlaps it for one image; tests and benchmarks
+    /// choose with this.
+    pub fn with_overlapped_back_transform(
+        mut self,
+        device: &Device,
+        overlapped: bool,
+    ) -> Result<TridiagonalEigensolver> {
+        // The two-stage reduction's chasing reflectors apply before the first stage's: in place.
+        self.overlap = if overlapped && self.band_scratch.is_none() {
+            Some(OverlappedBackTransform {
+                queue: device.new_queue()?,
+                // On the device's queue: allocated (and freed) in its order, used on the side
+                // queue only between a wait for the device's queue and the device's wait for it.
+                q: device.alloc_temporary(device.queue(), self.images * self.b * self.b)?,
+            })
+        } else {
+            None
+        };
+        Ok(self)
     }
 
     /// The same solver with its divide and conquer run by `groups` blocks per image (one:
@@ -289,12 +330,14 @@ impl TridiagonalEigensolver {
         }
     }
 
-    /// How the divide and conquer runs, in words.
+    /// How the divide and conquer and the back-transformation run, in words.
     pub fn describe_divide_and_conquer(&self) -> String {
-        match self.divide_and_conquer.grid.x {
+        let blocks = match self.divide_and_conquer.grid.x {
             1 => "one block per image".to_string(),
             groups => format!("{groups} blocks per image"),
-        }
+        };
+        let back = if self.overlap.is_some() { "Qᵀ beside it, then a GEMM" } else { "then in place" };
+        format!("{blocks}; back-transformation: {back}")
     }
 }
 
@@ -349,6 +392,31 @@ impl RitzSolver for TridiagonalEigensolver {
                 unsafe { device.launch(&kf::BAND_CHASE, chase, (b, &mut self.scratch, &mut *band))? };
             }
         }
+        // Qᵀ beside the divide and conquer, on the side queue once the reduction is done.
+        let back = LaunchConfig {
+            grid: Dim3 { x: b.div_ceil(kf::back_transform_vectors(b)), y: images, z: 1 },
+            block: Dim3::x(32 * kf::BACK_TRANSFORM_WARPS),
+            shared_bytes: kf::back_transform_shared_bytes(b),
+        };
+        let formed = match &mut self.overlap {
+            Some(overlap) => {
+                device.queue_wait(&overlap.queue, device.mark()?)?;
+                // SAFETY: the reduction ran on the scratch (the side queue waits for it); the
+                // kernel reads only its reflectors and τ, which the divide and conquer (on the
+                // device's queue meanwhile) does not write; `q` holds `b × b` per image, and the
+                // device's queue waits for this launch before anything reads or writes `q`.
+                unsafe {
+                    device.launch_on(
+                        &overlap.queue,
+                        &kf::TRIDIAGONAL_FORM_Q,
+                        back,
+                        (b, &self.scratch, &mut overlap.q),
+                    )?
+                };
+                Some(device.mark_on(&overlap.queue)?)
+            }
+            _ => None,
+        };
         let config = self.divide_and_conquer;
         let counters = self.barriers.view_mut(self.images..)?;
         if config.grid.x > 1 {
@@ -382,19 +450,47 @@ impl RitzSolver for TridiagonalEigensolver {
             // before); every eigenvector of every image, the kernel's block and shared memory.
             unsafe { device.launch(&kf::BAND_BACK_TRANSFORM, back, (b, &mut self.scratch, band))? };
         }
-        let back = LaunchConfig {
-            grid: Dim3 { x: b.div_ceil(kf::back_transform_vectors(b)), y: images, z: 1 },
-            block: Dim3::x(32 * kf::BACK_TRANSFORM_WARPS),
-            shared_bytes: kf::back_transform_shared_bytes(b),
-        };
-        // SAFETY: the reduction and the divide and conquer ran on the scratch (queued before);
-        // every eigenvector of every image in the grid, the kernel's block and shared memory.
-        unsafe { device.launch(&kf::TRIDIAGONAL_BACK_TRANSFORM, back, (b, &mut self.scratch))? };
         let parts = kf::tridiagonal_scratch_parts(b);
         let per_image = kf::tridiagonal_scratch(b);
+        // Where the eigenvectors end, a row each: `W` in place, or `W·Qᵀ` in the divide and
+        // conquer's (now free) work space.
+        let rows_at = match (&self.overlap, formed) {
+            (Some(overlap), Some(formed)) => {
+                device.queue_wait(device.queue(), formed)?;
+                let (bu, n) = (self.b, self.images);
+                let scratch = self.scratch.view_mut(..)?;
+                // SAFETY: the GEMM reads `W` (`b × b` from `parts.w` of each image) through
+                // this view and writes only `b × b` from `parts.work`, which it does not read.
+                let w = unsafe { scratch.aliased_view() };
+                let gemms = Gemms::new(device, n, device.backend() == Backend::Gpu);
+                let tridiagonal_vectors =
+                    operand(w.view(parts.w as usize..)?, Layout::row_major(b, per_image));
+                let q = operand(overlap.q.view(..)?, Layout::row_major(b, b * b));
+                // SAFETY: the divide and conquer (queued before) left `W`, `Qᵀ` is formed (the
+                // queue waits for it); the result, `b × b` per image at `parts.work` of each
+                // image's scratch, overlaps neither; all live until the queue has run it.
+                unsafe {
+                    gemms.product(
+                        (tridiagonal_vectors, q),
+                        (scratch.into_view_mut(parts.work as usize..)?, Layout::row_major(b, per_image)),
+                        None,
+                        (bu, bu, bu),
+                        false,
+                    )?
+                };
+                parts.work
+            }
+            _ => {
+                // SAFETY: the reduction and the divide and conquer ran on the scratch (queued
+                // before); every eigenvector of every image in the grid, the kernel's block and
+                // shared memory.
+                unsafe { device.launch(&kf::TRIDIAGONAL_BACK_TRANSFORM, back, (b, &mut self.scratch))? };
+                parts.w
+            }
+        };
         let values =
             (self.scratch.view(parts.values as usize..)?, Layout { row: 0, col: 1, batch: per_image });
-        let vectors = (self.scratch.view(parts.w as usize..)?, Layout::row_major(b, per_image).transposed());
+        let vectors = (self.scratch.view(rows_at as usize..)?, Layout::row_major(b, per_image).transposed());
         // SAFETY: per image, the eigenvalues (`b` from `parts.values`) and the eigenvectors (rows
         // of `W`, `b × b` from `parts.w`: vector `j` is row `j`, hence the transposed layout) lie
         // inside the image's scratch; the pairs' buffers (sized from the same plan) live as the
