@@ -1,5 +1,6 @@
 //! What the builder (build.rs, the crate gpu-builder) embedded: PTX with every declared kernel but
-//! the Hopper-only ones, and a cubin with all of them whose ptxas report shows no spills.
+//! the Hopper-only ones, and a cubin with all of them whose ptxas report shows no spills (but the
+//! listed ones, within their bytes).
 
 use kernel_suite::KERNELS;
 use std::io::Write;
@@ -32,6 +33,12 @@ fn ptx_contains_every_declared_kernel() {
     );
 }
 
+/// Kernels that may spill, each with its most bytes of spill stores and why: the divide and
+/// conquer within 128 registers (512 threads) spills 260 bytes, and none at 256 threads (196
+/// registers), but there it measured 3–8% slower (H200, one call: 16 × 512 7.77 against 7.23 ms,
+/// which misses issue 51's 1/10 of torch's batched `eigh`; 1 × 512 2.87 against 2.70).
+const SPILLS_ALLOWED: &[(&str, u32)] = &[("tridiagonal_divide_and_conquer", 260)];
+
 #[test]
 fn no_kernel_spills() {
     if KERNELS.cubin.is_none() {
@@ -42,6 +49,11 @@ fn no_kernel_spills() {
     for name in KERNELS.declared_kernels {
         let r = KERNELS.resources(name).unwrap_or_else(|| panic!("no ptxas report for `{name}`"));
         assert!(r.registers > 0, "`{name}` reported 0 registers: report not parsed");
-        assert_eq!((r.spill_store_bytes, r.spill_load_bytes), (0, 0), "`{name}` spills: {r:?}");
+        match SPILLS_ALLOWED.iter().find(|(allowed, _)| allowed == name) {
+            Some(&(_, most)) => {
+                assert!(r.spill_store_bytes <= most, "`{name}` spills more than its {most} bytes: {r:?}")
+            }
+            None => assert_eq!((r.spill_store_bytes, r.spill_load_bytes), (0, 0), "`{name}` spills: {r:?}"),
+        }
     }
 }

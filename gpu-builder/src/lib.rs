@@ -371,20 +371,26 @@ fn assemble(ptxas: &Path, ptx: &Path, artifacts: &Path) -> Result<Cubin, String>
 }
 
 /// Reads `ptxas -v` output: per entry, "Compiling entry function 'NAME'", then
-/// "N bytes stack frame, N bytes spill stores, N bytes spill loads" and
-/// "Used N registers, … N bytes smem …".
+/// "Function properties for NAME" with "N bytes stack frame, N bytes spill stores, N bytes spill
+/// loads", and "Used N registers, … N bytes smem …". The properties of the functions an entry
+/// calls (listed after it, each under its own "Function properties for") are not the entry's.
 fn parse_ptxas_report(report: &str) -> Vec<Resources> {
     fn number_before(line: &str, unit: &str) -> Option<u32> {
         let end = line.find(unit)?;
         line[..end].trim_end().rsplit([' ', ',']).next()?.parse().ok()
     }
     let mut all: Vec<Resources> = Vec::new();
+    // Whether the "Function properties" being read are the last entry's own.
+    let mut own_properties = false;
     for line in report.lines() {
         if let Some(rest) = line.split("Compiling entry function '").nth(1) {
             let name = rest.split('\'').next().unwrap_or_default().to_string();
             all.push(Resources { name, ..Default::default() });
+            own_properties = false;
+        } else if let Some(function) = line.split("Function properties for ").nth(1) {
+            own_properties = all.last().is_some_and(|r| r.name == function.trim());
         } else if let Some(r) = all.last_mut() {
-            if line.contains("stack frame") {
+            if line.contains("stack frame") && own_properties {
                 r.stack_bytes = number_before(line, "bytes stack frame").unwrap_or(0);
                 r.spill_store_bytes = number_before(line, "bytes spill stores").unwrap_or(0);
                 r.spill_load_bytes = number_before(line, "bytes spill loads").unwrap_or(0);

@@ -11,7 +11,7 @@
 use super::gpu_engine::quantised_on_device;
 use super::images::{JobImage, JobOptions, Pixels};
 use crate::families::svd::reconstruct::Variant;
-use crate::families::svd_factor::{Plan, RitzMethod, squared_sum_blocks};
+use crate::families::svd_factor::{Plan, RitzMethod, overlaps_back_transform, squared_sum_blocks};
 use crate::launch::device::{Backend, Device};
 use crate::launch::error::Result;
 use kernels::svd_factor as kf;
@@ -153,10 +153,19 @@ impl<'a> Footprint<'a> {
             }
             RitzMethod::Host => f64s(images * b * b) + f64s(images * b) + ordering,
             RitzMethod::Tridiagonal => {
+                // Beside the divide and conquer: `Qᵀ`, and the partial sums of the GEMM `W·Qᵀ`
+                // where it splits (its own buffer, beside the factorisation's).
+                let beside = if overlaps_back_transform(images) {
+                    let split = plan.tensor_cores.then(|| self.split_len((b, b, b, false), images)).flatten();
+                    f64s(images * b * b) + split.map_or(0, f64s)
+                } else {
+                    0
+                };
                 f64s(images * b * b)
                     + f64s(images * kf::tridiagonal_scratch(b as u32) as usize)
                     + ordering
                     + buffer(2 * images, 4)
+                    + beside
             }
             RitzMethod::BlockJacobi => {
                 let rows = plan.block_jacobi_rows;
@@ -187,26 +196,31 @@ impl<'a> Footprint<'a> {
             (r, k, b, false),
             (m_eff, k, r, false),
         ];
-        let mut lens: Vec<usize> = products
-            .iter()
-            .filter_map(|&(rows, cols, inner, symmetric)| {
-                let (rows32, cols32) = (rows as u32, cols as u32);
-                let tile =
-                    if kf::pgemm_wide(rows32, cols32) { kf::PGEMM_WIDE_TILE_N } else { kf::PGEMM_TILE_N };
-                let splits = kf::pgemm_splits(
-                    rows32,
-                    cols32,
-                    inner as u32,
-                    images as u32,
-                    symmetric,
-                    self.multiprocessors,
-                    tile,
-                );
-                (splits > 1).then(|| splits as usize * images * rows * cols)
-            })
-            .collect();
+        let mut lens: Vec<usize> =
+            products.iter().filter_map(|&product| self.split_len(product, images)).collect();
         lens.sort_unstable();
         lens.dedup();
         lens.into_iter().map(|len| (len as u128 * 8).next_multiple_of(self.granule)).sum()
+    }
+
+    /// The f64 partial sums of one `(rows, columns, inner, symmetric)` product over `images` on
+    /// the pipelined kernels, where it splits along its inner dimension.
+    fn split_len(
+        &self,
+        (rows, cols, inner, symmetric): (usize, usize, usize, bool),
+        images: usize,
+    ) -> Option<usize> {
+        let (rows32, cols32) = (rows as u32, cols as u32);
+        let tile = if kf::pgemm_wide(rows32, cols32) { kf::PGEMM_WIDE_TILE_N } else { kf::PGEMM_TILE_N };
+        let splits = kf::pgemm_splits(
+            rows32,
+            cols32,
+            inner as u32,
+            images as u32,
+            symmetric,
+            self.multiprocessors,
+            tile,
+        );
+        (splits > 1).then(|| splits as usize * images * rows * cols)
     }
 }

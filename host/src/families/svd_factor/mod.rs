@@ -58,7 +58,9 @@ pub use plan::{
 };
 pub use refine::{AccurateFactors, factor_accurate, factor_accurate_with};
 pub use ritz::{RitzPairs, RitzSolver};
-pub use tridiagonal_eigensolver::{TRIDIAGONAL_MAX_B, TridiagonalEigensolver, TridiagonalReduction};
+pub use tridiagonal_eigensolver::{
+    TRIDIAGONAL_MAX_B, TridiagonalEigensolver, TridiagonalReduction, overlaps_back_transform,
+};
 
 /// Factors the `images` row-major `m × n` f64 images in `a` (device memory, `m·n` apart): the
 /// leading `k` singular triplets of each, with `‖A‖_F`, by the [`Plan`] for this device and shape.
