@@ -141,8 +141,7 @@ pub unsafe fn band_reduce(
     unsafe {
         let t_in = t.sub_unchecked(img * bb, bb);
         let per_image = tridiagonal_scratch(b) as usize;
-        let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
-        let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
+        let base = Vector::image_part(scratch, img, per_image);
         // The matrix, both triangles, row-major, in the divide and conquer's buffers.
         let a = base.sub(parts.work as usize, bb);
         let reflectors = Packed(base.sub(parts.packed as usize, packed(b) as usize));

@@ -97,8 +97,7 @@ pub unsafe fn band_chase(b: u32, scratch: &mut [f64], band_scratch: &mut [f64]) 
     // others only after a warp barrier; between steps, a block barrier.
     unsafe {
         let per_image = tridiagonal_scratch(b) as usize;
-        let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
-        let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
+        let base = Vector::image_part(scratch, img, per_image);
         let (d_out, e_out) =
             (base.sub(parts.diagonal as usize, bu), base.sub(parts.off_diagonal as usize, bu));
         let band_len = bp.len as usize;
@@ -291,8 +290,7 @@ pub unsafe fn band_back_transform(b: u32, scratch: &mut [f64], band_scratch: &[f
     // touch disjoint rows and a warp barrier separates the sweeps; block barriers around staging.
     unsafe {
         let per_image = tridiagonal_scratch(b) as usize;
-        let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
-        let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
+        let base = Vector::image_part(scratch, img, per_image);
         let band_len = bp.len as usize;
         let band_scratch = band_scratch.sub_unchecked(img * band_len, band_len);
         let bs = Vector { p: band_scratch.as_ptr() as *mut f64, len: band_len };

@@ -353,8 +353,7 @@ pub unsafe fn tridiagonal_divide_and_conquer(b: u32, scratch: &mut [f64], barrie
     // parts inside it; the launch gives the shared memory of the vectors and the tiles, and for a
     // group the barrier's counter.
     unsafe {
-        let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
-        let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
+        let base = Vector::image_part(scratch, img, per_image);
         let len = DC_VECTORS as usize * bu;
         let vectors = Vector { p: shared::region::<f64>(0, len).as_ptr(), len };
         let tiles = Vector {

@@ -19,7 +19,7 @@
 //!    `σ`, `1/σ`), as the other solvers.
 
 use gpu_std::math;
-use gpu_std::{kernel, shared, thread, warp};
+use gpu_std::{SliceMut, kernel, shared, thread, warp};
 
 /// Vectors of `b` f64 the reduction keeps in shared memory in every launch: `d`, `e`, `τ`, and
 /// the Householder step's `v`, `p` and `p∘v`.
@@ -105,6 +105,18 @@ pub(super) struct Vector {
 }
 
 impl Vector {
+    /// Image `img`'s part of a kernel's scratch of `len` f64 per image.
+    ///
+    /// # Safety
+    /// `(img + 1)·len ≤ scratch.len()` (checked in the simulator).
+    #[inline(always)]
+    #[track_caller]
+    pub(super) unsafe fn image_part(scratch: SliceMut<f64>, img: usize, len: usize) -> Vector {
+        // SAFETY: the caller's promise.
+        let mut part = unsafe { scratch.sub_unchecked(img * len, len) };
+        Vector { p: part.as_mut_ptr(), len }
+    }
+
     #[inline(always)]
     #[track_caller]
     pub(super) unsafe fn get(self, i: usize) -> f64 {
@@ -357,8 +369,7 @@ pub unsafe fn tridiagonal_back_transform(b: u32, scratch: &mut [f64]) {
     let img = thread::block_idx_y() as usize;
     // SAFETY: the kernel's contract: the image's scratch lies inside `scratch`, its `W` inside it.
     unsafe {
-        let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
-        let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
+        let base = Vector::image_part(scratch, img, per_image);
         let w = base.sub(tridiagonal_scratch_parts(b).w as usize, b as usize * b as usize);
         apply_reflectors(b, base, Some(w), w);
     }
@@ -540,8 +551,7 @@ pub unsafe fn tridiagonal_reduce(t: &[f64], b: u32, scratch: &mut [f64]) {
     unsafe {
         let t_in = t.sub_unchecked(img * bb, bb);
         let per_image = tridiagonal_scratch(b) as usize;
-        let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
-        let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
+        let base = Vector::image_part(scratch, img, per_image);
         let vectors = Vector {
             p: shared::region::<f64>(0, VECTORS as usize * bu).as_ptr(),
             len: VECTORS as usize * bu,

@@ -80,8 +80,7 @@ pub unsafe fn tridiagonal_reduce_grid(t: &[f64], b: u32, scratch: &mut [f64], ba
     unsafe {
         let t_in = t.sub_unchecked(img * bb, bb);
         let per_image = tridiagonal_scratch(b) as usize;
-        let mut scratch = scratch.sub_unchecked(img * per_image, per_image);
-        let base = Vector { p: scratch.as_mut_ptr(), len: per_image };
+        let base = Vector::image_part(scratch, img, per_image);
         // The matrix, both triangles, row-major: the pivot row of each step is read from here.
         let a = base.sub(parts.work as usize, bb);
         // p = τ·A·v of even and odd steps: a step writes one while the blocks still read the other.
