@@ -400,7 +400,8 @@ impl RitzSolver for TridiagonalEigensolver {
                 unsafe { device.launch(&kf::BAND_CHASE, chase, (b, &mut self.scratch, &mut *band))? };
             }
         }
-        // Qᵀ beside the divide and conquer, on the side queue once the reduction is done.
+        // The back-transformation's launch: in place after the divide and conquer, or forming
+        // `Qᵀ` beside it on the side queue once the reduction is done.
         let back = LaunchConfig {
             grid: Dim3 { x: b.div_ceil(kf::back_transform_vectors(b)), y: images, z: 1 },
             block: Dim3::x(32 * kf::BACK_TRANSFORM_WARPS),
@@ -423,7 +424,7 @@ impl RitzSolver for TridiagonalEigensolver {
                 };
                 Some(device.mark_on(&overlap.queue)?)
             }
-            _ => None,
+            None => None,
         };
         let config = self.divide_and_conquer;
         let counters = self.barriers.view_mut(self.images..)?;
@@ -462,8 +463,8 @@ impl RitzSolver for TridiagonalEigensolver {
         let per_image = kf::tridiagonal_scratch(b);
         // Where the eigenvectors end, a row each: `W` in place, or `W·Qᵀ` in the divide and
         // conquer's (now free) work space.
-        let rows_at = match (&self.overlap, formed) {
-            (Some(overlap), Some(formed)) => {
+        let rows_at = match formed.zip(self.overlap.as_ref()) {
+            Some((formed, overlap)) => {
                 device.queue_wait(device.queue(), formed)?;
                 let (bu, n) = (self.b, self.images);
                 let scratch = self.scratch.view_mut(..)?;
@@ -488,7 +489,7 @@ impl RitzSolver for TridiagonalEigensolver {
                 };
                 parts.work
             }
-            _ => {
+            None => {
                 // SAFETY: the reduction and the divide and conquer ran on the scratch (queued
                 // before); every eigenvector of every image in the grid, the kernel's block and
                 // shared memory.
