@@ -237,13 +237,26 @@ fn a_large_batch_on_the_one_block_solver_is_exact() {
 }
 
 /// Both ways to the Gram matrix's eigenpairs, forced, end in the same exact pass; the wide matrix
-/// read as it is (`factor_accurate_with`), as where its transpose does not fit the device.
+/// read as it is (`factor_accurate_with`), as where its transpose does not fit the device. After
+/// the whole eigendecomposition the pass starts from only 8–15 columns past `k`: also on a slowly
+/// decaying spectrum (`σᵢ = 1/i`, where the columns past them matter most) and on one whose
+/// cluster of nearly equal values (1e-9 apart) holds `k` and the pass's last column.
 #[test]
 fn the_accurate_pass_is_exact_after_either_gram_method() {
-    let s = geometric(48, 1e-12);
+    let harmonic: Vec<f64> = (1..=120).map(|i| 1.0 / i as f64).collect();
+    let clustered: Vec<f64> = (0..80)
+        .map(|i| if (20..40).contains(&i) { 0.04 * (1.0 - 1e-9 * i as f64) } else { 1.0 / (i + 1) as f64 })
+        .collect();
+    let cases = [
+        ((250, 48), geometric(48, 1e-12), 12),
+        ((48, 199), geometric(48, 1e-12), 20),
+        ((400, 120), harmonic, 44),
+        ((90, 300), clustered, 26),
+    ];
     for device in common::devices("the_accurate_pass_is_exact_after_either_gram_method") {
-        for (dims, k) in [((250, 48), 12), ((48, 199), 20)] {
-            let a = with_spectrum(31, dims, &s);
+        for (dims, s, k) in &cases {
+            let (dims, k) = (*dims, *k);
+            let a = with_spectrum(31, dims, s);
             let values: Vec<f64> = a.iter().copied().collect();
             let buffer = device.upload(&values).unwrap();
             for method in [GramMethod::SubspaceIteration, GramMethod::WholeEigendecomposition] {
@@ -265,7 +278,7 @@ fn the_accurate_pass_is_exact_after_either_gram_method() {
                         v.mapv_inplace(|x| -x);
                     }
                 }
-                check(&label, a.view(), &s, &flipped, k);
+                check(&label, a.view(), s, &flipped, k);
             }
         }
     }

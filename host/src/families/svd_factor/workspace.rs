@@ -12,12 +12,12 @@ use super::chebyshev::{self, ChebyshevFilter};
 use super::cholesky::inverse_cholesky_factor;
 use super::convergence::StopTest;
 use super::factors::{DeviceFactors, IterationCounts};
-use super::gemm::{Gemms, operand as op};
+use super::gemm::{Gemms, Operand, operand as op};
 use super::passes::{finish_squared_sums, queue_squared_sums};
-use super::plan::Plan;
+use super::plan::{GramMethod, Plan};
 use super::ritz::{RitzPairs, RitzSolver};
 use crate::launch::device::{Buffer, BufferView, BufferViewMut, Device, IntoKernelArgs};
-use crate::launch::error::{Error, Result};
+use crate::launch::error::{Error, Result, ensure};
 use gpu_std::KernelFn;
 use gpu_std::sim::{Dim3, LaunchConfig};
 use kernels::svd_factor::{self as kf, Layout};
@@ -507,6 +507,16 @@ impl<'a> Workspace<'a> {
         // in whose order it is freed.
         unsafe { self.gemms.product((basis, vectors), (v.view_mut(..)?, v_layout), None, dims, false)? };
         Ok(v)
+    }
+
+    /// `G`'s eigenvectors where it was decomposed whole (the basis is the identity, so they are
+    /// the Ritz vectors without [`Workspace::ritz_vectors`]' product): `r × r` per image, column
+    /// `i` for the `i`-th largest eigenvalue.
+    pub(super) fn eigenvectors(&self) -> Result<Operand<'_>> {
+        ensure(self.plan.method == GramMethod::WholeEigendecomposition, || {
+            "the eigenvectors of a Gram matrix that was not decomposed whole".into()
+        })?;
+        Ok(op(self.pairs.vectors.view(..)?, self.square_layout()))
     }
 
     /// The factors as the reconstruction reads them: the Gram side's vectors `X = Q·Z[:, :k]`
