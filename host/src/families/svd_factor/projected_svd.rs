@@ -28,6 +28,18 @@ pub(super) fn projected_svd(
     if let Some(found) = jacobi_svd(device, plan, gemms, (y, bt), b)? {
         return Ok(found);
     }
+    projected_svd_past_jacobi(device, plan, gemms, (y, bt), b)
+}
+
+/// [`projected_svd`] where Jacobi did not take the batch: by [`jordan_wielandt_svd`], else
+/// [`projected_svd_on_host`].
+pub(super) fn projected_svd_past_jacobi(
+    device: &Device,
+    plan: &Plan,
+    gemms: &Gemms<'_>,
+    (y, bt): (&Buffer<f64>, &Buffer<f64>),
+    b: usize,
+) -> Result<ProjectedVectors> {
     match jordan_wielandt_svd(device, plan, gemms, (y, bt), b)? {
         Some(found) => Ok(found),
         None => projected_svd_on_host(device, plan, gemms, (y, bt), b),
@@ -54,7 +66,25 @@ fn jacobi_svd(
     (y, bt): (&Buffer<f64>, &Buffer<f64>),
     b: usize,
 ) -> Result<Option<ProjectedVectors>> {
-    let (images, k, r) = (plan.images, plan.k, plan.r);
+    let mut values = device.alloc_temporary::<f64>(device.queue(), plan.images * b)?;
+    let Some(vectors) = queue_jacobi_svd(device, plan, gemms, (y, bt), b, values.view_mut(..)?)? else {
+        return Ok(None);
+    };
+    Ok(jacobi_result(&device.download(&values)?, vectors, (b, plan.k)))
+}
+
+/// [`jacobi_svd`]'s work queued, no wait: `S` and the kernel, which writes the values (`b` per
+/// matrix) into `values` and returns the vectors `[U_s V_s]` (`2·b²` per matrix) for
+/// [`jacobi_result`]; `None` where the matrix and its rotations do not fit one block.
+pub(super) fn queue_jacobi_svd(
+    device: &Device,
+    plan: &Plan,
+    gemms: &Gemms<'_>,
+    (y, bt): (&Buffer<f64>, &Buffer<f64>),
+    b: usize,
+    mut values: BufferViewMut<'_, f64>,
+) -> Result<Option<Buffer<f64>>> {
+    let (images, r) = (plan.images, plan.r);
     let threads = match device.backend() {
         Backend::Gpu => JACOBI_THREADS,
         _ => JACOBI_SIMULATOR_THREADS,
@@ -65,13 +95,13 @@ fn jacobi_svd(
     }
     let queue = device.queue();
     let mut s = device.alloc_temporary::<f64>(queue, images * b * b)?;
-    let mut values = device.alloc_temporary::<f64>(queue, images * b)?;
     let mut vectors = device.alloc_temporary::<f64>(queue, images * 2 * b * b)?;
     let square = Layout::row_major(b as u32, (b * b) as u32);
     let cfg =
         LaunchConfig { grid: Dim3 { x: 1, y: 1, z: images as u32 }, block: Dim3::x(threads), shared_bytes };
-    // SAFETY: the buffers are temporaries of the queue the product and the kernel run on, and the
-    // download of the values waits for it; the launch gives the kernel the shared memory it needs.
+    // SAFETY: `s` and `vectors` are temporaries of the queue the product and the kernel run on
+    // (`vectors` the caller's after), `values` the caller's until its download; the kernel checks
+    // the slices' lengths, and the launch gives it the shared memory it needs.
     unsafe {
         queue_projected(gemms, (y, bt), (b, r), (s.view_mut(..)?, square))?;
         device.launch(
@@ -80,18 +110,27 @@ fn jacobi_svd(
             (s.view(..)?, b as u32, values.view_mut(..)?, vectors.view_mut(..)?),
         )?;
     }
-    let found = device.download(&values)?;
-    if !found.iter().all(|v| v.is_finite()) {
-        return Ok(None);
+    Ok(Some(vectors))
+}
+
+/// The triplets of a [`queue_jacobi_svd`] from its downloaded `values` (`b` per matrix) and its
+/// `vectors`, the first `k`; `None` where a matrix did not converge (its values are NaN).
+pub(super) fn jacobi_result(
+    values: &[f64],
+    vectors: Buffer<f64>,
+    (b, k): (usize, usize),
+) -> Option<ProjectedVectors> {
+    if !values.iter().all(|v| v.is_finite()) {
+        return None;
     }
     let layout = Layout::row_major(b as u32, (2 * b * b) as u32);
-    Ok(Some(ProjectedVectors {
-        values: found.chunks(b).map(|v| v[..k].to_vec()).collect(),
+    Some(ProjectedVectors {
+        values: values.chunks(b).map(|v| v[..k].to_vec()).collect(),
         vectors,
         left: (0, layout),
         right: (b * b, layout),
         scale: None,
-    }))
+    })
 }
 
 /// The leading `k` singular triplets of every matrix's projected `Sᵀ` (`b × b`), as the last
@@ -104,6 +143,18 @@ pub(super) struct ProjectedVectors {
     pub left: (usize, Layout),
     pub right: (usize, Layout),
     pub scale: Option<Buffer<f64>>,
+}
+
+/// What the last products read of a projected SVD: `vectors`, `left`, `right` and `scale` as in
+/// [`ProjectedVectors`].
+pub(super) type ProjectedParts<'a> =
+    (&'a Buffer<f64>, (usize, Layout), (usize, Layout), Option<&'a Buffer<f64>>);
+
+impl ProjectedVectors {
+    /// Its [`ProjectedParts`].
+    pub(super) fn parts(&self) -> ProjectedParts<'_> {
+        (&self.vectors, self.left, self.right, self.scale.as_ref())
+    }
 }
 
 /// The projected SVD on the device takes a batch whose every matrix has `σ_k ≥` this `·σ₁`

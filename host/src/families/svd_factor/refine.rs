@@ -20,8 +20,10 @@
 //! left singular vectors to the iteration's accuracy times `σ_{b+1}/σᵢ` (step 2 is a half power
 //! step on `A`, without squaring), computed by two QR factorisations without forming `AᵀA`.
 //!
-//! The QR factorisations are Cholesky QR: two passes on the device and a check of the result
-//! ([`orthonormalize_on_device`]; one wait for both bases' checks), or, where that basis is not orthonormal to rounding,
+//! The pass is queued whole on the device's work, then checked in one wait (both bases and the
+//! projected SVD's convergence); what a check refuses is made again. The QR factorisations are
+//! Cholesky QR: two passes on the device, checked by the second pass's Gram matrix
+//! ([`orthonormalize_on_device`]), or, where that basis is not orthonormal to rounding,
 //! with column scaling and the factor on the host, repeated until it is (two passes, three for
 //! bases of condition past about 1e4): each pass forms `QᵀQ` on the device (a GEMM), factors it
 //! on the host (`b × b`), and multiplies on the device. The columns of `W` are `A·vᵢ`, about
@@ -38,7 +40,9 @@ use super::convergence::StopTest;
 use super::factors::IterationCounts;
 use super::gemm::{Gemms, Operand, operand as op};
 use super::plan::{GramMethod, Plan, subspace_size};
-use super::projected_svd::{ProjectedVectors, projected_svd};
+use super::projected_svd::{
+    ProjectedParts, jacobi_result, projected_svd, projected_svd_past_jacobi, queue_jacobi_svd,
+};
 use super::workspace::a_eff;
 use crate::families::transpose::transpose_batch_f64;
 use crate::launch::device::{Buffer, BufferView, BufferViewMut, Device};
@@ -220,26 +224,6 @@ fn refine(
             gemms.product(at_x, (bt.view_mut(..)?, basis_layout), None, (r, b, m_eff), false)
         }
     };
-    // Both bases' checks in one buffer, downloaded in one wait; a basis that the device's passes
-    // left not orthonormal is made on the host, and so is what was computed from it.
-    let half = images * b * b;
-    let mut checks = device.alloc_temporary::<f64>(queue, 2 * half)?;
-    let x = orthonormalize_on_device(device, &gemms, &w, (m_eff, b), checks.view_mut(..half)?)?;
-    times_a_transposed(&x, &mut bt)?;
-    let y = orthonormalize_on_device(device, &gemms, &bt, (r, b), checks.view_mut(half..)?)?;
-    let grams = device.download(&checks)?;
-    let (x_grams, y_grams) = grams.split_at(half);
-    let (x, y) = match (second_pass_sufficed(x_grams, b), second_pass_sufficed(y_grams, b)) {
-        (true, true) => (x, y),
-        (true, false) => (x, orthonormalize_on_host(device, &gemms, &bt, (r, b))?),
-        (false, _) => {
-            let x = orthonormalize_on_host(device, &gemms, &w, (m_eff, b))?;
-            times_a_transposed(&x, &mut bt)?;
-            (x, orthonormalize(device, &gemms, &bt, (r, b))?)
-        }
-    };
-    let projected = projected_svd(device, plan, &gemms, (&y, &bt), b)?;
-
     // From the pool, as the pass's own buffers: `cuMemAlloc` of `U` (8 MB at 100 000 × 10) left the
     // GPU idle for 0.2 ms (H200).
     let mut u = device.alloc_temporary::<f64>(queue, images * m * k)?;
@@ -249,23 +233,71 @@ fn refine(
     let v_layout = Layout::row_major(n as u32, (k * n) as u32).transposed();
     // X spans the left singular vectors of the plan's matrices: the caller's `U` unless those are
     // wide, or the transposes of the caller's.
-    let (x_side, y_side) = if plan.tall() != transposed {
-        ((&mut u, u_layout), (&mut vt, v_layout))
-    } else {
-        ((&mut vt, v_layout), (&mut u, u_layout))
+    let x_is_u = plan.tall() != transposed;
+    // Step 4: the triplets `X·U_s`, `Y·V_s` of a projected SVD into `u` and `vt`.
+    let queue_triplets = |(x, y): (&Buffer<f64>, &Buffer<f64>),
+                          (vectors, left, right, scale): ProjectedParts<'_>,
+                          (u, vt): (&mut Buffer<f64>, &mut Buffer<f64>)|
+     -> Result<()> {
+        let (x_side, y_side) =
+            if x_is_u { ((u, u_layout), (vt, v_layout)) } else { ((vt, v_layout), (u, u_layout)) };
+        let scale = match scale {
+            Some(values) => Some((values.view(..)?, 0)),
+            None => None,
+        };
+        // SAFETY: as above; `u` and `vt` go to the caller, temporaries of the queue these run on.
+        unsafe {
+            let x_us = (op(x.view(..)?, tall_layout), op(vectors.view(left.0..)?, left.1));
+            gemms.product(x_us, (x_side.0.view_mut(..)?, x_side.1), scale, (m_eff, k, b), false)?;
+            let y_vs = (op(y.view(..)?, basis_layout), op(vectors.view(right.0..)?, right.1));
+            gemms.product(y_vs, (y_side.0.view_mut(..)?, y_side.1), scale, (r, k, b), false)
+        }
     };
-    let ProjectedVectors { values: singular_values, vectors, left, right, scale } = projected;
-    let scale = match &scale {
-        Some(values) => Some((values.view(..)?, 0)),
-        None => None,
-    };
-    // SAFETY: as above; `u` and `vt` go to the caller, temporaries of the queue these run on.
-    unsafe {
-        let x_us = (op(x.view(..)?, tall_layout), op(vectors.view(left.0..)?, left.1));
-        gemms.product(x_us, (x_side.0.view_mut(..)?, x_side.1), scale, (m_eff, k, b), false)?;
-        let y_vs = (op(y.view(..)?, basis_layout), op(vectors.view(right.0..)?, right.1));
-        gemms.product(y_vs, (y_side.0.view_mut(..)?, y_side.1), scale, (r, k, b), false)?;
+
+    // The pass queued whole on the device's bases and Jacobi's projected SVD, then checked in one
+    // wait: both bases' second-pass Gram matrices and Jacobi's values in one buffer. Where a check
+    // fails, what it fails is made again: a basis on the host (and what was computed from it), the
+    // projected SVD by the next method.
+    let (grams, values) = (images * b * b, images * b);
+    let mut checks = device.alloc_temporary::<f64>(queue, 2 * grams + values)?;
+    let x = orthonormalize_on_device(device, &gemms, &w, (m_eff, b), checks.view_mut(..grams)?)?;
+    times_a_transposed(&x, &mut bt)?;
+    let y = orthonormalize_on_device(device, &gemms, &bt, (r, b), checks.view_mut(grams..2 * grams)?)?;
+    let jacobi = queue_jacobi_svd(device, plan, &gemms, (&y, &bt), b, checks.view_mut(2 * grams..)?)?;
+    if let Some(vectors) = &jacobi {
+        let layout = Layout::row_major(b as u32, (2 * b * b) as u32);
+        queue_triplets((&x, &y), (vectors, (0, layout), (b * b, layout), None), (&mut u, &mut vt))?;
     }
+    let checked = device.download(&checks)?;
+    let (x_grams, rest) = checked.split_at(grams);
+    let (y_grams, jacobi_values) = rest.split_at(grams);
+    let singular_values = match (second_pass_sufficed(x_grams, b), second_pass_sufficed(y_grams, b)) {
+        (true, true) => match jacobi.and_then(|vectors| jacobi_result(jacobi_values, vectors, (b, k))) {
+            Some(projected) => projected.values,
+            None => {
+                let projected = projected_svd_past_jacobi(device, plan, &gemms, (&y, &bt), b)?;
+                queue_triplets((&x, &y), projected.parts(), (&mut u, &mut vt))?;
+                projected.values
+            }
+        },
+        (x_orthonormal, _) => {
+            let x = if x_orthonormal {
+                x
+            } else {
+                let x = orthonormalize_on_host(device, &gemms, &w, (m_eff, b))?;
+                times_a_transposed(&x, &mut bt)?;
+                x
+            };
+            let y = if x_orthonormal {
+                orthonormalize_on_host(device, &gemms, &bt, (r, b))?
+            } else {
+                orthonormalize(device, &gemms, &bt, (r, b))?
+            };
+            let projected = projected_svd(device, plan, &gemms, (&y, &bt), b)?;
+            queue_triplets((&x, &y), projected.parts(), (&mut u, &mut vt))?;
+            projected.values
+        }
+    };
     Ok(AccurateFactors {
         images,
         dims: (m, n),
