@@ -210,8 +210,9 @@ fn refine(
     let queue = device.queue();
     let mut w = device.alloc_temporary::<f64>(queue, images * m_eff * b)?;
     let mut bt = device.alloc_temporary::<f64>(queue, images * r * b)?;
-    // SAFETY: every buffer lives until the projected SVD below has waited for the queue; the
-    // GEMMs check each operand's span against its buffer.
+    // SAFETY: every buffer is a temporary of the queue this work runs on, or lives until the
+    // pass's check below has waited for it; the GEMMs check each operand's span against its
+    // buffer.
     unsafe {
         let a_v = (op(a.view(..)?, a_eff(plan)), v);
         gemms.product(a_v, (w.view_mut(..)?, tall_layout), None, (m_eff, b, r), false)?;
@@ -364,8 +365,9 @@ fn orthonormalize_on_device(
     let mut next = device.alloc_temporary::<f64>(queue, input.len())?;
     for pass in 0..2 {
         let from = if pass == 0 { input } else { &current };
-        // SAFETY: the buffers live until the download below waits for the queue; `next` is
-        // written after the factor that reads `gram`, in the queue's order.
+        // SAFETY: the buffers are temporaries of the queue this work runs on (freed in its
+        // order), `input` and `check` the caller's until its wait; `next` is written after the
+        // factor that reads `gram`, in the queue's order.
         unsafe {
             let operands = (op(from.view(..)?, layout.transposed()), op(from.view(..)?, layout));
             gemms.product(operands, (gram.view_mut(..)?, square), None, (cols, cols, rows), true)?;
